@@ -1,0 +1,69 @@
+"""Named failpoints: deliberate faults at fixed places of a protocol.
+
+Crash and fault tests need to stop a real process *inside* a commit, at a
+known step. lakestep's code calls :func:`hit` at those steps; nothing happens
+unless a failpoint of that name is armed, either in the process with
+:func:`arm` or, for child processes, through the environment variable
+``LAKESTEP_FAILPOINTS`` (``name=action[,name=action...]``).
+
+Actions:
+    ``exit``        the process dies at once (``os._exit(137)``), like SIGKILL
+    ``raise``       :class:`FailpointError` is raised
+    ``sleep:SECS``  the step waits, widening a race window
+    a callable      (in-process only) called with the failpoint's name
+
+Disarmed, a failpoint costs one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Union
+
+Action = Union[str, Callable[[str], None]]
+
+_armed: dict[str, Action] = {}
+
+
+class FailpointError(RuntimeError):
+    """Raised by a failpoint armed with the ``raise`` action."""
+
+
+def _load_env() -> None:
+    spec = os.environ.get("LAKESTEP_FAILPOINTS", "")
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, _, action = item.partition("=")
+        _armed[name.strip()] = action.strip() or "raise"
+
+
+def arm(name: str, action: Action = "raise") -> None:
+    _armed[name] = action
+
+
+def disarm(name: str | None = None) -> None:
+    if name is None:
+        _armed.clear()
+    else:
+        _armed.pop(name, None)
+
+
+def hit(name: str) -> None:
+    if not _armed:
+        return
+    action = _armed.get(name)
+    if action is None:
+        return
+    if callable(action):
+        action(name)
+    elif action == "exit":
+        os._exit(137)
+    elif action == "raise":
+        raise FailpointError(f"failpoint {name!r}")
+    elif action.startswith("sleep:"):
+        time.sleep(float(action.split(":", 1)[1]))
+    else:
+        raise ValueError(f"unknown failpoint action {action!r} for {name!r}")
+
+
+_load_env()

@@ -1,0 +1,22 @@
+"""The lakestep metadata catalog: tables, immutable data files, commits, versions.
+
+No pyspark here: the catalog works, and is tested, with no JVM.
+"""
+
+from .catalog import Catalog, Transaction, parse_ident
+from .commit import CommitResult, Operation
+from .files import DataFile
+from .predicates import Predicate
+from .table import CommitInfo, Table
+
+__all__ = [
+    "Catalog",
+    "Transaction",
+    "Table",
+    "CommitResult",
+    "CommitInfo",
+    "DataFile",
+    "Operation",
+    "Predicate",
+    "parse_ident",
+]

@@ -1,0 +1,587 @@
+"""Commits: how prepared changes become visible, atomically, under concurrency.
+
+The protocol of one catalog transaction (one or several tables):
+
+1. Writers write their data files first, under unique names, with no lock
+   held, and record what they read (``base_version``, the read set).
+2. One metadata-database transaction then, in order:
+   a. locks the rows of the tables it changes (PostgreSQL ``FOR UPDATE``,
+      in table-id order; SQLite: one writer at a time);
+   b. if the transaction carries an idempotency key ``(job_id, batch_id)``
+      already recorded, returns the first result and changes nothing;
+   c. decides, for every table, the outcome against the commits that landed
+      after ``base_version`` (the matrix of DESIGN.md §2) from metadata only:
+      file ids, operations and file statistics; no data file is read;
+   d. tombstones removed files, records added (and re-added) files, the
+      commit row and the new head of each table;
+   e. commits the database transaction: all tables or none.
+3. If the database connection breaks, the writer reconnects and looks its
+   transaction up by uuid: found means it landed (the result is returned),
+   absent means it did not (it is retried, up to a limit).
+
+Only one case needs data I/O after the first attempt: an OVERWRITE of a
+predicate range that a concurrent commit filled with files straddling the
+range's edge. Those files (and only those) are rewritten outside the lock and
+the commit is tried again (:class:`NeedsRebase`).
+
+What is *not* guaranteed: files written by a transaction that never commits
+stay on storage as orphans until cleanup removes them.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .. import _failpoints
+from ..errors import CommitConflict, TableNotFoundError
+from . import schema as S
+from .files import DataFile, NewFile
+from .predicates import Predicate, Verdict
+
+log = logging.getLogger(__name__)
+
+Isolation = Literal["snapshot", "serializable"]
+
+
+class Operation(str, enum.Enum):
+    CREATE = "CREATE"
+    APPEND = "APPEND"
+    OVERWRITE = "OVERWRITE"
+    DELETE = "DELETE"
+    UPDATE = "UPDATE"
+    MERGE = "MERGE"
+    COMPACT = "COMPACT"
+
+    @property
+    def rewrites_rows(self) -> bool:
+        """DELETE / UPDATE / MERGE: read rows, then replace the files holding them."""
+        return self in (Operation.DELETE, Operation.UPDATE, Operation.MERGE)
+
+    @property
+    def changes_data(self) -> bool:
+        return self not in (Operation.COMPACT, Operation.CREATE)
+
+
+@dataclass
+class TableChange:
+    """A prepared change of one table, ready to commit.
+
+    ``removed`` are the files the writer replaces: for DELETE/UPDATE/MERGE the
+    files whose rows it read (its read set); for COMPACT its inputs; for a
+    predicate OVERWRITE the straddling files it rewrote. For OVERWRITE the
+    files wholly inside ``scope`` (or all, when ``scope`` is None) are decided
+    at commit time, so rows that landed concurrently are replaced too.
+    """
+
+    table_id: int
+    ident: str
+    operation: Operation
+    base_version: int  # -1 for blind appends: they never conflict
+    location: str = ""
+    added: list[NewFile] = field(default_factory=list)
+    removed: list[DataFile] = field(default_factory=list)
+    scope: Predicate | None = None
+    isolation: Isolation = "snapshot"
+    barrier: int | None = None
+    retention_seconds: float = 7 * 24 * 3600.0
+    summary: dict[str, Any] = field(default_factory=dict)
+    # Called (outside any lock) with the files an OVERWRITE must still rewrite.
+    rebase: Callable[["TableChange", list[DataFile]], None] | None = None
+
+    @property
+    def read_ids(self) -> set[int]:
+        return {f.file_id for f in self.removed}
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one table's commit did."""
+
+    table: str
+    version: int
+    data_version: int
+    operation: str
+    base_version: int
+    added_files: int = 0
+    removed_files: int = 0
+    added_rows: int = 0
+    removed_rows: int = 0
+    barrier: int | None = None
+    committed_at: float = 0.0
+    discarded: bool = False
+    replayed: bool = False
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class NeedsRebase(Exception):
+    """Internal: an OVERWRITE must rewrite files that landed after it prepared."""
+
+    def __init__(self, change: TableChange, files: list[DataFile]) -> None:
+        super().__init__(f"{change.ident}: {len(files)} file(s) to rewrite")
+        self.change = change
+        self.files = files
+
+
+_FILE_COLS = (
+    S.files.c.file_id,
+    S.files.c.path,
+    S.files.c.record_count,
+    S.files.c.file_size,
+    S.files.c.added_version,
+    S.files.c.removed_version,
+    S.files.c.partition,
+    S.files.c.stats,
+    S.files.c.source_ids,
+)
+
+
+def row_to_file(r: Any) -> DataFile:
+    return DataFile(
+        file_id=r[0],
+        path=r[1],
+        record_count=r[2],
+        file_size=r[3],
+        added_version=r[4],
+        removed_version=r[5],
+        partition_json=r[6],
+        stats_json=r[7],
+        source_ids_json=r[8],
+    )
+
+
+def _chunks(ids: Sequence[int], n: int = 500) -> Iterable[Sequence[int]]:
+    for i in range(0, len(ids), n):
+        yield ids[i : i + n]
+
+
+def _files_by_ids(conn: Connection, ids: Iterable[int]) -> list[DataFile]:
+    ids = sorted(set(ids))
+    out: list[DataFile] = []
+    for chunk in _chunks(ids):
+        out.extend(row_to_file(r) for r in conn.execute(sa.select(*_FILE_COLS).where(S.files.c.file_id.in_(chunk))))
+    return out
+
+
+def live_files(conn: Connection, table_id: int) -> list[DataFile]:
+    q = sa.select(*_FILE_COLS).where(S.files.c.table_id == table_id, S.files.c.removed_version.is_(None))
+    return [row_to_file(r) for r in conn.execute(q)]
+
+
+@dataclass
+class _Head:
+    table_id: int
+    version: int
+    data_version: int
+    last_commit_at: float
+
+
+@dataclass
+class _Plan:
+    """The resolved effect of one change at the current head."""
+
+    change: TableChange
+    remove_ids: list[int] = field(default_factory=list)
+    removed_rows: int = 0
+    remove_all_live: bool = False
+    add: list[NewFile] = field(default_factory=list)
+    readd: list[DataFile] = field(default_factory=list)
+    discarded: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+class _Resolver:
+    """Decides one change against the commits in ``(base_version, head]``."""
+
+    def __init__(self, conn: Connection, change: TableChange, head: _Head, now: float) -> None:
+        self.conn = conn
+        self.c = change
+        self.head = head
+        self.now = now
+        self._ops: dict[int, tuple[str, float]] | None = None
+
+    # concurrent commits: version -> (operation, committed_at)
+    @property
+    def ops(self) -> dict[int, tuple[str, float]]:
+        if self._ops is None:
+            q = sa.select(S.commits.c.version, S.commits.c.operation, S.commits.c.committed_at).where(
+                S.commits.c.table_id == self.c.table_id, S.commits.c.version > self.c.base_version
+            )
+            self._ops = {r[0]: (r[1], r[2]) for r in self.conn.execute(q)}
+        return self._ops
+
+    def conflict(self, other_version: int, reason: str) -> CommitConflict:
+        return CommitConflict(
+            table=self.c.ident,
+            operation=self.c.operation.value,
+            base_version=self.c.base_version,
+            other_version=other_version,
+            other_operation=self.ops.get(other_version, ("?", 0.0))[0],
+            reason=reason,
+        )
+
+    def resolve(self) -> _Plan:
+        op = self.c.operation
+        if op is Operation.APPEND:
+            return _Plan(self.c, add=list(self.c.added))
+        if op is Operation.COMPACT:
+            return self._compact()
+        if op is Operation.OVERWRITE:
+            return self._overwrite()
+        if op.rewrites_rows:
+            return self._rewrite()
+        raise ValueError(f"cannot commit operation {op}")
+
+    # ---------------------------------------------------------------- COMPACT
+    def _compact(self) -> _Plan:
+        ids = sorted(self.c.read_ids)
+        if self.c.base_version != self.head.version:
+            gone = self._removed_among(ids)
+            if gone:
+                fid, rv = next(iter(gone.items()))
+                log.info(
+                    "compaction of %s discarded: input file %s was removed by version %s (%s)",
+                    self.c.ident, fid, rv, self.ops.get(rv, ("?",))[0],
+                )
+                return _Plan(self.c, discarded=True, notes={"discarded_by": rv})
+        return _Plan(
+            self.c,
+            remove_ids=ids,
+            removed_rows=sum(f.record_count for f in self.c.removed),
+            add=list(self.c.added),
+        )
+
+    def _removed_among(self, ids: Sequence[int]) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for chunk in _chunks(list(ids)):
+            q = sa.select(S.files.c.file_id, S.files.c.removed_version).where(
+                S.files.c.file_id.in_(chunk), S.files.c.removed_version.is_not(None)
+            )
+            out.update({r[0]: r[1] for r in self.conn.execute(q)})
+        return out
+
+    # ------------------------------------------------------------- OVERWRITE
+    def _overwrite(self) -> _Plan:
+        c = self.c
+        plan = _Plan(c)
+        if c.scope is None:  # the whole table: everything live at commit time
+            plan.remove_all_live = True
+            plan.add = list(c.added)
+            return plan
+        live = live_files(self.conn, c.table_id)
+        live_ids = {f.file_id for f in live}
+        rewritten = {s for f in c.added for s in f.source_ids}
+        # Rewrites of files a concurrent commit already replaced are stale: drop
+        # them; whatever replaced those files is judged below like any live file.
+        plan.add = [f for f in c.added if not f.source_ids or all(s in live_ids for s in f.source_ids)]
+        if len(plan.add) != len(c.added):
+            plan.notes["stale_rewrites"] = len(c.added) - len(plan.add)
+        todo: list[DataFile] = []
+        for f in live:
+            v = c.scope.verdict(f)
+            if v is Verdict.NONE:
+                continue
+            if v is Verdict.ALL or f.file_id in rewritten:
+                plan.remove_ids.append(f.file_id)
+                plan.removed_rows += f.record_count
+            else:
+                todo.append(f)
+        if todo:
+            raise NeedsRebase(c, todo)
+        return plan
+
+    # ------------------------------------------------- DELETE / UPDATE / MERGE
+    def _rewrite(self) -> _Plan:
+        c = self.c
+        read = c.read_ids
+        plan = _Plan(c, add=list(c.added))
+        if c.base_version == self.head.version:
+            plan.remove_ids = sorted(read)
+            plan.removed_rows = sum(f.record_count for f in c.removed)
+            return plan
+        gone = self._removed_among(sorted(read))
+        for fid, rv in sorted(gone.items()):
+            if self.ops.get(rv, ("?",))[0] != Operation.COMPACT.value:
+                raise self.conflict(rv, f"file {fid} that this {c.operation.value} read was removed")
+        if gone:
+            self._undo_compactions(plan, gone)
+        still_live = [f for f in c.removed if f.file_id not in gone]
+        plan.remove_ids.extend(f.file_id for f in still_live)
+        plan.removed_rows += sum(f.record_count for f in still_live)
+        if c.isolation == "serializable" and c.scope is not None:
+            self._check_serializable()
+        return plan
+
+    def _undo_compactions(self, plan: _Plan, gone: dict[int, int]) -> None:
+        """Undo, by metadata, the concurrent compactions that took files L read.
+
+        The compaction outputs holding those rows are removed; their other
+        inputs, whose bytes are still on storage within the retention window,
+        are recorded again. Compactions of compaction outputs are undone too.
+        """
+        read = self.c.read_ids
+        pending = list(gone.items())
+        undone: dict[int, DataFile] = {}
+        while pending:
+            fid, rv = pending.pop()
+            op, at = self.ops.get(rv, ("?", 0.0))
+            if op != Operation.COMPACT.value:
+                raise self.conflict(rv, f"file {fid} holding rows this {self.c.operation.value} read was removed")
+            if at + self.c.retention_seconds < self.now:
+                raise self.conflict(rv, "the compaction that took the files read is older than the retention window")
+            q = sa.select(*_FILE_COLS).where(
+                S.files.c.table_id == self.c.table_id,
+                S.files.c.added_version == rv,
+                S.files.c.source_ids.is_not(None),
+            )
+            for out in map(row_to_file, self.conn.execute(q)):
+                if fid not in out.source_ids or out.file_id in undone:
+                    continue
+                undone[out.file_id] = out
+                if out.removed_version is not None:  # compacted again, or worse
+                    pending.append((out.file_id, out.removed_version))
+        sources = {s for o in undone.values() for s in o.source_ids} - read - set(undone)
+        readd = _files_by_ids(self.conn, sources)
+        for f in readd:
+            rv = f.removed_version
+            if rv is None:
+                continue  # still live: nothing to restore
+            op, at = self.ops.get(rv, ("?", 0.0))
+            if op != Operation.COMPACT.value or f.file_id not in {s for o in undone.values() if o.added_version == rv for s in o.source_ids}:
+                raise self.conflict(rv, f"file {f.file_id} to restore was removed by a {op}")
+            if at + self.c.retention_seconds < self.now:
+                raise self.conflict(rv, "the files to restore are past the retention window")
+            plan.readd.append(f)
+        live_outputs = [o for o in undone.values() if o.removed_version is None]
+        plan.remove_ids.extend(o.file_id for o in live_outputs)
+        plan.removed_rows += sum(o.record_count for o in live_outputs)
+        plan.notes["undone_compactions"] = sorted({o.added_version for o in undone.values()})
+        plan.notes["restored_files"] = len(plan.readd)
+
+    def _check_serializable(self) -> None:
+        assert self.c.scope is not None
+        q = sa.select(*_FILE_COLS).where(
+            S.files.c.table_id == self.c.table_id, S.files.c.added_version > self.c.base_version
+        )
+        for f in map(row_to_file, self.conn.execute(q)):
+            if self.ops.get(f.added_version, ("?",))[0] == Operation.COMPACT.value:
+                continue  # compaction outputs hold rows that existed before
+            if self.c.scope.verdict(f) is not Verdict.NONE:
+                raise self.conflict(
+                    f.added_version,
+                    f"serializable isolation: file {f.file_id} added concurrently may hold rows matching the predicate",
+                )
+
+
+# ---------------------------------------------------------------------------
+def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, _Head]:
+    ids = sorted({c.table_id for c in changes})
+    q = (
+        sa.select(S.tables.c.table_id, S.tables.c.version, S.tables.c.data_version, S.tables.c.last_commit_at)
+        .where(S.tables.c.table_id.in_(ids))
+        .order_by(S.tables.c.table_id)
+        .with_for_update()
+    )
+    heads = {r[0]: _Head(r[0], r[1], r[2], r[3]) for r in conn.execute(q)}
+    for c in changes:
+        if c.table_id not in heads:
+            raise TableNotFoundError(c.ident)
+    return heads
+
+
+def find_txn(conn: Connection, *, txn_uuid: str | None = None, key: tuple[str, int] | None = None) -> int | None:
+    q = sa.select(S.txns.c.txn_id)
+    if key is not None:
+        q = q.where(S.txns.c.job_id == key[0], S.txns.c.batch_id == key[1])
+    else:
+        q = q.where(S.txns.c.txn_uuid == txn_uuid)
+    row = conn.execute(q).first()
+    return row[0] if row else None
+
+
+def txn_results(conn: Connection, txn_id: int, idents: dict[int, str]) -> list[CommitResult]:
+    q = sa.select(S.commits).where(S.commits.c.txn_id == txn_id).order_by(S.commits.c.table_id)
+    out = []
+    for r in conn.execute(q).mappings():
+        out.append(
+            CommitResult(
+                table=idents.get(r["table_id"], str(r["table_id"])),
+                version=r["version"],
+                data_version=r["data_version"],
+                operation=r["operation"],
+                base_version=r["base_version"],
+                added_files=r["added_files"],
+                removed_files=r["removed_files"],
+                added_rows=r["added_rows"],
+                removed_rows=r["removed_rows"],
+                barrier=r["barrier"],
+                committed_at=r["committed_at"],
+                replayed=True,
+                summary=json.loads(r["summary"] or "{}"),
+            )
+        )
+    return out
+
+
+def commit_once(
+    conn: Connection,
+    changes: Sequence[TableChange],
+    *,
+    txn_uuid: str,
+    job_id: str | None,
+    batch_id: int | None,
+) -> list[CommitResult]:
+    """Steps 2a-2d of the protocol, inside the caller's write transaction."""
+    heads = _lock_heads(conn, changes)
+    idents = {c.table_id: c.ident for c in changes}
+    if job_id is not None:
+        prior = find_txn(conn, key=(job_id, int(batch_id or 0)))
+        if prior is not None:
+            log.info("transaction (%s, %s) was committed before: replaying its result", job_id, batch_id)
+            return txn_results(conn, prior, idents)
+    _failpoints.hit("commit.locked")
+
+    now = time.time()
+    plans = [_Resolver(conn, c, heads[c.table_id], now).resolve() for c in changes]
+    committed_at = max([now] + [heads[c.table_id].last_commit_at + 1e-6 for c in changes])
+
+    txn_id = conn.execute(
+        sa.insert(S.txns)
+        .values(
+            txn_uuid=txn_uuid,
+            job_id=job_id,
+            batch_id=None if job_id is None else int(batch_id or 0),
+            committed_at=committed_at,
+        )
+        .returning(S.txns.c.txn_id)
+    ).scalar_one()
+
+    results: list[CommitResult] = []
+    for plan in plans:
+        c = plan.change
+        head = heads[c.table_id]
+        if plan.discarded:
+            results.append(
+                CommitResult(
+                    table=c.ident, version=head.version, data_version=head.data_version,
+                    operation=c.operation.value, base_version=c.base_version, discarded=True,
+                    committed_at=committed_at, summary=plan.notes,
+                )
+            )
+            continue
+        v = head.version + 1
+        base = c.base_version if c.base_version >= 0 else head.version
+        removed_files = _apply_removals(conn, plan, v)
+        _failpoints.hit("commit.after_remove")
+        added = plan.add
+        file_rows = [
+            {
+                "table_id": c.table_id,
+                "path": f.path,
+                "added_version": v,
+                "removed_version": None,
+                "record_count": f.record_count,
+                "file_size": f.file_size,
+                "partition": f.partition_json,
+                "stats": f.stats_json,
+                "source_ids": json.dumps(f.source_ids) if f.source_ids else None,
+            }
+            for f in added
+        ] + [
+            {
+                "table_id": c.table_id,
+                "path": f.path,
+                "added_version": v,
+                "removed_version": None,
+                "record_count": f.record_count,
+                "file_size": f.file_size,
+                "partition": f.partition_json,
+                "stats": f.stats_json,
+                "source_ids": None,
+            }
+            for f in plan.readd
+        ]
+        if file_rows:
+            conn.execute(sa.insert(S.files), file_rows)
+        _failpoints.hit("commit.after_add")
+        changed = bool(file_rows) or removed_files > 0
+        dv = head.data_version + 1 if (c.operation.changes_data and changed) else head.data_version
+        added_rows = sum(f.record_count for f in added) + sum(f.record_count for f in plan.readd)
+        summary = {**c.summary, **plan.notes}
+        conn.execute(
+            sa.insert(S.commits).values(
+                table_id=c.table_id,
+                version=v,
+                data_version=dv,
+                operation=c.operation.value,
+                base_version=base,
+                txn_id=txn_id,
+                barrier=c.barrier,
+                committed_at=committed_at,
+                added_files=len(file_rows),
+                removed_files=removed_files,
+                added_rows=added_rows,
+                removed_rows=plan.removed_rows,
+                summary=json.dumps(summary, default=str),
+            )
+        )
+        upd = conn.execute(
+            sa.update(S.tables)
+            .where(S.tables.c.table_id == c.table_id, S.tables.c.version == head.version)
+            .values(version=v, data_version=dv, last_commit_at=committed_at)
+        )
+        if upd.rowcount != 1:  # cannot happen while the row is locked; never commit blindly
+            raise RuntimeError(f"head of {c.ident} moved during a locked commit")
+        head.version, head.data_version, head.last_commit_at = v, dv, committed_at
+        results.append(
+            CommitResult(
+                table=c.ident, version=v, data_version=dv, operation=c.operation.value,
+                base_version=base, added_files=len(file_rows), removed_files=removed_files,
+                added_rows=added_rows, removed_rows=plan.removed_rows, barrier=c.barrier,
+                committed_at=committed_at, summary=summary,
+            )
+        )
+        _failpoints.hit("commit.table_done")
+    _failpoints.hit("commit.before_db_commit")
+    return results
+
+
+def _apply_removals(conn: Connection, plan: _Plan, v: int) -> int:
+    t = S.files.c
+    if plan.remove_all_live:
+        rows = conn.execute(
+            sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(t.record_count), 0)).where(
+                t.table_id == plan.change.table_id, t.removed_version.is_(None)
+            )
+        ).one()
+        conn.execute(
+            sa.update(S.files)
+            .where(t.table_id == plan.change.table_id, t.removed_version.is_(None))
+            .values(removed_version=v)
+        )
+        plan.removed_rows = int(rows[1])
+        return int(rows[0])
+    n = 0
+    ids = sorted(set(plan.remove_ids))
+    for chunk in _chunks(ids):
+        res = conn.execute(
+            sa.update(S.files)
+            .where(t.file_id.in_(chunk), t.table_id == plan.change.table_id, t.removed_version.is_(None))
+            .values(removed_version=v)
+        )
+        n += res.rowcount
+    if n != len(ids):  # a file removed twice would lose or duplicate rows: refuse
+        raise RuntimeError(f"{plan.change.ident}: {len(ids) - n} file(s) to remove were no longer live")
+    return n
+
+
+def new_txn_uuid() -> str:
+    return str(uuid.uuid4())

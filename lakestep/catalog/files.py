@@ -1,0 +1,309 @@
+"""Data files: where they live, how they are written, what is recorded of them.
+
+Files are immutable Parquet written with pyarrow, under a unique name, before
+any commit makes them visible. For each file the catalog records the row
+count, the byte size, the partition values and per-column statistics
+(min, max, null count), so that commits can decide conflicts and readers can
+prune files without opening them.
+
+Only this module and the readers touch the filesystem; nothing here talks to
+the catalog database, so executors can write files with it too.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import os
+import posixpath
+import re
+import uuid
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from ..errors import InvalidIdentifierError, InvalidLocationError
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_IDENT = 128
+
+
+def check_identifier(name: object, what: str = "identifier") -> str:
+    """Return ``name`` if it is a valid namespace, table, column or job name."""
+    if not isinstance(name, str) or not name:
+        raise InvalidIdentifierError(f"{what} must be a non-empty string, got {name!r}", identifier=str(name))
+    if len(name) > MAX_IDENT:
+        raise InvalidIdentifierError(
+            f"{what} {name[:20]!r}... is {len(name)} characters long; the limit is {MAX_IDENT}",
+            identifier=name,
+        )
+    if not _IDENT.match(name):
+        raise InvalidIdentifierError(
+            f"{what} {name!r} may only hold letters, digits and underscores, and must not start "
+            "with a digit (no quotes, dots, spaces or semicolons)",
+            identifier=name,
+        )
+    return name
+
+
+# ------------------------------------------------------------------ locations
+def normalize_location(location: str) -> str:
+    """A canonical form of a table or warehouse location: absolute path or URI."""
+    if not isinstance(location, str) or not location.strip():
+        raise InvalidLocationError(f"location must be a non-empty string, got {location!r}", location=str(location))
+    if "\x00" in location:
+        raise InvalidLocationError("location contains a NUL byte", location=location)
+    if "://" in location:
+        scheme, rest = location.split("://", 1)
+        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*$", scheme):
+            raise InvalidLocationError(f"malformed URI scheme in {location!r}", location=location)
+        if scheme == "file":
+            return os.path.normpath(rest)
+        parts = rest.split("/")
+        if any(p == ".." for p in parts):
+            raise InvalidLocationError(f"location {location!r} must not contain '..'", location=location)
+        return f"{scheme}://" + "/".join(p for i, p in enumerate(parts) if p or i == 0).rstrip("/")
+    return os.path.normpath(os.path.abspath(location))
+
+
+def is_within(location: str, root: str) -> bool:
+    loc, base = normalize_location(location), normalize_location(root)
+    return loc == base or loc.startswith(base.rstrip("/") + "/")
+
+
+def resolve_filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and the path inside it for a normalized location."""
+    if "://" not in location:
+        return pafs.LocalFileSystem(), location
+    try:
+        return pafs.FileSystem.from_uri(location)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise InvalidLocationError(f"pyarrow cannot open {location!r}: {e}", location=location) from e
+
+
+def check_relative_path(path: str) -> str:
+    """Data file paths are stored relative to the table location; refuse escapes."""
+    if not path or path.startswith("/") or "\\" in path or "\x00" in path:
+        raise InvalidLocationError(f"bad data file path {path!r}", location=path)
+    if any(p in ("", ".", "..") for p in path.split("/")):
+        raise InvalidLocationError(f"data file path {path!r} must not contain '.', '..' or '//'", location=path)
+    return path
+
+
+# ---------------------------------------------------------------- stats codec
+def _encode(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        if isinstance(v, float) and v != v:  # NaN: no usable bound
+            return None
+        return v
+    if isinstance(v, dt.datetime):
+        return {"$dt": v.isoformat()}
+    if isinstance(v, dt.date):
+        return {"$d": v.isoformat()}
+    if isinstance(v, dt.time):
+        return {"$t": v.isoformat()}
+    if isinstance(v, decimal.Decimal):
+        return {"$dec": str(v)}
+    if isinstance(v, bytes):
+        return {"$b": base64.b64encode(v).decode()}
+    if isinstance(v, dt.timedelta):
+        return {"$td": v.total_seconds()}
+    return None  # unknown type: no statistics
+
+
+def _decode(v: Any) -> Any:
+    if isinstance(v, dict):
+        if "$dt" in v:
+            return dt.datetime.fromisoformat(v["$dt"])
+        if "$d" in v:
+            return dt.date.fromisoformat(v["$d"])
+        if "$t" in v:
+            return dt.time.fromisoformat(v["$t"])
+        if "$dec" in v:
+            return decimal.Decimal(v["$dec"])
+        if "$b" in v:
+            return base64.b64decode(v["$b"])
+        if "$td" in v:
+            return dt.timedelta(seconds=v["$td"])
+        return None
+    return v
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    min: Any
+    max: Any
+    null_count: int
+
+
+def compute_stats(table: pa.Table) -> dict[str, list[Any]]:
+    """Per-column [min, max, null_count] in JSON-ready form (no bounds for nested types)."""
+    out: dict[str, list[Any]] = {}
+    for name, col in zip(table.column_names, table.columns):
+        nulls = col.null_count
+        lo = hi = None
+        t = col.type
+        if len(col) > nulls and not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t)):
+            try:
+                mm = pc.min_max(col)
+                lo, hi = _encode(mm["min"].as_py()), _encode(mm["max"].as_py())
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError, ValueError):
+                lo = hi = None
+        out[name] = [lo, hi, nulls]
+    return out
+
+
+# ------------------------------------------------------------------ DataFile
+@dataclass
+class DataFile:
+    """A data file as recorded in the catalog. ``path`` is relative to the table."""
+
+    file_id: int
+    path: str
+    record_count: int
+    file_size: int
+    added_version: int
+    removed_version: int | None = None
+    partition_json: str = "{}"
+    stats_json: str = "{}"
+    source_ids_json: str | None = None
+
+    @cached_property
+    def partition(self) -> dict[str, Any]:
+        return {k: _decode(v) for k, v in json.loads(self.partition_json).items()}
+
+    @cached_property
+    def stats(self) -> dict[str, ColumnStats]:
+        return {
+            k: ColumnStats(_decode(v[0]), _decode(v[1]), int(v[2]))
+            for k, v in json.loads(self.stats_json).items()
+        }
+
+    @cached_property
+    def source_ids(self) -> list[int]:
+        return json.loads(self.source_ids_json) if self.source_ids_json else []
+
+
+@dataclass
+class NewFile:
+    """A file written but not yet committed."""
+
+    path: str
+    record_count: int
+    file_size: int
+    partition_json: str
+    stats_json: str
+    # For rewrites and compaction outputs: the file ids the rows came from.
+    source_ids: list[int] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------- writing
+def partition_path(partition: Mapping[str, Any]) -> str:
+    from urllib.parse import quote
+
+    parts = []
+    for k, v in partition.items():
+        s = "__NULL__" if v is None else quote(str(v), safe="")
+        parts.append(f"{k}={s or '__EMPTY__'}")
+    return "/".join(parts)
+
+
+def split_by_partition(data: pa.Table, partition_by: list[str]) -> list[tuple[dict[str, Any], pa.Table]]:
+    """Split rows by the values of the partition columns (one group if unpartitioned)."""
+    if not partition_by or data.num_rows == 0:
+        return [({}, data)]
+    keys = data.select(partition_by).group_by(partition_by, use_threads=False).aggregate([])
+    if keys.num_rows == 1:
+        return [({c: keys.column(c)[0].as_py() for c in partition_by}, data)]
+    groups = []
+    for row in keys.to_pylist():
+        mask = None
+        for c in partition_by:
+            v = row[c]
+            m = pc.is_null(data.column(c)) if v is None else pc.equal(data.column(c), pa.scalar(v, data.schema.field(c).type))
+            m = pc.fill_null(m, False)
+            mask = m if mask is None else pc.and_(mask, m)
+        groups.append((row, data.filter(mask)))
+    return groups
+
+
+class FileWriter:
+    """Writes Parquet data files under a table location.
+
+    File names are ``data/<partition path>/<prefix><uuid>.parquet``; ``prefix``
+    lets a writer tag its files (a streaming sink puts batch, partition and
+    attempt there) so that orphans can be traced.
+    """
+
+    def __init__(self, location: str, *, compression: str = "zstd", row_group_size: int = 1 << 20) -> None:
+        self.location = location
+        self.fs, self.root = resolve_filesystem(location)
+        self.compression = compression
+        self.row_group_size = row_group_size
+        self._made_dirs: set[str] = set()
+
+    def full_path(self, rel: str) -> str:
+        return posixpath.join(self.root, rel) if "://" in self.location else os.path.join(self.root, rel)
+
+    def write(
+        self,
+        data: pa.Table,
+        partition: Mapping[str, Any] | None = None,
+        *,
+        prefix: str = "",
+        source_ids: Iterable[int] = (),
+    ) -> NewFile:
+        part = dict(partition or {})
+        sub = partition_path(part)
+        rel = "/".join(p for p in ("data", sub, f"{prefix}{uuid.uuid4().hex}.parquet") if p)
+        full = self.full_path(rel)
+        parent = posixpath.dirname(full) if "://" in self.location else os.path.dirname(full)
+        if parent not in self._made_dirs:
+            self.fs.create_dir(parent, recursive=True)
+            self._made_dirs.add(parent)
+        with self.fs.open_output_stream(full) as sink:
+            pq.write_table(
+                data,
+                sink,
+                compression=self.compression,
+                row_group_size=self.row_group_size,
+                write_statistics=True,
+            )
+            size = sink.tell()
+        return NewFile(
+            path=rel,
+            record_count=data.num_rows,
+            file_size=size,
+            partition_json=json.dumps({k: _encode(v) for k, v in part.items()}, sort_keys=True),
+            stats_json=json.dumps(compute_stats(data), separators=(",", ":")),
+            source_ids=list(source_ids),
+        )
+
+    def write_partitioned(
+        self,
+        data: pa.Table,
+        partition_by: list[str],
+        *,
+        prefix: str = "",
+        max_rows_per_file: int = 4_000_000,
+    ) -> list[NewFile]:
+        out: list[NewFile] = []
+        for part, group in split_by_partition(data, partition_by):
+            if group.num_rows == 0:
+                continue
+            for start in range(0, group.num_rows, max_rows_per_file):
+                out.append(self.write(group.slice(start, max_rows_per_file), part, prefix=prefix))
+        return out
+
+    def delete(self, rel: str) -> None:
+        try:
+            self.fs.delete_file(self.full_path(rel))
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,213 @@
+"""Row predicates: the filters of overwrite, delete, update and scans.
+
+A filter is written as pyarrow's ``filters`` are (disjunctive normal form)::
+
+    [("day", "=", "2024-05-01"), ("amount", ">", 10)]            # AND
+    [[("day", "=", "2024-05-01")], [("status", "in", ["x"])]]    # OR of ANDs
+
+Operators: ``=`` ``==`` ``!=`` ``<`` ``<=`` ``>`` ``>=`` ``in`` ``not in``
+``is_null`` ``not_null`` (the last two take ``None`` as their value).
+
+A :class:`Predicate` turns into a pyarrow expression for rows, and judges a
+data file from its statistics alone: ``NONE`` (no row can match), ``ALL``
+(every row matches) or ``SOME`` (cannot tell without reading). Commits decide
+conflicts and overwrites decide which files to drop with this verdict, so the
+rules err to ``SOME`` whenever statistics are missing or not comparable.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from ..errors import InvalidPredicateError
+from .files import ColumnStats, DataFile
+
+Term = tuple[str, str, Any]
+Filter = Union[Sequence[Term], Sequence[Sequence[Term]]]
+
+_OPS = {"=", "==", "!=", "<", "<=", ">", ">=", "in", "not in", "is_null", "not_null"}
+
+
+class Verdict(enum.Enum):
+    NONE = 0
+    SOME = 1
+    ALL = 2
+
+
+def _is_term(x: Any) -> bool:
+    return isinstance(x, tuple) and len(x) == 3 and isinstance(x[0], str) and isinstance(x[1], str)
+
+
+@dataclass(frozen=True)
+class Predicate:
+    clauses: tuple[tuple[Term, ...], ...]  # OR of ANDs
+
+    @classmethod
+    def parse(cls, where: Filter | "Predicate", schema: pa.Schema | None = None) -> "Predicate":
+        if isinstance(where, Predicate):
+            pred = where
+        else:
+            if not isinstance(where, (list, tuple)) or len(where) == 0:
+                raise InvalidPredicateError(f"a filter is a non-empty list of (column, op, value) terms, got {where!r}")
+            if all(_is_term(t) for t in where):
+                clauses = (tuple(where),)  # type: ignore[arg-type]
+            elif all(isinstance(c, (list, tuple)) and c and all(_is_term(t) for t in c) for c in where):
+                clauses = tuple(tuple(c) for c in where)  # type: ignore[arg-type]
+            else:
+                raise InvalidPredicateError(
+                    f"cannot read filter {where!r}: use [(col, op, value), ...] or a list of such lists"
+                )
+            pred = cls(clauses)  # type: ignore[arg-type]
+        for clause in pred.clauses:
+            for col, op, val in clause:
+                if op not in _OPS:
+                    raise InvalidPredicateError(f"unknown operator {op!r} in filter; use one of {sorted(_OPS)}")
+                if schema is not None and schema.get_field_index(col) < 0:
+                    raise InvalidPredicateError(f"filter names column {col!r}, which the table does not have")
+                if op in ("in", "not in") and (isinstance(val, (str, bytes)) or not isinstance(val, Iterable)):
+                    raise InvalidPredicateError(f"operator {op!r} takes a list of values, got {val!r}")
+        return pred
+
+    @classmethod
+    def partitions(cls, values: Sequence[Mapping[str, Any]]) -> "Predicate":
+        """The predicate that selects exactly the given partitions."""
+        if not values:
+            raise InvalidPredicateError("an overwrite of partitions needs at least one partition")
+        clauses = []
+        for part in values:
+            clauses.append(tuple((k, "is_null" if v is None else "=", v) for k, v in part.items()))
+        return cls(tuple(clauses))
+
+    @property
+    def columns(self) -> set[str]:
+        return {t[0] for c in self.clauses for t in c}
+
+    # ---------------------------------------------------------------- rows
+    def expression(self) -> ds.Expression:
+        ors = []
+        for clause in self.clauses:
+            ands = [_term_expr(t) for t in clause]
+            e = ands[0]
+            for a in ands[1:]:
+                e = e & a
+            ors.append(e)
+        out = ors[0]
+        for o in ors[1:]:
+            out = out | o
+        return out
+
+    def mask(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        """Boolean mask of the rows that match (null counts as no match)."""
+        if table.num_rows == 0:
+            return pa.array([], pa.bool_())
+        result = ds.dataset(table).to_table(columns={"m": self.expression()})
+        return pc.fill_null(result.column("m"), False)
+
+    # --------------------------------------------------------------- files
+    def verdict(self, f: DataFile) -> Verdict:
+        stats = f.stats
+        count = f.record_count
+        if count == 0:
+            return Verdict.NONE
+        any_some = False
+        all_none = True
+        for clause in self.clauses:
+            v = _and(( _term_verdict(t, stats.get(t[0]), count) for t in clause))
+            if v is Verdict.ALL:
+                return Verdict.ALL
+            if v is Verdict.SOME:
+                any_some = True
+                all_none = False
+        if all_none and not any_some:
+            return Verdict.NONE
+        return Verdict.SOME
+
+
+def _term_expr(t: Term) -> ds.Expression:
+    col, op, val = t
+    f = ds.field(col)
+    if op in ("=", "=="):
+        return f == val
+    if op == "!=":
+        return f != val
+    if op == "<":
+        return f < val
+    if op == "<=":
+        return f <= val
+    if op == ">":
+        return f > val
+    if op == ">=":
+        return f >= val
+    if op == "in":
+        return f.isin(list(val))
+    if op == "not in":
+        return ~f.isin(list(val))
+    if op == "is_null":
+        return f.is_null()
+    if op == "not_null":
+        return f.is_valid()
+    raise InvalidPredicateError(f"unknown operator {op!r}")
+
+
+def _and(verdicts: Iterable[Verdict]) -> Verdict:
+    out = Verdict.ALL
+    for v in verdicts:
+        if v is Verdict.NONE:
+            return Verdict.NONE
+        if v is Verdict.SOME:
+            out = Verdict.SOME
+    return out
+
+
+def _term_verdict(t: Term, s: ColumnStats | None, count: int) -> Verdict:
+    _, op, val = t
+    if s is None:
+        return Verdict.SOME
+    nulls = s.null_count
+    if op == "is_null":
+        return Verdict.NONE if nulls == 0 else Verdict.ALL if nulls == count else Verdict.SOME
+    if op == "not_null":
+        return Verdict.ALL if nulls == 0 else Verdict.NONE if nulls == count else Verdict.SOME
+    if nulls == count:
+        return Verdict.NONE  # comparisons with null never match
+    lo, hi = s.min, s.max
+    if lo is None or hi is None:
+        return Verdict.SOME
+    try:
+        if op in ("=", "=="):
+            if val < lo or val > hi:
+                return Verdict.NONE
+            return Verdict.ALL if (lo == hi == val and nulls == 0) else Verdict.SOME
+        if op == "!=":
+            if lo == hi == val:
+                return Verdict.NONE
+            return Verdict.ALL if (nulls == 0 and (val < lo or val > hi)) else Verdict.SOME
+        if op == "<":
+            return Verdict.NONE if lo >= val else Verdict.ALL if (hi < val and nulls == 0) else Verdict.SOME
+        if op == "<=":
+            return Verdict.NONE if lo > val else Verdict.ALL if (hi <= val and nulls == 0) else Verdict.SOME
+        if op == ">":
+            return Verdict.NONE if hi <= val else Verdict.ALL if (lo > val and nulls == 0) else Verdict.SOME
+        if op == ">=":
+            return Verdict.NONE if hi < val else Verdict.ALL if (lo >= val and nulls == 0) else Verdict.SOME
+        if op == "in":
+            vals = list(val)
+            if all(v is None or v < lo or v > hi for v in vals):
+                return Verdict.NONE
+            return Verdict.ALL if (lo == hi and lo in vals and nulls == 0) else Verdict.SOME
+        if op == "not in":
+            vals = [v for v in val if v is not None]
+            if lo == hi and lo in vals:
+                return Verdict.NONE
+            if nulls == 0 and all(v < lo or v > hi for v in vals):
+                return Verdict.ALL
+            return Verdict.SOME
+    except TypeError:  # statistics and literal not comparable (e.g. naive vs aware)
+        return Verdict.SOME
+    return Verdict.SOME

@@ -1,0 +1,159 @@
+"""The catalog's own metadata schema, and how it is created and upgraded.
+
+Every table is prefixed ``ls_`` so that a catalog can share a database with
+other applications. ``ls_meta`` holds the schema version; :func:`upgrade`
+applies the numbered migrations a database lacks, under a lock, and refuses a
+database written by a newer lakestep (:class:`CatalogVersionError`).
+
+Times are stored as float seconds since the Unix epoch (UTC): portable across
+SQLite and PostgreSQL, and exact enough to order commits (commit times are
+also forced to increase per table, see ``commit.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..errors import CatalogVersionError
+
+metadata = sa.MetaData()
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL wants BIGINT.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+meta = sa.Table(
+    "ls_meta",
+    metadata,
+    sa.Column("key", sa.String(128), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+namespaces = sa.Table(
+    "ls_namespace",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("properties", sa.Text, nullable=False, default="{}"),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+tables = sa.Table(
+    "ls_table",
+    metadata,
+    sa.Column("table_id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("namespace", sa.String(128), nullable=False),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("location", sa.Text, nullable=False),
+    sa.Column("external", sa.Boolean, nullable=False, default=False),
+    sa.Column("schema_ipc", sa.LargeBinary, nullable=False),
+    sa.Column("partition_by", sa.Text, nullable=False, default="[]"),
+    sa.Column("primary_key", sa.Text, nullable=False, default="[]"),
+    sa.Column("properties", sa.Text, nullable=False, default="{}"),
+    sa.Column("created_at", sa.Float, nullable=False),
+    # The head: bumped by every commit under the table row's lock.
+    sa.Column("version", sa.BigInteger, nullable=False, default=0),
+    sa.Column("data_version", sa.BigInteger, nullable=False, default=0),
+    sa.Column("last_commit_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("namespace", "name", name="ls_table_ident"),
+)
+
+# One row per catalog transaction (one or several table commits). The uuid lets
+# a writer whose connection broke during COMMIT find out whether it landed; the
+# (job_id, batch_id) key makes replays idempotent.
+txns = sa.Table(
+    "ls_txn",
+    metadata,
+    sa.Column("txn_id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("txn_uuid", sa.String(36), nullable=False, unique=True),
+    sa.Column("job_id", sa.String(256), nullable=True),
+    sa.Column("batch_id", sa.BigInteger, nullable=True),
+    sa.Column("committed_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("job_id", "batch_id", name="ls_txn_idempotency"),
+)
+
+commits = sa.Table(
+    "ls_commit",
+    metadata,
+    sa.Column("table_id", sa.BigInteger, primary_key=True),
+    sa.Column("version", sa.BigInteger, primary_key=True),
+    sa.Column("data_version", sa.BigInteger, nullable=False),
+    sa.Column("operation", sa.String(16), nullable=False),
+    sa.Column("base_version", sa.BigInteger, nullable=False),
+    sa.Column("txn_id", sa.BigInteger, nullable=True),
+    sa.Column("barrier", sa.BigInteger, nullable=True),
+    sa.Column("committed_at", sa.Float, nullable=False),
+    sa.Column("added_files", sa.Integer, nullable=False, default=0),
+    sa.Column("removed_files", sa.Integer, nullable=False, default=0),
+    sa.Column("added_rows", sa.BigInteger, nullable=False, default=0),
+    sa.Column("removed_rows", sa.BigInteger, nullable=False, default=0),
+    sa.Column("summary", sa.Text, nullable=False, default="{}"),
+    sa.Index("ls_commit_time", "table_id", "committed_at"),
+    sa.Index("ls_commit_txn", "txn_id"),
+)
+
+files = sa.Table(
+    "ls_file",
+    metadata,
+    sa.Column("file_id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("table_id", sa.BigInteger, nullable=False),
+    # Relative to the table's location. The same path may appear in several rows
+    # when a commit re-adds a file (undoing a compaction): cleanup counts paths.
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("added_version", sa.BigInteger, nullable=False),
+    sa.Column("removed_version", sa.BigInteger, nullable=True),
+    sa.Column("record_count", sa.BigInteger, nullable=False),
+    sa.Column("file_size", sa.BigInteger, nullable=False),
+    sa.Column("partition", sa.Text, nullable=False, default="{}"),
+    sa.Column("stats", sa.Text, nullable=False, default="{}"),
+    # Compaction outputs: the file ids they were made from (JSON list), so a
+    # later delete can undo the compaction by metadata where they overlap.
+    sa.Column("source_ids", sa.Text, nullable=True),
+    sa.Index("ls_file_live", "table_id", "removed_version"),
+    sa.Index("ls_file_added", "table_id", "added_version"),
+)
+
+
+def _v1(conn: Connection) -> None:
+    for t in (meta, namespaces, tables, txns, commits, files):
+        t.create(conn, checkfirst=True)
+
+
+# Numbered migrations. Append only; never edit a released one.
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
+    (1, _v1),
+]
+LATEST = MIGRATIONS[-1][0]
+
+
+def current_version(conn: Connection) -> int:
+    if not sa.inspect(conn).has_table("ls_meta"):
+        return 0
+    row = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).first()
+    return int(row[0]) if row else 0
+
+
+def upgrade(conn: Connection, *, target: int = LATEST) -> int:
+    """Apply the migrations the database lacks, up to ``target``; return the version.
+
+    The caller holds the catalog's write lock and an open transaction.
+    """
+    found = current_version(conn)
+    if found > LATEST:
+        raise CatalogVersionError(
+            f"the catalog database has metadata schema version {found}, this lakestep "
+            f"supports up to {LATEST}: upgrade lakestep",
+            found=found,
+            supported=LATEST,
+        )
+    for number, migrate in MIGRATIONS:
+        if found < number <= target:
+            migrate(conn)
+            found = number
+            stmt = (
+                sa.update(meta).where(meta.c.key == "schema_version").values(value=str(number))
+            )
+            if conn.execute(stmt).rowcount == 0:
+                conn.execute(sa.insert(meta).values(key="schema_version", value=str(number)))
+    return found

@@ -1,0 +1,329 @@
+"""A table handle: its metadata, its reads (with time travel) and one-commit writes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import sqlalchemy as sa
+
+from ..errors import TableNotFoundError, VersionNotFoundError
+from . import schema as S
+from .commit import CommitResult, _FILE_COLS, row_to_file
+from .files import DataFile, FileWriter
+from .predicates import Filter, Predicate, Verdict
+from .writes import (
+    PartitionSpec,
+    prepare_append,
+    prepare_compact,
+    prepare_delete,
+    prepare_overwrite,
+    prepare_update,
+)
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """One entry of a table's history."""
+
+    version: int
+    data_version: int
+    operation: str
+    base_version: int
+    committed_at: float
+    barrier: int | None
+    added_files: int
+    removed_files: int
+    added_rows: int
+    removed_rows: int
+    job_id: str | None
+    batch_id: int | None
+    summary: dict[str, Any]
+
+    @property
+    def timestamp(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.committed_at, tz=dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class TableMeta:
+    table_id: int
+    namespace: str
+    name: str
+    location: str
+    external: bool
+    schema: pa.Schema
+    partition_by: list[str]
+    primary_key: list[str]
+    properties: dict[str, str]
+    created_at: float
+
+    @classmethod
+    def from_row(cls, r: Mapping[str, Any]) -> "TableMeta":
+        return cls(
+            table_id=r["table_id"],
+            namespace=r["namespace"],
+            name=r["name"],
+            location=r["location"],
+            external=bool(r["external"]),
+            schema=pa.ipc.read_schema(pa.py_buffer(r["schema_ipc"])),
+            partition_by=json.loads(r["partition_by"]),
+            primary_key=json.loads(r["primary_key"]),
+            properties=json.loads(r["properties"]),
+            created_at=r["created_at"],
+        )
+
+
+class Table:
+    """A lakestep table. Get one from :meth:`Catalog.create_table` or :meth:`Catalog.load_table`.
+
+    Every write method is one commit (use :meth:`Catalog.transaction` to commit
+    several tables at once). Every read takes ``version=``, ``data_version=``
+    or ``as_of=`` (a timestamp: the last commit at or before it) for time travel.
+
+    Example::
+
+        t = catalog.load_table("shop.orders")
+        t.append(pa.table({"id": [1, 2], "amount": [9.5, 3.0]}))
+        t.delete([("id", "=", 2)])
+        t.to_arrow(version=1)      # the table as it was after the first commit
+    """
+
+    def __init__(self, catalog: "Catalog", meta: TableMeta) -> None:
+        self.catalog = catalog
+        self.meta = meta
+
+    def __repr__(self) -> str:
+        return f"Table({self.ident!r}, location={self.location!r})"
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def ident(self) -> str:
+        return f"{self.meta.namespace}.{self.meta.name}"
+
+    @property
+    def table_id(self) -> int:
+        return self.meta.table_id
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.meta.schema
+
+    @property
+    def partition_by(self) -> list[str]:
+        return self.meta.partition_by
+
+    @property
+    def primary_key(self) -> list[str]:
+        return self.meta.primary_key
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self.meta.properties
+
+    @property
+    def location(self) -> str:
+        return self.meta.location
+
+    @property
+    def retention_seconds(self) -> float:
+        return float(self.properties.get("lakestep.retention-seconds", DEFAULT_RETENTION_SECONDS))
+
+    @cached_property
+    def _writer(self) -> FileWriter:
+        return FileWriter(self.location)
+
+    def _head(self, conn: sa.Connection) -> tuple[int, int]:
+        row = conn.execute(
+            sa.select(S.tables.c.version, S.tables.c.data_version).where(S.tables.c.table_id == self.table_id)
+        ).first()
+        if row is None:
+            raise TableNotFoundError(self.ident)
+        return int(row[0]), int(row[1])
+
+    @property
+    def version(self) -> int:
+        """The newest version (every commit adds one)."""
+        with self.catalog.backend.read() as conn:
+            return self._head(conn)[0]
+
+    @property
+    def data_version(self) -> int:
+        """The newest data version (commits that change rows add one; compactions do not)."""
+        with self.catalog.backend.read() as conn:
+            return self._head(conn)[1]
+
+    # ------------------------------------------------------------------- reads
+    def _resolve(
+        self, conn: sa.Connection, version: int | None, data_version: int | None, as_of: Any
+    ) -> tuple[int, int]:
+        """(the version asked for, the newest version)."""
+        given = sum(x is not None for x in (version, data_version, as_of))
+        if given > 1:
+            raise ValueError("pass at most one of version=, data_version=, as_of=")
+        head, head_dv = self._head(conn)
+        c = S.commits.c
+        if version is not None:
+            if not 0 <= version <= head:
+                raise VersionNotFoundError(self.ident, f"version {version} (newest is {head})")
+            return int(version), head
+        if data_version is not None:
+            if not 0 <= data_version <= head_dv:
+                raise VersionNotFoundError(self.ident, f"data version {data_version} (newest is {head_dv})")
+            row = conn.execute(
+                sa.select(sa.func.max(c.version)).where(c.table_id == self.table_id, c.data_version == data_version)
+            ).scalar()
+            if row is None:
+                raise VersionNotFoundError(self.ident, f"data version {data_version}")
+            return int(row), head
+        if as_of is not None:
+            ts = as_of.timestamp() if isinstance(as_of, dt.datetime) else float(as_of)
+            row = conn.execute(
+                sa.select(sa.func.max(c.version)).where(c.table_id == self.table_id, c.committed_at <= ts)
+            ).scalar()
+            if row is None:
+                raise VersionNotFoundError(self.ident, f"commit at or before {as_of!r}")
+            return int(row), head
+        return head, head
+
+    def _files_at(self, conn: sa.Connection, v: int, head: int) -> list[DataFile]:
+        f = S.files.c
+        q = sa.select(*_FILE_COLS).where(f.table_id == self.table_id, f.added_version <= v)
+        if v == head:  # nothing can be removed after the head: the index finds live files
+            q = q.where(f.removed_version.is_(None))
+        else:
+            q = q.where(sa.or_(f.removed_version.is_(None), f.removed_version > v))
+        return [row_to_file(r) for r in conn.execute(q.order_by(f.file_id))]
+
+    def files(
+        self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None
+    ) -> list[DataFile]:
+        """The live data files at the newest version, or at the one asked for."""
+        return self.snapshot(version=version, data_version=data_version, as_of=as_of)[1]
+
+    def snapshot(
+        self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None
+    ) -> tuple[int, list[DataFile]]:
+        """(version, live files) read consistently."""
+        with self.catalog.backend.read() as conn:
+            v, head = self._resolve(conn, version, data_version, as_of)
+            return v, self._files_at(conn, v, head=head)
+
+    def _head_and_live(self) -> tuple[int, list[DataFile]]:
+        with self.catalog.backend.read() as conn:
+            head = self._head(conn)[0]
+            return head, self._files_at(conn, head, head=head)
+
+    def _read_files(
+        self, files: list[DataFile], *, columns: Sequence[str] | None = None, where: Predicate | None = None
+    ) -> pa.Table:
+        if not files:
+            t = self.schema.empty_table()
+            return t.select(list(columns)) if columns else t
+        paths = [self._writer.full_path(f.path) for f in files]
+        dataset = ds.dataset(paths, schema=self.schema, format="parquet", filesystem=self._writer.fs)
+        return dataset.to_table(
+            columns=list(columns) if columns else None,
+            filter=where.expression() if where is not None else None,
+        )
+
+    def to_arrow(
+        self,
+        *,
+        version: int | None = None,
+        data_version: int | None = None,
+        as_of: Any = None,
+        columns: Sequence[str] | None = None,
+        where: Filter | Predicate | None = None,
+    ) -> pa.Table:
+        """The rows at the newest version or the one asked for, as an Arrow table."""
+        _, live = self.snapshot(version=version, data_version=data_version, as_of=as_of)
+        pred = Predicate.parse(where, self.schema) if where is not None else None
+        if pred is not None:
+            live = [f for f in live if pred.verdict(f) is not Verdict.NONE]
+        return self._read_files(live, columns=columns, where=pred)
+
+    def count(self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None) -> int:
+        """Row count from metadata alone."""
+        return sum(f.record_count for f in self.files(version=version, data_version=data_version, as_of=as_of))
+
+    def history(self, *, limit: int | None = None) -> list[CommitInfo]:
+        """Commits, newest first (version 0 is the table's creation)."""
+        c, t = S.commits.c, S.txns.c
+        q = (
+            sa.select(S.commits, t.job_id, t.batch_id)
+            .select_from(S.commits.outerjoin(S.txns, c.txn_id == t.txn_id))
+            .where(c.table_id == self.table_id)
+            .order_by(c.version.desc())
+        )
+        if limit is not None:
+            q = q.limit(limit)
+        with self.catalog.backend.read() as conn:
+            rows = conn.execute(q).mappings().all()
+        return [
+            CommitInfo(
+                version=r["version"], data_version=r["data_version"], operation=r["operation"],
+                base_version=r["base_version"], committed_at=r["committed_at"], barrier=r["barrier"],
+                added_files=r["added_files"], removed_files=r["removed_files"], added_rows=r["added_rows"],
+                removed_rows=r["removed_rows"], job_id=r["job_id"], batch_id=r["batch_id"],
+                summary=json.loads(r["summary"] or "{}"),
+            )
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ writes
+    def _one(self, method: str, *args: Any, job_id: str | None = None, batch_id: int | None = None,
+             **kwargs: Any) -> CommitResult:
+        with self.catalog.transaction(job_id=job_id, batch_id=batch_id) as tx:
+            getattr(tx, method)(self, *args, **kwargs)
+        return tx.results[0]
+
+    def append(self, data: Any, *, job_id: str | None = None, batch_id: int | None = None,
+               barrier: int | None = None) -> CommitResult:
+        """Add rows. Blind appends never conflict."""
+        return self._one("append", data, job_id=job_id, batch_id=batch_id, barrier=barrier)
+
+    def overwrite(
+        self,
+        data: Any,
+        *,
+        partitions: PartitionSpec = None,
+        where: Filter | Predicate | None = None,
+        job_id: str | None = None,
+        batch_id: int | None = None,
+        barrier: int | None = None,
+    ) -> CommitResult:
+        """Replace everything live in a range with ``data`` (empty ``data`` empties the range).
+
+        The range is the whole table (default), ``partitions=[{"day": ...}, ...]``,
+        ``partitions="dynamic"`` (the partitions present in ``data``), or a
+        predicate ``where=``. Rows that land concurrently in the range are
+        replaced too: the overwrite wins.
+        """
+        return self._one("overwrite", data, partitions=partitions, where=where,
+                         job_id=job_id, batch_id=batch_id, barrier=barrier)
+
+    def delete(self, where: Filter | Predicate, *, isolation: str | None = None,
+               job_id: str | None = None, batch_id: int | None = None) -> CommitResult:
+        """Delete the rows matching ``where`` (copy-on-write)."""
+        return self._one("delete", where, isolation=isolation, job_id=job_id, batch_id=batch_id)
+
+    def update(self, set: Mapping[str, Any], where: Filter | Predicate, *, isolation: str | None = None,
+               job_id: str | None = None, batch_id: int | None = None) -> CommitResult:
+        """Set columns of the rows matching ``where`` to literals or pyarrow expressions."""
+        return self._one("update", set, where, isolation=isolation, job_id=job_id, batch_id=batch_id)
+
+    def compact(self, *, target_file_size: int = 128 << 20, min_files: int = 2) -> CommitResult:
+        """Merge small files; creates a version but no data version. May be discarded by a
+        concurrent commit that removed its inputs (``result.discarded``)."""
+        return self._one("compact", target_file_size=target_file_size, min_files=min_files)

@@ -1,0 +1,304 @@
+"""Preparing writes: everything a commit needs, done before any lock is taken.
+
+Each ``prepare_*`` function checks its input, writes the new data files and
+returns a :class:`TableChange` that records what it read (its base version and
+the files whose rows it replaces). Nothing is visible until the change commits.
+Copy-on-write: DELETE and UPDATE rewrite the files holding matching rows;
+files whose statistics prove every row matches are dropped without reading.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from ..errors import DataOutOfRangeError, SchemaMismatchError
+from .commit import Operation, TableChange
+from .files import DataFile, NewFile
+from .predicates import Filter, Predicate, Verdict
+
+if TYPE_CHECKING:
+    from .table import Table
+
+log = logging.getLogger(__name__)
+
+PartitionSpec = Union[None, Literal["dynamic"], Sequence[Mapping[str, Any]]]
+
+# Widening casts accepted on write: they never lose information.
+_SAFE_WIDENING = {
+    (pa.int8(), pa.int16()), (pa.int8(), pa.int32()), (pa.int8(), pa.int64()),
+    (pa.int16(), pa.int32()), (pa.int16(), pa.int64()), (pa.int32(), pa.int64()),
+    (pa.uint8(), pa.int16()), (pa.uint8(), pa.int32()), (pa.uint8(), pa.int64()),
+    (pa.uint16(), pa.int32()), (pa.uint16(), pa.int64()), (pa.uint32(), pa.int64()),
+    (pa.float16(), pa.float32()), (pa.float16(), pa.float64()), (pa.float32(), pa.float64()),
+    (pa.string(), pa.large_string()), (pa.large_string(), pa.string()),
+    (pa.binary(), pa.large_binary()), (pa.large_binary(), pa.binary()),
+}
+
+
+def to_arrow_table(data: Any) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if isinstance(data, dict):
+        return pa.table(data)
+    if isinstance(data, list) and data and all(isinstance(b, pa.RecordBatch) for b in data):
+        return pa.Table.from_batches(data)
+    if type(data).__name__ == "DataFrame" and hasattr(data, "to_dict"):  # pandas, without importing it
+        return pa.Table.from_pandas(data, preserve_index=False)
+    raise TypeError(f"cannot write {type(data).__name__}: pass a pyarrow Table/RecordBatch, a dict of columns or a pandas DataFrame")
+
+
+def conform(data: Any, schema: pa.Schema, ident: str) -> pa.Table:
+    """Return ``data`` as an Arrow table of exactly ``schema``, or raise SchemaMismatchError.
+
+    Accepted differences: column order, lossless widening (int32 -> int64, ...)
+    and a missing nullable column (filled with nulls). Anything else is refused.
+    """
+    t = to_arrow_table(data)
+    if t.schema.equals(schema, check_metadata=False):
+        return t
+    problems: list[str] = []
+    names = set(t.column_names)
+    extra = [n for n in t.column_names if schema.get_field_index(n) < 0]
+    if extra:
+        problems.append(f"columns not in the table: {extra}")
+    if len(names) != len(t.column_names):
+        problems.append("duplicate column names in the data")
+    cols = []
+    for f in schema:
+        if f.name not in names:
+            if f.nullable:
+                cols.append(pa.nulls(t.num_rows, f.type))
+            else:
+                problems.append(f"missing non-nullable column {f.name!r}")
+            continue
+        col = t.column(f.name)
+        if not col.type.equals(f.type):
+            if (col.type, f.type) in _SAFE_WIDENING or pa.types.is_null(col.type):
+                col = col.cast(f.type)
+            else:
+                problems.append(f"column {f.name!r} is {col.type}, the table has {f.type}")
+                continue
+        if not f.nullable and col.null_count:
+            problems.append(f"column {f.name!r} is not nullable but has {col.null_count} null(s)")
+        cols.append(col)
+    if problems:
+        raise SchemaMismatchError(ident, problems)
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _read(table: "Table", files: Sequence[DataFile]) -> pa.Table:
+    return table._read_files(list(files))
+
+
+def _keep_unmatched(table: "Table", f: DataFile, pred: Predicate) -> tuple[pa.Table, int]:
+    rows = _read(table, [f])
+    mask = pred.mask(rows)
+    matched = pc.sum(mask).as_py() or 0
+    return rows.filter(pc.invert(mask)), matched
+
+
+def _rewrite_outside(table: "Table", change: TableChange, files: list[DataFile]) -> None:
+    """OVERWRITE rebase: keep the rows of ``files`` outside the replaced range."""
+    assert change.scope is not None
+    for f in files:
+        keep, _ = _keep_unmatched(table, f, change.scope)
+        change.removed.append(f)
+        if keep.num_rows:
+            change.added.append(table._writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id]))
+    change.summary["rewritten_files"] = change.summary.get("rewritten_files", 0) + len(files)
+
+
+def prepare_append(table: "Table", data: Any, *, barrier: int | None, prefix: str = "") -> TableChange:
+    t = conform(data, table.schema, table.ident)
+    added = table._writer.write_partitioned(t, table.partition_by, prefix=prefix) if t.num_rows else []
+    return TableChange(
+        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.APPEND, base_version=-1,
+        added=added, barrier=barrier,
+    )
+
+
+def prepare_overwrite(
+    table: "Table",
+    data: Any,
+    *,
+    partitions: PartitionSpec = None,
+    where: Filter | Predicate | None = None,
+    barrier: int | None = None,
+    prefix: str = "",
+) -> TableChange:
+    t = conform(data, table.schema, table.ident)
+    if partitions is not None and where is not None:
+        raise ValueError("overwrite takes partitions= or where=, not both")
+    scope: Predicate | None = None
+    if partitions == "dynamic":
+        if not table.partition_by:
+            raise ValueError(f"{table.ident} is not partitioned: dynamic partition overwrite needs partition columns")
+        keys = t.select(table.partition_by).group_by(table.partition_by, use_threads=False).aggregate([])
+        scope = Predicate.partitions(keys.to_pylist()) if keys.num_rows else Predicate(())
+    elif partitions is not None:
+        if isinstance(partitions, Mapping):
+            partitions = [partitions]
+        for p in partitions:
+            unknown = set(p) - set(table.partition_by)
+            if unknown:
+                raise ValueError(f"{sorted(unknown)} are not partition columns of {table.ident} ({table.partition_by})")
+        scope = Predicate.partitions(list(partitions))
+    elif where is not None:
+        scope = Predicate.parse(where, table.schema)
+    if scope is not None and scope.clauses and t.num_rows:
+        inside = scope.mask(t)
+        outside = t.num_rows - (pc.sum(inside).as_py() or 0)
+        if outside:
+            raise DataOutOfRangeError(table.ident, f"{outside} new row(s) fall outside the range this overwrite replaces")
+    base, live = table._head_and_live()
+    change = TableChange(
+        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.OVERWRITE, base_version=base,
+        scope=scope, barrier=barrier, summary={"scope": _describe(scope)},
+    )
+    change.added = table._writer.write_partitioned(t, table.partition_by, prefix=prefix) if t.num_rows else []
+    if scope is not None and scope.clauses:
+        straddling = [f for f in live if scope.verdict(f) is Verdict.SOME]
+        _rewrite_outside(table, change, straddling)
+    change.rebase = lambda ch, files: _rewrite_outside(table, ch, files)
+    return change
+
+
+def prepare_delete(table: "Table", where: Filter | Predicate, *, barrier: int | None = None,
+                   isolation: str | None = None) -> TableChange:
+    pred = Predicate.parse(where, table.schema)
+    base, live = table._head_and_live()
+    change = TableChange(
+        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.DELETE, base_version=base,
+        scope=pred, barrier=barrier, isolation=_isolation(table, isolation),
+        retention_seconds=table.retention_seconds, summary={"predicate": _describe(pred)},
+    )
+    deleted = 0
+    for f in live:
+        v = pred.verdict(f)
+        if v is Verdict.NONE:
+            continue
+        if v is Verdict.ALL:
+            change.removed.append(f)
+            deleted += f.record_count
+            continue
+        keep, matched = _keep_unmatched(table, f, pred)
+        if not matched:
+            continue
+        change.removed.append(f)
+        deleted += matched
+        if keep.num_rows:
+            change.added.append(table._writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id]))
+    change.summary["deleted_rows"] = deleted
+    return change
+
+
+def prepare_update(
+    table: "Table",
+    set: Mapping[str, Any],
+    where: Filter | Predicate,
+    *,
+    barrier: int | None = None,
+    isolation: str | None = None,
+) -> TableChange:
+    if not set:
+        raise ValueError("update needs at least one column in set=")
+    for col in set:
+        if table.schema.get_field_index(col) < 0:
+            raise SchemaMismatchError(table.ident, [f"update sets unknown column {col!r}"])
+        if col in table.partition_by:
+            raise ValueError(f"update cannot change partition column {col!r}; delete and append instead")
+    pred = Predicate.parse(where, table.schema)
+    base, live = table._head_and_live()
+    change = TableChange(
+        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.UPDATE, base_version=base,
+        scope=pred, barrier=barrier, isolation=_isolation(table, isolation),
+        retention_seconds=table.retention_seconds, summary={"predicate": _describe(pred), "set": sorted(set)},
+    )
+    updated = 0
+    for f in live:
+        if pred.verdict(f) is Verdict.NONE:
+            continue
+        rows = _read(table, [f])
+        mask = pred.mask(rows)
+        matched = pc.sum(mask).as_py() or 0
+        if not matched:
+            continue
+        new_values = _evaluate_set(rows, set, table.schema)
+        cols = []
+        for name in rows.column_names:
+            if name in new_values:
+                cols.append(pc.if_else(mask, new_values[name], rows.column(name)))
+            else:
+                cols.append(rows.column(name))
+        out = conform(pa.Table.from_arrays(cols, names=rows.column_names), table.schema, table.ident)
+        change.removed.append(f)
+        change.added.append(table._writer.write(out, f.partition, prefix="rw-", source_ids=[f.file_id]))
+        updated += matched
+    change.summary["updated_rows"] = updated
+    return change
+
+
+def _evaluate_set(rows: pa.Table, set: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
+    exprs = {k: v for k, v in set.items() if isinstance(v, ds.Expression)}
+    out: dict[str, Any] = {}
+    if exprs:
+        evaluated = ds.dataset(rows).to_table(columns=exprs)
+        for k in exprs:
+            out[k] = evaluated.column(k).cast(schema.field(k).type)
+    for k, v in set.items():
+        if k not in out:
+            out[k] = pa.scalar(v, type=schema.field(k).type)
+    return out
+
+
+def prepare_compact(table: "Table", *, target_file_size: int, min_files: int = 2) -> TableChange:
+    """Minor compaction: merge small files of each partition into target-size files."""
+    base, live = table._head_and_live()
+    change = TableChange(
+        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.COMPACT, base_version=base,
+    )
+    groups: dict[str, list[DataFile]] = {}
+    for f in live:
+        if f.file_size < target_file_size * 0.75:
+            groups.setdefault(f.partition_json, []).append(f)
+    merged = 0
+    for part_json, members in groups.items():
+        if len(members) < min_files:
+            continue
+        members.sort(key=lambda f: (f.added_version, f.file_id))
+        data = _read(table, members)
+        ids = [f.file_id for f in members]
+        size = sum(f.file_size for f in members)
+        rows_per_file = max(1, int(data.num_rows * target_file_size / max(size, 1)))
+        part = members[0].partition
+        for start in range(0, data.num_rows, rows_per_file):
+            change.added.append(
+                table._writer.write(data.slice(start, rows_per_file), part, prefix="c-", source_ids=ids)
+            )
+        change.removed.extend(members)
+        merged += len(members)
+    change.summary.update({"input_files": merged, "output_files": len(change.added)})
+    return change
+
+
+def _isolation(table: "Table", explicit: str | None) -> Any:
+    iso = explicit or table.properties.get("lakestep.isolation", "snapshot")
+    if iso not in ("snapshot", "serializable"):
+        raise ValueError(f"isolation must be 'snapshot' or 'serializable', got {iso!r}")
+    return iso
+
+
+def _describe(pred: Predicate | None) -> Any:
+    if pred is None:
+        return "all"
+    return json.loads(json.dumps([list(map(list, c)) for c in pred.clauses], default=str))

@@ -330,6 +330,7 @@ class Catalog:
             except sa.exc.IntegrityError:
                 if job_id is None:
                     raise
+                log.info("transaction (%s, %s) was committed before: returning its result", job_id, batch_id)
                 # A concurrent commit with the same idempotency key won the race.
                 with self.backend.read() as conn:
                     prior = find_txn(conn, key=(job_id, int(batch_id or 0)))

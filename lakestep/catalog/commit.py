@@ -382,15 +382,50 @@ class _Resolver:
 
 
 # ---------------------------------------------------------------------------
+# Prebuilt statements: the commit path builds no SQL at run time.
+_LOCK_HEADS = (
+    sa.select(S.tables.c.table_id, S.tables.c.version, S.tables.c.data_version, S.tables.c.last_commit_at)
+    .where(S.tables.c.table_id.in_(sa.bindparam("ids", expanding=True)))
+    .order_by(S.tables.c.table_id)
+    .with_for_update()
+)
+_FIND_BY_KEY = sa.select(S.txns.c.txn_id).where(
+    S.txns.c.job_id == sa.bindparam("job"), S.txns.c.batch_id == sa.bindparam("batch")
+)
+_FIND_BY_UUID = sa.select(S.txns.c.txn_id).where(S.txns.c.txn_uuid == sa.bindparam("uuid"))
+_INSERT_TXN = sa.insert(S.txns).returning(S.txns.c.txn_id)
+_INSERT_FILES = sa.insert(S.files)
+_INSERT_COMMIT = sa.insert(S.commits)
+_UPDATE_HEAD = (
+    sa.update(S.tables)
+    .where(S.tables.c.table_id == sa.bindparam("tid"), S.tables.c.version == sa.bindparam("old_version"))
+    .values(
+        version=sa.bindparam("new_version"),
+        data_version=sa.bindparam("new_data_version"),
+        last_commit_at=sa.bindparam("at"),
+    )
+)
+# Lock the head row and advance it in one statement (blind appends). Commit
+# times are forced to increase per table, whatever the writers' clocks say.
+_NEXT_AT = sa.case(
+    (S.tables.c.last_commit_at + 1e-6 > sa.bindparam("now"), S.tables.c.last_commit_at + 1e-6),
+    else_=sa.bindparam("now"),
+)
+_ADVANCE_HEAD = (
+    sa.update(S.tables)
+    .where(S.tables.c.table_id == sa.bindparam("tid"))
+    .values(
+        version=S.tables.c.version + 1,
+        data_version=S.tables.c.data_version + sa.bindparam("dv_inc"),
+        last_commit_at=_NEXT_AT,
+    )
+    .returning(S.tables.c.version, S.tables.c.data_version, S.tables.c.last_commit_at)
+)
+
+
 def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, _Head]:
     ids = sorted({c.table_id for c in changes})
-    q = (
-        sa.select(S.tables.c.table_id, S.tables.c.version, S.tables.c.data_version, S.tables.c.last_commit_at)
-        .where(S.tables.c.table_id.in_(ids))
-        .order_by(S.tables.c.table_id)
-        .with_for_update()
-    )
-    heads = {r[0]: _Head(r[0], r[1], r[2], r[3]) for r in conn.execute(q)}
+    heads = {r[0]: _Head(r[0], r[1], r[2], r[3]) for r in conn.execute(_LOCK_HEADS, {"ids": ids})}
     for c in changes:
         if c.table_id not in heads:
             raise TableNotFoundError(c.ident)
@@ -398,12 +433,10 @@ def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, _
 
 
 def find_txn(conn: Connection, *, txn_uuid: str | None = None, key: tuple[str, int] | None = None) -> int | None:
-    q = sa.select(S.txns.c.txn_id)
     if key is not None:
-        q = q.where(S.txns.c.job_id == key[0], S.txns.c.batch_id == key[1])
+        row = conn.execute(_FIND_BY_KEY, {"job": key[0], "batch": key[1]}).first()
     else:
-        q = q.where(S.txns.c.txn_uuid == txn_uuid)
-    row = conn.execute(q).first()
+        row = conn.execute(_FIND_BY_UUID, {"uuid": txn_uuid}).first()
     return row[0] if row else None
 
 
@@ -439,30 +472,28 @@ def commit_once(
     job_id: str | None,
     batch_id: int | None,
 ) -> list[CommitResult]:
-    """Steps 2a-2d of the protocol, inside the caller's write transaction."""
-    heads = _lock_heads(conn, changes)
-    idents = {c.table_id: c.ident for c in changes}
-    if job_id is not None:
-        prior = find_txn(conn, key=(job_id, int(batch_id or 0)))
-        if prior is not None:
-            log.info("transaction (%s, %s) was committed before: replaying its result", job_id, batch_id)
-            return txn_results(conn, prior, idents)
-    _failpoints.hit("commit.locked")
+    """Steps 2a-2d of the protocol, inside the caller's write transaction.
 
+    A transaction whose idempotency key is already recorded fails its
+    ``ls_txn`` insert on the unique index (``IntegrityError``); the caller then
+    returns the recorded result. Blind appends take the fast path: one
+    ``UPDATE ... RETURNING`` per table both locks the head and advances it.
+    """
     now = time.time()
+    txn_row = {
+        "txn_uuid": txn_uuid,
+        "job_id": job_id,
+        "batch_id": None if job_id is None else int(batch_id or 0),
+        "committed_at": now,
+    }
+    if all(c.operation is Operation.APPEND for c in changes):
+        return _commit_appends(conn, changes, txn_row)
+
+    heads = _lock_heads(conn, changes)
+    txn_id = conn.execute(_INSERT_TXN, txn_row).scalar_one()
+    _failpoints.hit("commit.locked")
     plans = [_Resolver(conn, c, heads[c.table_id], now).resolve() for c in changes]
     committed_at = max([now] + [heads[c.table_id].last_commit_at + 1e-6 for c in changes])
-
-    txn_id = conn.execute(
-        sa.insert(S.txns)
-        .values(
-            txn_uuid=txn_uuid,
-            job_id=job_id,
-            batch_id=None if job_id is None else int(batch_id or 0),
-            committed_at=committed_at,
-        )
-        .returning(S.txns.c.txn_id)
-    ).scalar_one()
 
     results: list[CommitResult] = []
     for plan in plans:
@@ -478,80 +509,98 @@ def commit_once(
             )
             continue
         v = head.version + 1
-        base = c.base_version if c.base_version >= 0 else head.version
         removed_files = _apply_removals(conn, plan, v)
         _failpoints.hit("commit.after_remove")
-        added = plan.add
-        file_rows = [
-            {
-                "table_id": c.table_id,
-                "path": f.path,
-                "added_version": v,
-                "removed_version": None,
-                "record_count": f.record_count,
-                "file_size": f.file_size,
-                "partition": f.partition_json,
-                "stats": f.stats_json,
-                "source_ids": json.dumps(f.source_ids) if f.source_ids else None,
-            }
-            for f in added
-        ] + [
-            {
-                "table_id": c.table_id,
-                "path": f.path,
-                "added_version": v,
-                "removed_version": None,
-                "record_count": f.record_count,
-                "file_size": f.file_size,
-                "partition": f.partition_json,
-                "stats": f.stats_json,
-                "source_ids": None,
-            }
-            for f in plan.readd
-        ]
-        if file_rows:
-            conn.execute(sa.insert(S.files), file_rows)
-        _failpoints.hit("commit.after_add")
-        changed = bool(file_rows) or removed_files > 0
+        n_added = _insert_files(conn, c.table_id, v, plan.add, plan.readd)
+        changed = n_added > 0 or removed_files > 0
         dv = head.data_version + 1 if (c.operation.changes_data and changed) else head.data_version
-        added_rows = sum(f.record_count for f in added) + sum(f.record_count for f in plan.readd)
-        summary = {**c.summary, **plan.notes}
-        conn.execute(
-            sa.insert(S.commits).values(
-                table_id=c.table_id,
-                version=v,
-                data_version=dv,
-                operation=c.operation.value,
-                base_version=base,
-                txn_id=txn_id,
-                barrier=c.barrier,
-                committed_at=committed_at,
-                added_files=len(file_rows),
-                removed_files=removed_files,
-                added_rows=added_rows,
-                removed_rows=plan.removed_rows,
-                summary=json.dumps(summary, default=str),
-            )
-        )
         upd = conn.execute(
-            sa.update(S.tables)
-            .where(S.tables.c.table_id == c.table_id, S.tables.c.version == head.version)
-            .values(version=v, data_version=dv, last_commit_at=committed_at)
+            _UPDATE_HEAD,
+            {"tid": c.table_id, "old_version": head.version, "new_version": v, "new_data_version": dv,
+             "at": committed_at},
         )
         if upd.rowcount != 1:  # cannot happen while the row is locked; never commit blindly
             raise RuntimeError(f"head of {c.ident} moved during a locked commit")
-        head.version, head.data_version, head.last_commit_at = v, dv, committed_at
-        results.append(
-            CommitResult(
-                table=c.ident, version=v, data_version=dv, operation=c.operation.value,
-                base_version=base, added_files=len(file_rows), removed_files=removed_files,
-                added_rows=added_rows, removed_rows=plan.removed_rows, barrier=c.barrier,
-                committed_at=committed_at, summary=summary,
-            )
-        )
+        added_rows = sum(f.record_count for f in plan.add) + sum(f.record_count for f in plan.readd)
+        results.append(_record_commit(
+            conn, c, txn_id=txn_id, version=v, data_version=dv, base=c.base_version, committed_at=committed_at,
+            added_files=n_added, removed_files=removed_files, added_rows=added_rows,
+            removed_rows=plan.removed_rows, summary={**c.summary, **plan.notes},
+        ))
         _failpoints.hit("commit.table_done")
     _failpoints.hit("commit.before_db_commit")
     return results
+
+
+def _commit_appends(conn: Connection, changes: Sequence[TableChange], txn_row: dict[str, Any]) -> list[CommitResult]:
+    now = txn_row["committed_at"]
+    advanced = []
+    for c in sorted(changes, key=lambda c: c.table_id):
+        row = conn.execute(
+            _ADVANCE_HEAD, {"tid": c.table_id, "dv_inc": 1 if c.added else 0, "now": now}
+        ).first()
+        if row is None:
+            raise TableNotFoundError(c.ident)
+        advanced.append((c, int(row[0]), int(row[1]), float(row[2])))
+    txn_id = conn.execute(_INSERT_TXN, txn_row).scalar_one()
+    _failpoints.hit("commit.locked")
+    results = []
+    for c, v, dv, at in advanced:
+        n_added = _insert_files(conn, c.table_id, v, c.added, ())
+        _failpoints.hit("commit.after_add")
+        results.append(_record_commit(
+            conn, c, txn_id=txn_id, version=v, data_version=dv, base=v - 1, committed_at=at,
+            added_files=n_added, removed_files=0, added_rows=sum(f.record_count for f in c.added),
+            removed_rows=0, summary=c.summary,
+        ))
+        _failpoints.hit("commit.table_done")
+    _failpoints.hit("commit.before_db_commit")
+    return results
+
+
+def _insert_files(
+    conn: Connection, table_id: int, version: int, added: Sequence[NewFile], readd: Sequence[DataFile]
+) -> int:
+    rows = [
+        {
+            "table_id": table_id, "path": f.path, "added_version": version, "removed_version": None,
+            "record_count": f.record_count, "file_size": f.file_size, "partition": f.partition_json,
+            "stats": f.stats_json, "source_ids": json.dumps(f.source_ids) if f.source_ids else None,
+        }
+        for f in added
+    ] + [
+        {
+            "table_id": table_id, "path": f.path, "added_version": version, "removed_version": None,
+            "record_count": f.record_count, "file_size": f.file_size, "partition": f.partition_json,
+            "stats": f.stats_json, "source_ids": None,
+        }
+        for f in readd
+    ]
+    if rows:
+        conn.execute(_INSERT_FILES, rows)
+    return len(rows)
+
+
+def _record_commit(
+    conn: Connection, c: TableChange, *, txn_id: int, version: int, data_version: int, base: int,
+    committed_at: float, added_files: int, removed_files: int, added_rows: int, removed_rows: int,
+    summary: dict[str, Any],
+) -> CommitResult:
+    conn.execute(
+        _INSERT_COMMIT,
+        {
+            "table_id": c.table_id, "version": version, "data_version": data_version,
+            "operation": c.operation.value, "base_version": base, "txn_id": txn_id, "barrier": c.barrier,
+            "committed_at": committed_at, "added_files": added_files, "removed_files": removed_files,
+            "added_rows": added_rows, "removed_rows": removed_rows,
+            "summary": json.dumps(summary, default=str) if summary else "{}",
+        },
+    )
+    return CommitResult(
+        table=c.ident, version=version, data_version=data_version, operation=c.operation.value,
+        base_version=base, added_files=added_files, removed_files=removed_files, added_rows=added_rows,
+        removed_rows=removed_rows, barrier=c.barrier, committed_at=committed_at, summary=summary,
+    )
 
 
 def _apply_removals(conn: Connection, plan: _Plan, v: int) -> int:

@@ -1,0 +1,89 @@
+"""Fixtures shared by the whole suite.
+
+Every catalog behaviour runs on SQLite and on PostgreSQL: ``catalog_spec`` is
+parametrized over both. PostgreSQL tests get a fresh schema (``search_path``)
+in the server named by ``LAKESTEP_TEST_PG_URL`` (default: the local server on
+127.0.0.1:5432, database ``test``); ``make test`` makes sure one is running.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+from urllib.parse import quote
+
+import pytest
+import sqlalchemy as sa
+
+from lakestep import Catalog
+
+PG_URL = os.environ.get("LAKESTEP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@dataclass(frozen=True)
+class CatalogSpec:
+    """How to open one test catalog: from this process or from a worker process."""
+
+    backend: str
+    url: str
+    warehouse: str
+
+    def open(self, **kwargs: object) -> Catalog:
+        return Catalog(self.url, warehouse=self.warehouse, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> Iterator[sa.Engine]:
+    url = sa.make_url(PG_URL)
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg2")
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT", pool_size=2)
+    try:
+        with engine.connect() as c:
+            c.execute(sa.text("select 1"))
+    except sa.exc.OperationalError as e:  # pragma: no cover - environment problem
+        pytest.fail(f"PostgreSQL is not reachable at {PG_URL} (run `make test`, which starts it): {e}")
+    yield engine
+    engine.dispose()
+
+
+def _pg_schema_url(schema: str) -> str:
+    sep = "&" if "?" in PG_URL else "?"
+    return f"{PG_URL}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def catalog_spec(request: pytest.FixtureRequest, tmp_path) -> Iterator[CatalogSpec]:  # type: ignore[no-untyped-def]
+    warehouse = str(tmp_path / "warehouse")
+    if request.param == "sqlite":
+        yield CatalogSpec("sqlite", f"sqlite:///{warehouse}/catalog.db", warehouse)
+        return
+    admin = request.getfixturevalue("pg_admin")
+    schema = f"lst_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as c:
+        c.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield CatalogSpec("postgres", _pg_schema_url(schema), warehouse)
+    finally:
+        with admin.connect() as c:
+            c.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+
+
+@pytest.fixture
+def catalog(catalog_spec: CatalogSpec) -> Iterator[Catalog]:
+    cat = catalog_spec.open()
+    yield cat
+    cat.close()
+
+
+@pytest.fixture(scope="session")
+def worker_pair() -> Iterator[tuple["Worker", "Worker"]]:
+    """Two long-lived worker processes (spawned once per test run)."""
+    from tests.catalog.workers import Worker
+
+    pair = (Worker(), Worker())
+    yield pair
+    for w in pair:
+        w.stop()

@@ -8,6 +8,7 @@ in the server named by ``LAKESTEP_TEST_PG_URL`` (default: the local server on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -54,13 +55,8 @@ def _pg_schema_url(schema: str) -> str:
     return f"{PG_URL}{sep}options={quote(f'-csearch_path={schema}')}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def catalog_spec(request: pytest.FixtureRequest, tmp_path) -> Iterator[CatalogSpec]:  # type: ignore[no-untyped-def]
-    warehouse = str(tmp_path / "warehouse")
-    if request.param == "sqlite":
-        yield CatalogSpec("sqlite", f"sqlite:///{warehouse}/catalog.db", warehouse)
-        return
-    admin = request.getfixturevalue("pg_admin")
+@contextlib.contextmanager
+def _pg_spec(admin: sa.Engine, warehouse: str) -> Iterator[CatalogSpec]:
     schema = f"lst_{uuid.uuid4().hex[:12]}"
     with admin.connect() as c:
         c.execute(sa.text(f"CREATE SCHEMA {schema}"))
@@ -69,6 +65,24 @@ def catalog_spec(request: pytest.FixtureRequest, tmp_path) -> Iterator[CatalogSp
     finally:
         with admin.connect() as c:
             c.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def catalog_spec(request: pytest.FixtureRequest, tmp_path) -> Iterator[CatalogSpec]:  # type: ignore[no-untyped-def]
+    """A fresh catalog location, once on SQLite and once on PostgreSQL."""
+    warehouse = str(tmp_path / "warehouse")
+    if request.param == "sqlite":
+        yield CatalogSpec("sqlite", f"sqlite:///{warehouse}/catalog.db", warehouse)
+        return
+    with _pg_spec(request.getfixturevalue("pg_admin"), warehouse) as spec:
+        yield spec
+
+
+@pytest.fixture
+def pg_spec(pg_admin: sa.Engine, tmp_path) -> Iterator[CatalogSpec]:  # type: ignore[no-untyped-def]
+    """For the few behaviours that exist only with a database server (a dropped connection)."""
+    with _pg_spec(pg_admin, str(tmp_path / "warehouse")) as spec:
+        yield spec
 
 
 @pytest.fixture

@@ -381,6 +381,7 @@ class Transaction:
         self.batch_id = batch_id
         self.changes: dict[int, TableChange] = {}
         self.results: list[CommitResult] = []
+        self.noops: list[CommitResult] = []  # writes with nothing to do (a compaction of nothing)
         self.closed = False
 
     def __enter__(self) -> "Transaction":
@@ -398,6 +399,13 @@ class Transaction:
         if self.closed:
             raise TransactionClosedError("transaction already committed or aborted")
         prior = self.changes.get(change.table_id)
+        if change.operation is Operation.COMPACT and not change.removed and prior is None:
+            # nothing to merge: no commit, no new version
+            self.noops.append(CommitResult(
+                table=change.ident, version=change.base_version, data_version=change.base_data_version,
+                operation=change.operation.value, base_version=change.base_version,
+                summary={"noop": True}))
+            return
         if prior is None:
             self.changes[change.table_id] = change
         elif prior.operation is Operation.APPEND and change.operation is Operation.APPEND and prior.barrier == change.barrier:
@@ -443,7 +451,8 @@ class Transaction:
         self.closed = True
         changes = [self.changes[k] for k in sorted(self.changes)]
         if not changes:
-            return []
+            self.results = list(self.noops)
+            return self.results
         try:
             self.results = self.catalog.commit_changes(changes, job_id=self.job_id, batch_id=self.batch_id)
         except CommitConflict:
@@ -453,6 +462,7 @@ class Transaction:
         for c, r in zip(changes, self.results):
             if r.discarded:
                 self._discard_files(c)
+        self.results = self.results + self.noops
         return self.results
 
     def abort(self) -> None:

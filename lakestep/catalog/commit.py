@@ -87,6 +87,7 @@ class TableChange:
     operation: Operation
     base_version: int  # -1 for blind appends: they never conflict
     location: str = ""
+    base_data_version: int = -1
     added: list[NewFile] = field(default_factory=list)
     removed: list[DataFile] = field(default_factory=list)
     scope: Predicate | None = None

@@ -268,7 +268,12 @@ class FileWriter:
         if parent not in self._made_dirs:
             self.fs.create_dir(parent, recursive=True)
             self._made_dirs.add(parent)
-        with self.fs.open_output_stream(full) as sink:
+        try:
+            sink = self.fs.open_output_stream(full)
+        except FileNotFoundError:  # the directory went away (a purged table): make it again
+            self.fs.create_dir(parent, recursive=True)
+            sink = self.fs.open_output_stream(full)
+        with sink:
             pq.write_table(
                 data,
                 sink,

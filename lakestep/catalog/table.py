@@ -219,10 +219,11 @@ class Table:
             v, head = self._resolve(conn, version, data_version, as_of)
             return v, self._files_at(conn, v, head=head)
 
-    def _head_and_live(self) -> tuple[int, list[DataFile]]:
+    def _head_and_live(self) -> tuple[int, int, list[DataFile]]:
+        """(version, data version, live files) at the head, read consistently."""
         with self.catalog.backend.read() as conn:
-            head = self._head(conn)[0]
-            return head, self._files_at(conn, head, head=head)
+            head, dv = self._head(conn)
+            return head, dv, self._files_at(conn, head, head=head)
 
     def _read_files(
         self, files: list[DataFile], *, columns: Sequence[str] | None = None, where: Predicate | None = None
@@ -325,5 +326,6 @@ class Table:
 
     def compact(self, *, target_file_size: int = 128 << 20, min_files: int = 2) -> CommitResult:
         """Merge small files; creates a version but no data version. May be discarded by a
-        concurrent commit that removed its inputs (``result.discarded``)."""
+        concurrent commit that removed its inputs (``result.discarded``). With nothing to
+        merge it commits nothing (``result.summary["noop"]``)."""
         return self._one("compact", target_file_size=target_file_size, min_files=min_files)

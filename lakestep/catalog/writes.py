@@ -160,7 +160,7 @@ def prepare_overwrite(
         outside = t.num_rows - (pc.sum(inside).as_py() or 0)
         if outside:
             raise DataOutOfRangeError(table.ident, f"{outside} new row(s) fall outside the range this overwrite replaces")
-    base, live = table._head_and_live()
+    base, base_dv, live = table._head_and_live()
     change = TableChange(
         table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.OVERWRITE, base_version=base,
         scope=scope, barrier=barrier, summary={"scope": _describe(scope)},
@@ -176,7 +176,7 @@ def prepare_overwrite(
 def prepare_delete(table: "Table", where: Filter | Predicate, *, barrier: int | None = None,
                    isolation: str | None = None) -> TableChange:
     pred = Predicate.parse(where, table.schema)
-    base, live = table._head_and_live()
+    base, base_dv, live = table._head_and_live()
     change = TableChange(
         table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.DELETE, base_version=base,
         scope=pred, barrier=barrier, isolation=_isolation(table, isolation),
@@ -218,7 +218,7 @@ def prepare_update(
         if col in table.partition_by:
             raise ValueError(f"update cannot change partition column {col!r}; delete and append instead")
     pred = Predicate.parse(where, table.schema)
-    base, live = table._head_and_live()
+    base, base_dv, live = table._head_and_live()
     change = TableChange(
         table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.UPDATE, base_version=base,
         scope=pred, barrier=barrier, isolation=_isolation(table, isolation),
@@ -263,9 +263,10 @@ def _evaluate_set(rows: pa.Table, set: Mapping[str, Any], schema: pa.Schema) -> 
 
 def prepare_compact(table: "Table", *, target_file_size: int, min_files: int = 2) -> TableChange:
     """Minor compaction: merge small files of each partition into target-size files."""
-    base, live = table._head_and_live()
+    base, base_dv, live = table._head_and_live()
     change = TableChange(
         table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.COMPACT, base_version=base,
+        base_data_version=base_dv,
     )
     groups: dict[str, list[DataFile]] = {}
     for f in live:

@@ -227,7 +227,8 @@ class TansuBroker:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
-            start_new_session=True,  # a Ctrl-C in the terminal is for the caller, not tansu
+            # Same process group as the caller on purpose: whoever kills the caller's
+            # group (a CI timeout, Ctrl-C) also ends the broker, so it cannot leak.
         )
         self.port = port
         self._finalizer = weakref.finalize(self, _stop_process, self._proc, self.stop_timeout)

@@ -81,8 +81,11 @@ class Worker:
 
     def _ask(self, *msg: Any, timeout: float = 120.0) -> Any:
         self.pipe.send(msg)
+        return self.receive(timeout=timeout, what=msg[0])
+
+    def receive(self, *, timeout: float = 120.0, what: str = "call") -> Any:
         if not self.pipe.poll(timeout):
-            raise TimeoutError(f"worker {self.proc.pid} did not answer {msg[0]!r} in {timeout}s")
+            raise TimeoutError(f"worker {self.proc.pid} did not answer {what!r} in {timeout}s")
         reply = self.pipe.recv()
         if reply[0] == "error":
             raise WorkerError(reply[1], reply[2], reply[3])
@@ -98,6 +101,10 @@ class Worker:
     def call(self, spec: Any, module: str, func: str, *args: Any, timeout: float = 300.0) -> Any:
         return self._ask("call", (spec.url, spec.warehouse), module, func, args, timeout=timeout)
 
+    def send_call(self, spec: Any, module: str, func: str, *args: Any) -> None:
+        """Start a call without waiting; collect its answer with :meth:`receive`."""
+        self.pipe.send(("call", (spec.url, spec.warehouse), module, func, args))
+
     def stop(self) -> None:
         if self.proc.is_alive():
             try:
@@ -108,3 +115,7 @@ class Worker:
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(5)
+
+
+def ping(cat: Any) -> str:
+    return repr(cat)

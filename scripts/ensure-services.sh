@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Make sure what the tests need outside Python is there: a JVM for Spark and a
+# reachable PostgreSQL server with a `test` database. Idempotent; installs with
+# apt only what is missing (CI and new machines start bare).
+set -euo pipefail
+
+log() { echo "[ensure-services] $*" >&2; }
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+apt_updated=0
+apt_install() {
+  if [ "$apt_updated" = 0 ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
+
+# --- Java (Spark 4 needs 17 or newer) -------------------------------------
+if ! command -v java >/dev/null 2>&1; then
+  log "no java: installing openjdk-17-jre-headless"
+  apt_install openjdk-17-jre-headless
+fi
+
+# --- PostgreSQL -------------------------------------------------------------
+if [ -n "${LAKESTEP_TEST_PG_URL:-}" ]; then
+  log "using LAKESTEP_TEST_PG_URL"
+  exit 0
+fi
+port_open() { (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; }
+
+if ! port_open; then
+  if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    log "no PostgreSQL: installing it"
+    apt_install postgresql
+  fi
+  version=$(ls /etc/postgresql | sort -V | tail -1)
+  hba=/etc/postgresql/$version/main/pg_hba.conf
+  if ! grep -q "lakestep-tests" "$hba"; then
+    # Test machines only: trust loopback connections, as the preinstalled server does.
+    log "allowing trusted loopback connections in $hba"
+    $SUDO sed -i '1i host all all 127.0.0.1/32 trust # lakestep-tests\nhost all all ::1/128 trust # lakestep-tests' "$hba"
+  fi
+  log "starting PostgreSQL $version"
+  $SUDO pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  for _ in $(seq 1 60); do port_open && break; sleep 0.5; done
+  port_open || { log "PostgreSQL did not come up on 127.0.0.1:5432"; exit 1; }
+fi
+
+# The `test` database the suite uses (each test works in a schema of its own).
+if command -v psql >/dev/null 2>&1; then
+  if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1 from pg_database where datname='test'" | grep -q 1; then
+    log "creating database test"
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "create database test"
+  fi
+fi
+log "java and PostgreSQL ready"

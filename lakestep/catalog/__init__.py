@@ -4,7 +4,8 @@ No pyspark here: the catalog works, and is tested, with no JVM.
 """
 
 from .catalog import Catalog, Transaction, parse_ident
-from .commit import CommitResult, Operation
+from .commit import OPEN_EPOCH, CommitResult, Operation
+from .lifecycle import LockNotFoundError, Snapshot, SnapshotExistsError, VersionLock
 from .files import DataFile
 from .predicates import Predicate
 from .table import CommitInfo, Table
@@ -19,4 +20,9 @@ __all__ = [
     "Operation",
     "Predicate",
     "parse_ident",
+    "OPEN_EPOCH",
+    "Snapshot",
+    "SnapshotExistsError",
+    "VersionLock",
+    "LockNotFoundError",
 ]

@@ -30,6 +30,7 @@ stay on storage as orphans until cleanup removes them.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import logging
@@ -50,6 +51,10 @@ from .predicates import Predicate, Verdict
 log = logging.getLogger(__name__)
 
 Isolation = Literal["snapshot", "serializable"]
+
+# A commit with this barrier is stamped with the catalog's open epoch, read in
+# the commit's own database transaction under a lock that sealing waits for.
+OPEN_EPOCH = -1
 
 
 class Operation(str, enum.Enum):
@@ -395,6 +400,8 @@ _FIND_BY_KEY = sa.select(S.txns.c.txn_id).where(
 )
 _FIND_BY_UUID = sa.select(S.txns.c.txn_id).where(S.txns.c.txn_uuid == sa.bindparam("uuid"))
 _INSERT_TXN = sa.insert(S.txns).returning(S.txns.c.txn_id)
+# FOR SHARE on PostgreSQL (a seal's FOR UPDATE waits for it); SQLite has one writer.
+_READ_OPEN_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1).with_for_update(read=True)
 _INSERT_FILES = sa.insert(S.files)
 _INSERT_COMMIT = sa.insert(S.commits)
 _UPDATE_HEAD = (
@@ -481,6 +488,9 @@ def commit_once(
     ``UPDATE ... RETURNING`` per table both locks the head and advances it.
     """
     now = time.time()
+    if any(c.barrier == OPEN_EPOCH for c in changes):
+        open_epoch = int(conn.execute(_READ_OPEN_EPOCH).scalar_one())
+        changes = [dataclasses.replace(c, barrier=open_epoch) if c.barrier == OPEN_EPOCH else c for c in changes]
     txn_row = {
         "txn_uuid": txn_uuid,
         "job_id": job_id,

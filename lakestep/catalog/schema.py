@@ -115,14 +115,64 @@ files = sa.Table(
 )
 
 
+# --- version 2: snapshots, version locks, the open epoch ---------------------
+snapshots = sa.Table(
+    "ls_snapshot",
+    metadata,
+    sa.Column("table_id", sa.BigInteger, primary_key=True),
+    sa.Column("name", sa.String(256), primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("barrier", sa.BigInteger, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=True),  # NULL: retained until dropped
+    sa.Index("ls_snapshot_version", "table_id", "version"),
+    sa.Index("ls_snapshot_barrier", "table_id", "barrier"),
+)
+
+# A reader pins a table version: cleanup keeps every file it references until
+# the lock is released or its lease expires (NULL expires_at: permanent).
+locks = sa.Table(
+    "ls_lock",
+    metadata,
+    sa.Column("lock_id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("locker", sa.String(256), nullable=False),
+    sa.Column("table_id", sa.BigInteger, nullable=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=True),
+    sa.Index("ls_lock_table", "table_id", "version"),
+    sa.Index("ls_lock_locker", "locker"),
+)
+
+# One row: the open epoch (DESIGN.md §3.1). Root commits read it FOR SHARE in
+# their commit transaction; sealing updates it FOR UPDATE.
+epoch = sa.Table(
+    "ls_epoch",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("open_epoch", sa.BigInteger, nullable=False),
+    sa.Column("opened_at", sa.Float, nullable=False),
+)
+
+
 def _v1(conn: Connection) -> None:
     for t in (meta, namespaces, tables, txns, commits, files):
         t.create(conn, checkfirst=True)
 
 
+def _v2(conn: Connection) -> None:
+    import time
+
+    for t in (snapshots, locks, epoch):
+        t.create(conn, checkfirst=True)
+    conn.execute(sa.insert(epoch).values(id=1, open_epoch=1, opened_at=time.time()))
+
+
 # Numbered migrations. Append only; never edit a released one.
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
+    (2, _v2),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -13,6 +13,7 @@ import pyarrow.dataset as ds
 import sqlalchemy as sa
 
 from ..errors import TableNotFoundError, VersionNotFoundError
+from . import lifecycle
 from . import schema as S
 from .commit import CommitResult, _FILE_COLS, row_to_file
 from .files import DataFile, FileWriter
@@ -165,14 +166,17 @@ class Table:
 
     # ------------------------------------------------------------------- reads
     def _resolve(
-        self, conn: sa.Connection, version: int | None, data_version: int | None, as_of: Any
+        self, conn: sa.Connection, version: int | None, data_version: int | None, as_of: Any,
+        snapshot: str | None = None,
     ) -> tuple[int, int]:
         """(the version asked for, the newest version)."""
-        given = sum(x is not None for x in (version, data_version, as_of))
+        given = sum(x is not None for x in (version, data_version, as_of, snapshot))
         if given > 1:
-            raise ValueError("pass at most one of version=, data_version=, as_of=")
+            raise ValueError("pass at most one of version=, data_version=, as_of=, snapshot=")
         head, head_dv = self._head(conn)
         c = S.commits.c
+        if snapshot is not None:
+            return lifecycle.snapshot_version(self, conn, snapshot), head
         if version is not None:
             if not 0 <= version <= head:
                 raise VersionNotFoundError(self.ident, f"version {version} (newest is {head})")
@@ -206,17 +210,19 @@ class Table:
         return [row_to_file(r) for r in conn.execute(q.order_by(f.file_id))]
 
     def files(
-        self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None
+        self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
+        snapshot: str | None = None,
     ) -> list[DataFile]:
         """The live data files at the newest version, or at the one asked for."""
-        return self.snapshot(version=version, data_version=data_version, as_of=as_of)[1]
+        return self.scan_files(version=version, data_version=data_version, as_of=as_of, snapshot=snapshot)[1]
 
-    def snapshot(
-        self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None
+    def scan_files(
+        self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
+        snapshot: str | None = None,
     ) -> tuple[int, list[DataFile]]:
         """(version, live files) read consistently."""
         with self.catalog.backend.read() as conn:
-            v, head = self._resolve(conn, version, data_version, as_of)
+            v, head = self._resolve(conn, version, data_version, as_of, snapshot)
             return v, self._files_at(conn, v, head=head)
 
     def _head_and_live(self) -> tuple[int, int, list[DataFile]]:
@@ -244,19 +250,22 @@ class Table:
         version: int | None = None,
         data_version: int | None = None,
         as_of: Any = None,
+        snapshot: str | None = None,
         columns: Sequence[str] | None = None,
         where: Filter | Predicate | None = None,
     ) -> pa.Table:
         """The rows at the newest version or the one asked for, as an Arrow table."""
-        _, live = self.snapshot(version=version, data_version=data_version, as_of=as_of)
+        _, live = self.scan_files(version=version, data_version=data_version, as_of=as_of, snapshot=snapshot)
         pred = Predicate.parse(where, self.schema) if where is not None else None
         if pred is not None:
             live = [f for f in live if pred.verdict(f) is not Verdict.NONE]
         return self._read_files(live, columns=columns, where=pred)
 
-    def count(self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None) -> int:
+    def count(self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
+              snapshot: str | None = None) -> int:
         """Row count from metadata alone."""
-        return sum(f.record_count for f in self.files(version=version, data_version=data_version, as_of=as_of))
+        return sum(f.record_count for f in self.files(version=version, data_version=data_version, as_of=as_of,
+                                                      snapshot=snapshot))
 
     def history(self, *, limit: int | None = None) -> list[CommitInfo]:
         """Commits, newest first (version 0 is the table's creation)."""
@@ -329,3 +338,30 @@ class Table:
         concurrent commit that removed its inputs (``result.discarded``). With nothing to
         merge it commits nothing (``result.summary["noop"]``)."""
         return self._one("compact", target_file_size=target_file_size, min_files=min_files)
+
+    # --------------------------------------------------------- snapshots, locks
+    def create_snapshot(self, name: str, *, version: int | None = None, barrier: int | None = None,
+                        retain_seconds: float | None = None, exist_ok: bool = False) -> lifecycle.Snapshot:
+        """Name a version (default: the newest) so that it stays readable and its files kept."""
+        return lifecycle.create_snapshot(self, name, version=version, barrier=barrier,
+                                         retain_seconds=retain_seconds, exist_ok=exist_ok)
+
+    def snapshots(self) -> list[lifecycle.Snapshot]:
+        return lifecycle.list_snapshots(self)
+
+    def drop_snapshot(self, name: str) -> None:
+        lifecycle.drop_snapshot(self, name)
+
+    def expire_snapshots(self, *, keep_last: int | None = None, older_than: float | None = None) -> int:
+        return lifecycle.expire_snapshots(self, keep_last=keep_last, older_than=older_than)
+
+    def lock(self, *, locker: str, version: int | None = None, kind: str = "read",
+             lease_seconds: float | None = 300.0) -> lifecycle.VersionLock:
+        """Pin a version (default: the newest) for a reader; see :class:`VersionLock`.
+
+        Example::
+
+            with table.lock(locker="report-42", lease_seconds=600) as pin:
+                rows = table.to_arrow(version=pin.version)   # stays readable meanwhile
+        """
+        return lifecycle.lock_version(self, locker=locker, version=version, kind=kind, lease_seconds=lease_seconds)

@@ -654,16 +654,16 @@ def _consumer(config: Mapping[str, Any], **overrides: Any) -> KafkaConsumer:
 
 
 class _OffsetClient:
-    """Driver-side metadata and offset lookups through one long-lived consumer."""
+    """Driver-side metadata and offset lookups.
+
+    Metadata and ListOffsets(earliest) go through one long-lived consumer;
+    each high-watermark probe uses a fresh consumer (see :meth:`high_watermarks`).
+    """
 
     def __init__(self, config: Mapping[str, Any], timeout_ms: int) -> None:
+        self._config = dict(config)
         self._timeout_ms = timeout_ms
-        self._consumer = _consumer(
-            config,
-            fetch_max_wait_ms=_PROBE_FETCH_WAIT_MS,
-            max_partition_fetch_bytes=_PROBE_PARTITION_FETCH_BYTES,
-            fetch_min_bytes=1,
-        )
+        self._consumer = _consumer(config)
         self._partitions: dict[str, list[int]] = {}
         self._refreshed_at = -math.inf
 
@@ -737,27 +737,39 @@ class _OffsetClient:
         from kafka import TopicPartition
         from kafka.errors import OffsetOutOfRangeError
 
-        consumer = self._consumer
+        # A fresh consumer per probe: kafka-python keeps buffered fetch results
+        # across unsubscribe()/assign()/seek() and then sends no new Fetch for
+        # those partitions, so a reused consumer can wait forever for a
+        # high watermark.
+        consumer = _consumer(
+            self._config,
+            fetch_max_wait_ms=_PROBE_FETCH_WAIT_MS,
+            max_partition_fetch_bytes=_PROBE_PARTITION_FETCH_BYTES,
+            fetch_min_bytes=1,
+            # KIP-227 incremental fetch sessions leave unchanged partitions out of
+            # responses; full Fetch requests always answer for every partition.
+            enable_incremental_fetch_sessions=False,
+        )
         wanted = {TopicPartition(t, p): off for (t, p), off in positions.items()}
-        consumer.unsubscribe()  # fresh partition state: highwater() back to None
-        consumer.assign(list(wanted))
-        for tp, off in wanted.items():
-            consumer.seek(tp, off)
         result: Offsets = {}
         pending = set(wanted)
         deadline = time.monotonic() + self._timeout_ms / 1000
         try:
+            consumer.assign(list(wanted))
+            for tp, off in wanted.items():
+                consumer.seek(tp, off)
             while pending:
                 try:
-                    consumer.poll(timeout_ms=50, max_records=1)
+                    # Records are only decoded one at a time and thrown away.
+                    consumer.poll(timeout_ms=_PROBE_FETCH_WAIT_MS, max_records=1)
                 except OffsetOutOfRangeError as exc:
-                    self._handle_out_of_range(exc, wanted)
+                    self._handle_out_of_range(consumer, exc, wanted)
                 for tp in list(pending):
                     hw = consumer.highwater(tp)
                     if hw is not None:
                         result[(tp.topic, tp.partition)] = int(hw)
                         pending.discard(tp)
-                        consumer.pause(tp)
+                        consumer.pause(tp)  # no further fetches for it
                 if pending and time.monotonic() > deadline:
                     raise KafkaSourceTimeoutError(
                         f"no Fetch response with a high watermark for "
@@ -765,10 +777,12 @@ class _OffsetClient:
                         f"{self._timeout_ms} ms (option fetchOffset.timeoutMs)"
                     )
         finally:
-            consumer.unsubscribe()
+            consumer.close(autocommit=False, timeout_ms=2000)
         return result
 
-    def _handle_out_of_range(self, exc: Exception, wanted: dict[TopicPartition, int]) -> None:
+    def _handle_out_of_range(
+        self, consumer: KafkaConsumer, exc: Exception, wanted: dict[TopicPartition, int]
+    ) -> None:
         bad = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
         if not bad:
             raise KafkaDataLossError(f"offset out of range while probing: {exc!r}") from exc
@@ -776,7 +790,7 @@ class _OffsetClient:
         for tp, off in bad.items():
             start = earliest[(tp.topic, tp.partition)]
             if off < start:  # deleted by retention: the end is still after it
-                self._consumer.seek(tp, start)
+                consumer.seek(tp, start)
                 wanted[tp] = start
             else:
                 raise KafkaDataLossError(

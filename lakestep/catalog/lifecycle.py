@@ -1,0 +1,225 @@
+"""Named snapshots and version locks: what keeps a table version readable.
+
+* A **snapshot** names a table version (a tag), optionally with the barrier it
+  stands for. It is retained until dropped or until it expires (retention by
+  age), or until :func:`expire_snapshots` trims by count.
+* A **version lock** ``(locker, table, version, kind, expires_at)`` pins a
+  version for a reader. A leased lock lapses at ``expires_at`` unless renewed,
+  so a crashed reader cannot pin files forever; a permanent lock
+  (``lease_seconds=None``) lasts until released.
+
+Cleanup never deletes a file that a retained snapshot or a live lock's
+version references.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from ..errors import LakestepError, VersionNotFoundError
+from . import schema as S
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .table import Table
+
+
+class SnapshotExistsError(LakestepError):
+    def __init__(self, table: str, name: str) -> None:
+        super().__init__(f"table {table!r} already has a snapshot named {name!r}")
+        self.table = table
+        self.name = name
+
+
+class LockNotFoundError(LakestepError):
+    def __init__(self, lock_id: int) -> None:
+        super().__init__(f"version lock {lock_id} does not exist (released or expired)")
+        self.lock_id = lock_id
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    table: str
+    name: str
+    version: int
+    barrier: int | None
+    created_at: float
+    expires_at: float | None
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _live_snapshot_clause(now: float) -> Any:
+    return sa.or_(S.snapshots.c.expires_at.is_(None), S.snapshots.c.expires_at > now)
+
+
+def create_snapshot(
+    table: "Table",
+    name: str,
+    *,
+    version: int | None = None,
+    barrier: int | None = None,
+    retain_seconds: float | None = None,
+    exist_ok: bool = False,
+) -> Snapshot:
+    if not name or len(name) > 256:
+        raise ValueError("a snapshot name is 1 to 256 characters")
+    now = _now()
+    with table.catalog.backend.write() as conn:
+        head = table._head(conn)[0]
+        v = head if version is None else int(version)
+        if not 0 <= v <= head:
+            raise VersionNotFoundError(table.ident, f"version {v} (newest is {head})")
+        existing = conn.execute(
+            sa.select(S.snapshots).where(S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name)
+        ).mappings().first()
+        if existing is not None:
+            if existing["expires_at"] is not None and existing["expires_at"] <= now:
+                conn.execute(sa.delete(S.snapshots).where(
+                    S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name))
+            elif exist_ok:
+                return _snapshot(table.ident, existing)
+            else:
+                raise SnapshotExistsError(table.ident, name)
+        row = {
+            "table_id": table.table_id, "name": name, "version": v, "barrier": barrier, "created_at": now,
+            "expires_at": None if retain_seconds is None else now + retain_seconds,
+        }
+        conn.execute(sa.insert(S.snapshots).values(**row))
+    return _snapshot(table.ident, row)
+
+
+def _snapshot(ident: str, r: Any) -> Snapshot:
+    return Snapshot(ident, r["name"], r["version"], r["barrier"], r["created_at"], r["expires_at"])
+
+
+def list_snapshots(table: "Table") -> list[Snapshot]:
+    q = (
+        sa.select(S.snapshots)
+        .where(S.snapshots.c.table_id == table.table_id, _live_snapshot_clause(_now()))
+        .order_by(S.snapshots.c.version, S.snapshots.c.name)
+    )
+    with table.catalog.backend.read() as conn:
+        return [_snapshot(table.ident, r) for r in conn.execute(q).mappings()]
+
+
+def snapshot_version(table: "Table", conn: sa.Connection, name: str) -> int:
+    row = conn.execute(
+        sa.select(S.snapshots.c.version).where(
+            S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name, _live_snapshot_clause(_now())
+        )
+    ).first()
+    if row is None:
+        raise VersionNotFoundError(table.ident, f"snapshot {name!r}")
+    return int(row[0])
+
+
+def drop_snapshot(table: "Table", name: str) -> None:
+    with table.catalog.backend.write() as conn:
+        res = conn.execute(sa.delete(S.snapshots).where(
+            S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name))
+        if res.rowcount == 0:
+            raise VersionNotFoundError(table.ident, f"snapshot {name!r}")
+
+
+def expire_snapshots(table: "Table", *, keep_last: int | None = None, older_than: float | None = None) -> int:
+    """Drop expired snapshots, all but the newest ``keep_last``, and those created
+    more than ``older_than`` seconds ago. Returns how many were dropped."""
+    now = _now()
+    dropped = 0
+    with table.catalog.backend.write() as conn:
+        c = S.snapshots.c
+        dropped += conn.execute(sa.delete(S.snapshots).where(
+            c.table_id == table.table_id, c.expires_at.is_not(None), c.expires_at <= now)).rowcount
+        if older_than is not None:
+            dropped += conn.execute(sa.delete(S.snapshots).where(
+                c.table_id == table.table_id, c.created_at < now - older_than)).rowcount
+        if keep_last is not None:
+            names = [r[0] for r in conn.execute(
+                sa.select(c.name).where(c.table_id == table.table_id).order_by(c.version.desc(), c.created_at.desc())
+            )]
+            for name in names[keep_last:]:
+                dropped += conn.execute(sa.delete(S.snapshots).where(
+                    c.table_id == table.table_id, c.name == name)).rowcount
+    return dropped
+
+
+# ------------------------------------------------------------------ locks
+@dataclass
+class VersionLock:
+    """A pin on one table version. Use as a context manager, or call :meth:`release`."""
+
+    catalog: "Catalog"
+    lock_id: int
+    locker: str
+    table: str
+    table_id: int
+    version: int
+    kind: str
+    expires_at: float | None
+
+    def renew(self, lease_seconds: float) -> None:
+        with self.catalog.backend.write() as conn:
+            exp = _now() + lease_seconds
+            res = conn.execute(sa.update(S.locks).where(
+                S.locks.c.lock_id == self.lock_id,
+                sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now()),
+            ).values(expires_at=exp))
+            if res.rowcount == 0:
+                raise LockNotFoundError(self.lock_id)
+            self.expires_at = exp
+
+    def release(self) -> None:
+        with self.catalog.backend.write() as conn:
+            conn.execute(sa.delete(S.locks).where(S.locks.c.lock_id == self.lock_id))
+
+    def __enter__(self) -> "VersionLock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def lock_version(
+    table: "Table",
+    *,
+    locker: str,
+    version: int | None = None,
+    kind: str = "read",
+    lease_seconds: float | None = 300.0,
+) -> VersionLock:
+    if not locker or len(locker) > 256:
+        raise ValueError("a locker name is 1 to 256 characters")
+    now = _now()
+    with table.catalog.backend.write() as conn:
+        head = table._head(conn)[0]
+        v = head if version is None else int(version)
+        if not 0 <= v <= head:
+            raise VersionNotFoundError(table.ident, f"version {v} (newest is {head})")
+        exp = None if lease_seconds is None else now + lease_seconds
+        lock_id = conn.execute(sa.insert(S.locks).values(
+            locker=locker, table_id=table.table_id, version=v, kind=kind, created_at=now, expires_at=exp,
+        ).returning(S.locks.c.lock_id)).scalar_one()
+    return VersionLock(table.catalog, int(lock_id), locker, table.ident, table.table_id, v, kind, exp)
+
+
+def live_locks(catalog: "Catalog", table_id: int | None = None) -> list[tuple[int, str, int, int, str, float | None]]:
+    """(lock_id, locker, table_id, version, kind, expires_at) of the locks in force."""
+    q = sa.select(S.locks.c.lock_id, S.locks.c.locker, S.locks.c.table_id, S.locks.c.version, S.locks.c.kind,
+                  S.locks.c.expires_at).where(
+        sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now()))
+    if table_id is not None:
+        q = q.where(S.locks.c.table_id == table_id)
+    with catalog.backend.read() as conn:
+        return [tuple(r) for r in conn.execute(q.order_by(S.locks.c.lock_id))]  # type: ignore[misc]
+
+
+def release_locks(catalog: "Catalog", locker: str) -> int:
+    with catalog.backend.write() as conn:
+        return conn.execute(sa.delete(S.locks).where(S.locks.c.locker == locker)).rowcount

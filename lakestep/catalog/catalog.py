@@ -30,7 +30,16 @@ from .commit import CommitResult, NeedsRebase, Operation, TableChange, commit_on
 from .files import FileWriter, check_identifier, is_within, normalize_location, resolve_filesystem
 from .predicates import Filter, Predicate
 from .table import Table, TableMeta
-from .writes import PartitionSpec, prepare_append, prepare_compact, prepare_delete, prepare_overwrite, prepare_update
+from .writes import (
+    PartitionSpec,
+    prepare_append,
+    prepare_compact,
+    prepare_delete,
+    prepare_overwrite,
+    prepare_pk_delete,
+    prepare_pk_update,
+    prepare_update,
+)
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +204,8 @@ class Catalog:
             t = schema.field(col).type
             if pa.types.is_nested(t) or pa.types.is_floating(t) or pa.types.is_binary(t):
                 raise ValueError(f"cannot partition by {col!r} of type {t}")
+        if primary_key and not set(partition_by) <= set(primary_key):
+            raise ValueError(f"partition columns {list(partition_by)} must be part of the primary key {list(primary_key)}")
         if primary_key:
             schema = pa.schema([f.with_nullable(False) if f.name in primary_key else f for f in schema],
                                metadata=schema.metadata)
@@ -408,7 +419,7 @@ class Transaction:
             return
         if prior is None:
             self.changes[change.table_id] = change
-        elif prior.operation is Operation.APPEND and change.operation is Operation.APPEND and prior.barrier == change.barrier:
+        elif change.blind and prior.blind and prior.operation is change.operation and prior.barrier == change.barrier:
             prior.added.extend(change.added)
         else:
             self._discard_files(change)
@@ -427,20 +438,35 @@ class Transaction:
         self._add(prepare_overwrite(self.catalog._table(table), data, partitions=partitions, where=where,
                                     barrier=barrier, prefix=prefix))
 
+    def upsert(self, table: Table | str, data: Any, *, barrier: int | None = None, prefix: str = "") -> None:
+        t = self.catalog._table(table)
+        if not t.primary_key:
+            raise ValueError(f"{t.ident} has no primary key: use append")
+        self.append(t, data, barrier=barrier, prefix=prefix)
+
     def delete(self, table: Table | str, where: Filter | Predicate, *, isolation: str | None = None,
                barrier: int | None = None) -> None:
         self._check_open()
-        self._add(prepare_delete(self.catalog._table(table), where, barrier=barrier, isolation=isolation))
+        t = self.catalog._table(table)
+        if t.primary_key:  # tombstones, merged on read
+            self._add(prepare_pk_delete(t, where, barrier=barrier))
+        else:
+            self._add(prepare_delete(t, where, barrier=barrier, isolation=isolation))
 
     def update(self, table: Table | str, set: Mapping[str, Any], where: Filter | Predicate, *,
                isolation: str | None = None, barrier: int | None = None) -> None:
         self._check_open()
-        self._add(prepare_update(self.catalog._table(table), set, where, barrier=barrier, isolation=isolation))
+        t = self.catalog._table(table)
+        if t.primary_key:  # the changed rows, upserted
+            self._add(prepare_pk_update(t, set, where, barrier=barrier))
+        else:
+            self._add(prepare_update(t, set, where, barrier=barrier, isolation=isolation))
 
-    def compact(self, table: Table | str, *, target_file_size: int = 128 << 20, min_files: int = 2) -> None:
+    def compact(self, table: Table | str, *, target_file_size: int = 128 << 20, min_files: int = 2,
+                major: bool = False) -> None:
         self._check_open()
         self._add(prepare_compact(self.catalog._table(table), target_file_size=target_file_size,
-                                  min_files=min_files))
+                                  min_files=min_files, major=major))
 
     def _check_open(self) -> None:
         if self.closed:

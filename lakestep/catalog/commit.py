@@ -107,6 +107,11 @@ class TableChange:
     def read_ids(self) -> set[int]:
         return {f.file_id for f in self.removed}
 
+    @property
+    def blind(self) -> bool:
+        """Adds rows without reading any: appends and primary-key upserts never conflict."""
+        return self.operation in (Operation.APPEND, Operation.MERGE) and not self.removed
+
 
 @dataclass(frozen=True)
 class CommitResult:
@@ -147,6 +152,7 @@ _FILE_COLS = (
     S.files.c.partition,
     S.files.c.stats,
     S.files.c.source_ids,
+    S.files.c.seq,
 )
 
 
@@ -161,6 +167,7 @@ def row_to_file(r: Any) -> DataFile:
         partition_json=r[6],
         stats_json=r[7],
         source_ids_json=r[8],
+        seq_raw=r[9],
     )
 
 
@@ -236,7 +243,7 @@ class _Resolver:
 
     def resolve(self) -> _Plan:
         op = self.c.operation
-        if op is Operation.APPEND:
+        if self.c.blind:
             return _Plan(self.c, add=list(self.c.added))
         if op is Operation.COMPACT:
             return self._compact()
@@ -497,7 +504,7 @@ def commit_once(
         "batch_id": None if job_id is None else int(batch_id or 0),
         "committed_at": now,
     }
-    if all(c.operation is Operation.APPEND for c in changes):
+    if all(c.blind for c in changes):
         return _commit_appends(conn, changes, txn_row)
 
     heads = _lock_heads(conn, changes)
@@ -577,13 +584,14 @@ def _insert_files(
             "table_id": table_id, "path": f.path, "added_version": version, "removed_version": None,
             "record_count": f.record_count, "file_size": f.file_size, "partition": f.partition_json,
             "stats": f.stats_json, "source_ids": json.dumps(f.source_ids) if f.source_ids else None,
+            "seq": f.seq,
         }
         for f in added
     ] + [
         {
             "table_id": table_id, "path": f.path, "added_version": version, "removed_version": None,
             "record_count": f.record_count, "file_size": f.file_size, "partition": f.partition_json,
-            "stats": f.stats_json, "source_ids": None,
+            "stats": f.stats_json, "source_ids": None, "seq": f.seq,
         }
         for f in readd
     ]

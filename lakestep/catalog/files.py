@@ -174,6 +174,12 @@ class DataFile:
     partition_json: str = "{}"
     stats_json: str = "{}"
     source_ids_json: str | None = None
+    seq_raw: int | None = None
+
+    @property
+    def seq(self) -> int:
+        """Where this file's rows stand in commit order (merge on read)."""
+        return self.added_version if self.seq_raw is None else self.seq_raw
 
     @cached_property
     def partition(self) -> dict[str, Any]:
@@ -202,6 +208,8 @@ class NewFile:
     stats_json: str
     # For rewrites and compaction outputs: the file ids the rows came from.
     source_ids: list[int] = field(default_factory=list)
+    # Commit-order position of the rows (see DataFile.seq); None: this commit's.
+    seq: int | None = None
 
 
 # ------------------------------------------------------------------- writing
@@ -259,6 +267,7 @@ class FileWriter:
         *,
         prefix: str = "",
         source_ids: Iterable[int] = (),
+        seq: int | None = None,
     ) -> NewFile:
         part = dict(partition or {})
         sub = partition_path(part)
@@ -289,6 +298,7 @@ class FileWriter:
             partition_json=json.dumps({k: _encode(v) for k, v in part.items()}, sort_keys=True),
             stats_json=json.dumps(compute_stats(data), separators=(",", ":")),
             source_ids=list(source_ids),
+            seq=seq,
         )
 
     def write_partitioned(

@@ -110,6 +110,10 @@ files = sa.Table(
     # Compaction outputs: the file ids they were made from (JSON list), so a
     # later delete can undo the compaction by metadata where they overlap.
     sa.Column("source_ids", sa.Text, nullable=True),
+    # Position of the file's rows in commit order, for merge-on-read of
+    # primary-key tables: NULL means added_version. Rewrites and re-adds keep
+    # their source's sequence; a compaction output takes its newest input's.
+    sa.Column("seq", sa.BigInteger, nullable=True),
     sa.Index("ls_file_live", "table_id", "removed_version"),
     sa.Index("ls_file_added", "table_id", "added_version"),
 )

@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 import sqlalchemy as sa
 
 from ..errors import TableNotFoundError, VersionNotFoundError
-from . import lifecycle
+from . import lifecycle, pk
 from . import schema as S
 from .commit import CommitResult, _FILE_COLS, row_to_file
 from .files import DataFile, FileWriter
@@ -231,9 +231,28 @@ class Table:
             head, dv = self._head(conn)
             return head, dv, self._files_at(conn, head, head=head)
 
+    @cached_property
+    def physical_schema(self) -> pa.Schema:
+        """The schema of the data files: the table's, plus a tombstone flag on primary-key tables."""
+        return pk.physical_schema(self.schema, self.primary_key) if self.primary_key else self.schema
+
+    def _physical(self, data: pa.Table) -> pa.Table:
+        """Conformed rows -> rows as written to files."""
+        return pk.to_physical(self, data) if self.primary_key else data
+
+    def _read_physical(self, files: Sequence[DataFile]) -> pa.Table:
+        """The rows stored in ``files``, as stored (tombstones included)."""
+        if not files:
+            return self.physical_schema.empty_table()
+        paths = [self._writer.full_path(f.path) for f in files]
+        return ds.dataset(paths, schema=self.physical_schema, format="parquet", filesystem=self._writer.fs).to_table()
+
     def _read_files(
         self, files: list[DataFile], *, columns: Sequence[str] | None = None, where: Predicate | None = None
     ) -> pa.Table:
+        """The logical rows ``files`` make up (merged on read for primary-key tables)."""
+        if self.primary_key:
+            return pk.read(self, files, columns=columns, where=where)
         if not files:
             t = self.schema.empty_table()
             return t.select(list(columns)) if columns else t
@@ -257,13 +276,16 @@ class Table:
         """The rows at the newest version or the one asked for, as an Arrow table."""
         _, live = self.scan_files(version=version, data_version=data_version, as_of=as_of, snapshot=snapshot)
         pred = Predicate.parse(where, self.schema) if where is not None else None
-        if pred is not None:
+        if pred is not None and not self.primary_key:  # (pk.read prunes what is safe to prune)
             live = [f for f in live if pred.verdict(f) is not Verdict.NONE]
         return self._read_files(live, columns=columns, where=pred)
 
     def count(self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
               snapshot: str | None = None) -> int:
-        """Row count from metadata alone."""
+        """Row count (from metadata alone, except on primary-key tables, which are merged)."""
+        if self.primary_key:
+            return self.to_arrow(version=version, data_version=data_version, as_of=as_of, snapshot=snapshot,
+                                 columns=self.primary_key).num_rows
         return sum(f.record_count for f in self.files(version=version, data_version=data_version, as_of=as_of,
                                                       snapshot=snapshot))
 
@@ -300,7 +322,18 @@ class Table:
 
     def append(self, data: Any, *, job_id: str | None = None, batch_id: int | None = None,
                barrier: int | None = None) -> CommitResult:
-        """Add rows. Blind appends never conflict."""
+        """Add rows. Blind appends never conflict. On a primary-key table this is an upsert."""
+        return self._one("append", data, job_id=job_id, batch_id=batch_id, barrier=barrier)
+
+    def upsert(self, data: Any, *, job_id: str | None = None, batch_id: int | None = None,
+               barrier: int | None = None) -> CommitResult:
+        """Insert or replace rows by primary key (a MERGE commit of the changed rows only).
+
+        Readers see the newest row per key in commit order; within ``data`` the
+        last row of a key wins. Upserts never conflict.
+        """
+        if not self.primary_key:
+            raise ValueError(f"{self.ident} has no primary key: use append, or create it with primary_key=")
         return self._one("append", data, job_id=job_id, batch_id=batch_id, barrier=barrier)
 
     def overwrite(
@@ -333,11 +366,15 @@ class Table:
         """Set columns of the rows matching ``where`` to literals or pyarrow expressions."""
         return self._one("update", set, where, isolation=isolation, job_id=job_id, batch_id=batch_id)
 
-    def compact(self, *, target_file_size: int = 128 << 20, min_files: int = 2) -> CommitResult:
+    def compact(self, *, target_file_size: int = 128 << 20, min_files: int = 2, major: bool = False) -> CommitResult:
         """Merge small files; creates a version but no data version. May be discarded by a
         concurrent commit that removed its inputs (``result.discarded``). With nothing to
-        merge it commits nothing (``result.summary["noop"]``)."""
-        return self._one("compact", target_file_size=target_file_size, min_files=min_files)
+        merge it commits nothing (``result.summary["noop"]``).
+
+        Minor (default): small files are merged. Major: every file of a partition
+        is rewritten; on a primary-key table into the resolved rows (one per
+        key, no tombstones), so reads need no merging."""
+        return self._one("compact", target_file_size=target_file_size, min_files=min_files, major=major)
 
     # --------------------------------------------------------- snapshots, locks
     def create_snapshot(self, name: str, *, version: int | None = None, barrier: int | None = None,

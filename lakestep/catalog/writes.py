@@ -19,6 +19,7 @@ import pyarrow.dataset as ds
 
 from ..errors import DataOutOfRangeError, SchemaMismatchError
 from .commit import Operation, TableChange
+from . import pk
 from .files import DataFile, NewFile
 from .predicates import Filter, Predicate, Verdict
 
@@ -97,7 +98,8 @@ def conform(data: Any, schema: pa.Schema, ident: str) -> pa.Table:
 
 
 def _read(table: "Table", files: Sequence[DataFile]) -> pa.Table:
-    return table._read_files(list(files))
+    """Rows as stored in the files (copy-on-write rewrites keep tombstones as they are)."""
+    return table._read_physical(list(files))
 
 
 def _keep_unmatched(table: "Table", f: DataFile, pred: Predicate) -> tuple[pa.Table, int]:
@@ -114,17 +116,55 @@ def _rewrite_outside(table: "Table", change: TableChange, files: list[DataFile])
         keep, _ = _keep_unmatched(table, f, change.scope)
         change.removed.append(f)
         if keep.num_rows:
-            change.added.append(table._writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id]))
+            change.added.append(table._writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id], seq=f.seq))
     change.summary["rewritten_files"] = change.summary.get("rewritten_files", 0) + len(files)
 
 
 def prepare_append(table: "Table", data: Any, *, barrier: int | None, prefix: str = "") -> TableChange:
-    t = conform(data, table.schema, table.ident)
+    """A blind append; on a primary-key table a blind upsert (a MERGE of the given rows)."""
+    t = table._physical(conform(data, table.schema, table.ident))
     added = table._writer.write_partitioned(t, table.partition_by, prefix=prefix) if t.num_rows else []
     return TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.APPEND, base_version=-1,
+        table_id=table.table_id, ident=table.ident, location=table.location,
+        operation=Operation.MERGE if table.primary_key else Operation.APPEND, base_version=-1,
         added=added, barrier=barrier,
     )
+
+
+def _prepare_pk_change(table: "Table", rows: pa.Table, *, barrier: int | None, summary: dict[str, Any]) -> TableChange:
+    added = table._writer.write_partitioned(rows, table.partition_by) if rows.num_rows else []
+    return TableChange(
+        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.MERGE,
+        base_version=-1, added=added, barrier=barrier, summary=summary,
+    )
+
+
+def prepare_pk_delete(table: "Table", where: Filter | Predicate, *, barrier: int | None = None) -> TableChange:
+    """Primary-key delete: tombstones for the keys matching ``where`` now (merge on read)."""
+    pred = Predicate.parse(where, table.schema)
+    keys = table.to_arrow(where=pred, columns=table.primary_key)
+    rows = pk.tombstones(table, keys)
+    return _prepare_pk_change(table, rows, barrier=barrier,
+                              summary={"predicate": _describe(pred), "deleted_rows": keys.num_rows})
+
+
+def prepare_pk_update(table: "Table", set: Mapping[str, Any], where: Filter | Predicate, *,
+                      barrier: int | None = None) -> TableChange:
+    """Primary-key update: the matching rows, changed, upserted."""
+    for col in set:
+        if col in table.primary_key:
+            raise ValueError(f"update cannot change key column {col!r}; delete and upsert instead")
+    pred = Predicate.parse(where, table.schema)
+    rows = table.to_arrow(where=pred)
+    if rows.num_rows:
+        new_values = _evaluate_set(rows, set, table.schema)
+        cols = []
+        for n in rows.column_names:
+            v = new_values.get(n, rows.column(n))
+            cols.append(pa.array([v.as_py()] * rows.num_rows, v.type) if isinstance(v, pa.Scalar) else v)
+        rows = conform(pa.Table.from_arrays(cols, names=rows.column_names), table.schema, table.ident)
+    return _prepare_pk_change(table, table._physical(rows), barrier=barrier,
+                              summary={"predicate": _describe(pred), "updated_rows": rows.num_rows})
 
 
 def prepare_overwrite(
@@ -165,7 +205,9 @@ def prepare_overwrite(
         table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.OVERWRITE, base_version=base,
         scope=scope, barrier=barrier, summary={"scope": _describe(scope)},
     )
-    change.added = table._writer.write_partitioned(t, table.partition_by, prefix=prefix) if t.num_rows else []
+    change.added = (
+        table._writer.write_partitioned(table._physical(t), table.partition_by, prefix=prefix) if t.num_rows else []
+    )
     if scope is not None and scope.clauses:
         straddling = [f for f in live if scope.verdict(f) is Verdict.SOME]
         _rewrite_outside(table, change, straddling)
@@ -197,7 +239,7 @@ def prepare_delete(table: "Table", where: Filter | Predicate, *, barrier: int | 
         change.removed.append(f)
         deleted += matched
         if keep.num_rows:
-            change.added.append(table._writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id]))
+            change.added.append(table._writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id], seq=f.seq))
     change.summary["deleted_rows"] = deleted
     return change
 
@@ -242,7 +284,7 @@ def prepare_update(
                 cols.append(rows.column(name))
         out = conform(pa.Table.from_arrays(cols, names=rows.column_names), table.schema, table.ident)
         change.removed.append(f)
-        change.added.append(table._writer.write(out, f.partition, prefix="rw-", source_ids=[f.file_id]))
+        change.added.append(table._writer.write(out, f.partition, prefix="rw-", source_ids=[f.file_id], seq=f.seq))
         updated += matched
     change.summary["updated_rows"] = updated
     return change
@@ -261,35 +303,66 @@ def _evaluate_set(rows: pa.Table, set: Mapping[str, Any], schema: pa.Schema) -> 
     return out
 
 
-def prepare_compact(table: "Table", *, target_file_size: int, min_files: int = 2) -> TableChange:
-    """Minor compaction: merge small files of each partition into target-size files."""
+def prepare_compact(table: "Table", *, target_file_size: int, min_files: int = 2, major: bool = False) -> TableChange:
+    """Merge files of each partition into target-size files (see :meth:`Table.compact`)."""
     base, base_dv, live = table._head_and_live()
     change = TableChange(
         table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.COMPACT, base_version=base,
         base_data_version=base_dv,
     )
-    groups: dict[str, list[DataFile]] = {}
+    by_part: dict[str, list[DataFile]] = {}
     for f in live:
-        if f.file_size < target_file_size * 0.75:
-            groups.setdefault(f.partition_json, []).append(f)
+        by_part.setdefault(f.partition_json, []).append(f)
     merged = 0
-    for part_json, members in groups.items():
-        if len(members) < min_files:
-            continue
-        members.sort(key=lambda f: (f.added_version, f.file_id))
-        data = _read(table, members)
-        ids = [f.file_id for f in members]
-        size = sum(f.file_size for f in members)
-        rows_per_file = max(1, int(data.num_rows * target_file_size / max(size, 1)))
-        part = members[0].partition
-        for start in range(0, data.num_rows, rows_per_file):
-            change.added.append(
-                table._writer.write(data.slice(start, rows_per_file), part, prefix="c-", source_ids=ids)
-            )
-        change.removed.extend(members)
-        merged += len(members)
-    change.summary.update({"input_files": merged, "output_files": len(change.added)})
+    for members in by_part.values():
+        members.sort(key=lambda f: (f.seq, f.file_id))
+        for run in _compaction_runs(table, members, target_file_size, min_files, major):
+            if table.primary_key:
+                data = pk.merge(table, run, keep_tombstones=not major)
+            else:
+                data = _read(table, run)
+            ids = [f.file_id for f in run]
+            size = sum(f.file_size for f in run)
+            rows_per_file = max(1, int(data.num_rows * target_file_size / max(size, 1)))
+            for start in range(0, max(data.num_rows, 1), rows_per_file):
+                if data.num_rows == 0:
+                    break
+                change.added.append(table._writer.write(
+                    data.slice(start, rows_per_file), run[0].partition, prefix="c-", source_ids=ids,
+                    seq=max(f.seq for f in run)))
+            change.removed.extend(run)
+            merged += len(run)
+    change.summary.update({"input_files": merged, "output_files": len(change.added), "major": major})
     return change
+
+
+def _compaction_runs(table: "Table", members: list[DataFile], target: int, min_files: int,
+                     major: bool) -> list[list[DataFile]]:
+    """The groups of files to merge, in one partition (``members`` in commit order).
+
+    Major: all of them. Minor: small files; on a primary-key table only runs of
+    small files adjacent in commit order, so that merging them cannot reorder
+    their rows against a file in between.
+    """
+    if major:
+        has_tombstones = bool(table.primary_key) and any(
+            (st := f.stats.get(pk.DELETED)) is not None and st.max for f in members)
+        return [members] if len(members) >= 2 or has_tombstones else []
+    small = [f.file_size < target * 0.75 for f in members]
+    if not table.primary_key:
+        run = [f for f, sm in zip(members, small) if sm]
+        return [run] if len(run) >= min_files else []
+    runs, cur = [], []
+    for f, sm in zip(members, small):
+        if sm:
+            cur.append(f)
+        else:
+            if len(cur) >= min_files:
+                runs.append(cur)
+            cur = []
+    if len(cur) >= min_files:
+        runs.append(cur)
+    return runs
 
 
 def _isolation(table: "Table", explicit: str | None) -> Any:

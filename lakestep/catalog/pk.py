@@ -1,0 +1,113 @@
+"""Primary-key tables: upserts and deletes by key, merged on read.
+
+A primary-key table stores, in every data file, the table's columns plus a
+hidden ``_ls_deleted`` flag. An upsert (a MERGE commit) writes only the rows it
+changes; a delete writes tombstones (the key, flagged). Readers merge: for
+each key the row of the newest file in commit order (``DataFile.seq``) wins,
+and a winning tombstone hides the key. So a read at any version returns
+exactly one row per key: the rows a copy-on-write table would hold.
+
+Compaction keeps that view unchanged:
+
+* minor: merges runs of small files that are *adjacent in commit order*
+  within a partition (so no other file's rows fall between them), keeping the
+  newest row per key and the tombstones, which may still hide older rows;
+* major: merges every file of a partition into the resolved rows, tombstones
+  dropped.
+
+Every file keeps one row per key (batches are de-duplicated on write, last
+row wins), so ordering files is enough to order rows. Partition columns must
+be part of the key, so a key never spans partitions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from .files import DataFile
+from .predicates import Predicate, Verdict
+
+if TYPE_CHECKING:
+    from .table import Table
+
+DELETED = "_ls_deleted"
+_SEQ = "__ls_seq"
+
+
+def physical_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
+    fields = [f if f.name in primary_key else f.with_nullable(True) for f in schema]
+    return pa.schema(fields + [pa.field(DELETED, pa.bool_(), nullable=False)], metadata=schema.metadata)
+
+
+def last_per_key(t: pa.Table, keys: Sequence[str], order: str | None = None) -> pa.Table:
+    """Keep one row per key: the last in row order, or the one with the highest ``order``."""
+    if t.num_rows <= 1:
+        return t
+    pos = pa.array(range(t.num_rows), pa.int64())
+    sort = [(k, "ascending") for k in keys]
+    if order is not None:
+        sort.append((order, "descending"))
+    t = t.append_column("__ls_pos", pos)
+    sort.append(("__ls_pos", "descending"))
+    t = t.take(pc.sort_indices(t, sort_keys=sort))
+    first = None
+    for k in keys:
+        col = t.column(k).combine_chunks()
+        differs = pc.not_equal(col.slice(1), col.slice(0, len(col) - 1))
+        first = differs if first is None else pc.or_(first, differs)
+    assert first is not None
+    mask = pa.concat_arrays([pa.array([True]), pc.fill_null(first, True)])
+    return t.filter(mask).drop_columns(["__ls_pos"])
+
+
+def to_physical(table: "Table", data: pa.Table, *, deleted: bool = False) -> pa.Table:
+    """Logical rows (already conformed) -> file rows: flagged, one per key."""
+    data = last_per_key(data, table.primary_key)
+    flag = pa.array([deleted] * data.num_rows, pa.bool_())
+    cols = list(data.columns) + [flag]
+    return pa.Table.from_arrays(cols, schema=physical_schema(table.schema, table.primary_key))
+
+
+def tombstones(table: "Table", keys: pa.Table) -> pa.Table:
+    cols = []
+    for f in table.schema:
+        cols.append(keys.column(f.name) if f.name in table.primary_key else pa.nulls(keys.num_rows, f.type))
+    logical = pa.Table.from_arrays(cols, schema=physical_schema(table.schema, table.primary_key).remove(len(table.schema)))
+    return to_physical(table, logical, deleted=True)
+
+
+def merge(table: "Table", files: Sequence[DataFile], *, keep_tombstones: bool = False) -> pa.Table:
+    """Resolve ``files`` to one row per key (newest wins), in physical form."""
+    schema = physical_schema(table.schema, table.primary_key)
+    if not files:
+        return schema.empty_table()
+    files = sorted(files, key=lambda f: f.seq)
+    paths = [table._writer.full_path(f.path) for f in files]
+    raw = ds.dataset(paths, schema=schema, format="parquet", filesystem=table._writer.fs).to_table(
+        columns=list(schema.names) + ["__fragment_index"]
+    )
+    seqs = pa.array([f.seq for f in files], pa.int64())
+    raw = raw.append_column(_SEQ, seqs.take(raw.column("__fragment_index"))).drop_columns(["__fragment_index"])
+    if len(files) > 1:
+        raw = last_per_key(raw, table.primary_key, order=_SEQ)
+    raw = raw.drop_columns([_SEQ])
+    if not keep_tombstones:
+        raw = raw.filter(pc.invert(raw.column(DELETED)))
+    return raw
+
+
+def read(table: "Table", files: Sequence[DataFile], *, columns: Sequence[str] | None,
+         where: Predicate | None) -> pa.Table:
+    """The logical rows of a primary-key table at the version ``files`` make up."""
+    if where is not None and where.columns <= set(table.primary_key):
+        # Pruning is safe on key columns only: every version of a row shares its key.
+        files = [f for f in files if where.verdict(f) is not Verdict.NONE]
+    merged = merge(table, files).drop_columns([DELETED])
+    merged = pa.Table.from_arrays(merged.columns, schema=table.schema) if merged.num_rows else table.schema.empty_table()
+    if where is not None and merged.num_rows:
+        merged = merged.filter(where.mask(merged))
+    return merged.select(list(columns)) if columns else merged

@@ -38,6 +38,7 @@ from .writes import (
     prepare_overwrite,
     prepare_pk_delete,
     prepare_pk_update,
+    prepare_rewrite_file,
     prepare_update,
 )
 
@@ -467,6 +468,10 @@ class Transaction:
         self._check_open()
         self._add(prepare_compact(self.catalog._table(table), target_file_size=target_file_size,
                                   min_files=min_files, major=major))
+
+    def rewrite_file(self, table: Table | str, file: Any, transform: Any) -> None:
+        self._check_open()
+        self._add(prepare_rewrite_file(self.catalog._table(table), file, transform))
 
     def _check_open(self) -> None:
         if self.closed:

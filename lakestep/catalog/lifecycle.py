@@ -202,11 +202,28 @@ def lock_version(
         v = head if version is None else int(version)
         if not 0 <= v <= head:
             raise VersionNotFoundError(table.ident, f"version {v} (newest is {head})")
+        if v < head and not _retained(conn, table, v, now):
+            raise VersionNotFoundError(
+                table.ident, f"version {v} in the retention window any more: it cannot be pinned")
         exp = None if lease_seconds is None else now + lease_seconds
         lock_id = conn.execute(sa.insert(S.locks).values(
             locker=locker, table_id=table.table_id, version=v, kind=kind, created_at=now, expires_at=exp,
         ).returning(S.locks.c.lock_id)).scalar_one()
     return VersionLock(table.catalog, int(lock_id), locker, table.ident, table.table_id, v, kind, exp)
+
+
+def _retained(conn: sa.Connection, table: "Table", v: int, now: float) -> bool:
+    """A version still guaranteed readable: current after the window's start, or snapshotted.
+
+    Cleanup keeps exactly these (cleanup.py), so a lock taken on one is safe."""
+    c = S.commits.c
+    nxt = conn.execute(sa.select(c.committed_at).where(c.table_id == table.table_id, c.version == v + 1)).scalar()
+    if nxt is not None and nxt > now - table.retention_seconds:
+        exists = conn.execute(sa.select(c.version).where(c.table_id == table.table_id, c.version == v)).first()
+        return exists is not None
+    snap = conn.execute(sa.select(S.snapshots.c.name).where(
+        S.snapshots.c.table_id == table.table_id, S.snapshots.c.version == v, _live_snapshot_clause(now))).first()
+    return snap is not None
 
 
 def live_locks(catalog: "Catalog", table_id: int | None = None) -> list[tuple[int, str, int, int, str, float | None]]:

@@ -13,6 +13,7 @@ import pyarrow.dataset as ds
 import sqlalchemy as sa
 
 from ..errors import TableNotFoundError, VersionNotFoundError
+from . import cleanup as cleanup_mod
 from . import lifecycle, pk
 from . import schema as S
 from .commit import CommitResult, _FILE_COLS, row_to_file
@@ -180,6 +181,9 @@ class Table:
         if version is not None:
             if not 0 <= version <= head:
                 raise VersionNotFoundError(self.ident, f"version {version} (newest is {head})")
+            if version < head and conn.execute(sa.select(c.version).where(
+                    c.table_id == self.table_id, c.version == version)).first() is None:
+                raise VersionNotFoundError(self.ident, f"version {version} any more (expired and cleaned up)")
             return int(version), head
         if data_version is not None:
             if not 0 <= data_version <= head_dv:
@@ -402,3 +406,26 @@ class Table:
                 rows = table.to_arrow(version=pin.version)   # stays readable meanwhile
         """
         return lifecycle.lock_version(self, locker=locker, version=version, kind=kind, lease_seconds=lease_seconds)
+
+    # ------------------------------------------------------------- maintenance
+    def rewrite_file(self, file: DataFile | int, transform: Any, *, job_id: str | None = None,
+                     batch_id: int | None = None) -> CommitResult:
+        """Replace one data file by ``transform(rows)`` without touching any other file.
+
+        For segment rewrites: drop a column's values from one file, delete one
+        row for a privacy request. Commits like an UPDATE of that file's rows.
+        """
+        return self._one("rewrite_file", file, transform, job_id=job_id, batch_id=batch_id)
+
+    def cleanup(self, *, retention_seconds: float | None = None, dry_run: bool = False,
+                orphans: bool = True) -> "cleanup_mod.CleanupReport":
+        """Delete files no retained version needs, and orphans; prune expired metadata.
+
+        ``retention_seconds`` defaults to the table's ``lakestep.retention-seconds``
+        (7 days). ``dry_run=True`` only reports what would go and how many bytes.
+        """
+        return cleanup_mod.cleanup(self, retention_seconds=retention_seconds, dry_run=dry_run, orphans=orphans)
+
+    def apply_ttl(self) -> CommitResult | None:
+        """Drop rows older than the TTL (``lakestep.ttl.column`` / ``lakestep.ttl.seconds``)."""
+        return cleanup_mod.apply_ttl(self)

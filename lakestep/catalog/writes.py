@@ -376,3 +376,28 @@ def _describe(pred: Predicate | None) -> Any:
     if pred is None:
         return "all"
     return json.loads(json.dumps([list(map(list, c)) for c in pred.clauses], default=str))
+
+
+def prepare_rewrite_file(table: "Table", file: DataFile | int, transform: Any) -> TableChange:
+    """Replace one file's rows by ``transform(rows)`` (an UPDATE of exactly that file)."""
+    base, _, live = table._head_and_live()
+    fid = file.file_id if isinstance(file, DataFile) else int(file)
+    target = next((f for f in live if f.file_id == fid), None)
+    if target is None:
+        raise ValueError(f"file {fid} is not live in {table.ident}")
+    rows = _read(table, [target])
+    logical = rows.drop_columns([pk.DELETED]) if table.primary_key else rows
+    out = conform(transform(logical), table.schema, table.ident)
+    if table.primary_key:  # keep the file's tombstones and its rows' order
+        out = pk.to_physical(table, out)
+        flagged = rows.filter(rows.column(pk.DELETED))
+        if flagged.num_rows:
+            out = pa.concat_tables([out, flagged])
+    change = TableChange(
+        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.UPDATE,
+        base_version=base, removed=[target], retention_seconds=table.retention_seconds,
+        summary={"rewrite_file": target.path, "rows_before": target.record_count, "rows_after": out.num_rows},
+    )
+    if out.num_rows:
+        change.added.append(table._writer.write(out, target.partition, prefix="rw-", source_ids=[fid], seq=target.seq))
+    return change

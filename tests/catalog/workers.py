@@ -46,11 +46,23 @@ def _main(pipe: Any, env: dict[str, str]) -> None:
         if cmd == "stop":
             break
         try:
-            cat = open_catalog(*msg[1]) if cmd != "commit" else None
+            cat = open_catalog(*msg[1]) if cmd not in ("commit", "abort") else None
             if cmd == "prepare":
                 _, _, op, table, args, kwargs, key = msg
                 tx = cat.transaction(job_id=key[0], batch_id=key[1]) if key else cat.transaction()
                 getattr(tx, op)(table, *args, **kwargs)
+                pipe.send(("ok", None))
+            elif cmd == "prepare_fn":  # a test-module function prepares inside the transaction
+                _, _, module, func, args = msg
+                import importlib
+
+                tx = cat.transaction()
+                getattr(importlib.import_module(module), func)(cat, tx, *args)
+                pipe.send(("ok", None))
+            elif cmd == "abort":  # the task fails before publishing
+                assert tx is not None
+                tx.abort()
+                tx = None
                 pipe.send(("ok", None))
             elif cmd == "commit":
                 assert tx is not None
@@ -95,8 +107,14 @@ class Worker:
                 **kwargs: Any) -> None:
         self._ask("prepare", (spec.url, spec.warehouse), op, table, args, kwargs, key)
 
+    def prepare_fn(self, spec: Any, module: str, func: str, *args: Any) -> None:
+        self._ask("prepare_fn", (spec.url, spec.warehouse), module, func, args)
+
     def commit(self) -> list[dict[str, Any]]:
         return self._ask("commit")
+
+    def abort(self) -> None:
+        self._ask("abort")
 
     def call(self, spec: Any, module: str, func: str, *args: Any, timeout: float = 300.0) -> Any:
         return self._ask("call", (spec.url, spec.warehouse), module, func, args, timeout=timeout)

@@ -1,0 +1,213 @@
+"""Cleanup and TTL: reclaiming storage without breaking any reader or writer.
+
+Which versions are *retained* at time ``now`` with retention window ``R``:
+
+* every version committed after ``now - R`` and the version that was current
+  at ``now - R`` (``floor``): time travel within the window always works;
+* every version named by a snapshot that has not expired;
+* every version pinned by a version lock in force.
+
+A data file (a row of ``ls_file``) is live in versions ``[added, removed)``.
+It *expires* when it was removed at or before ``floor`` and no pinned version
+falls in its range. Cleanup, in order:
+
+1. reads, in one snapshot, the floor, the pinned versions and the expired files;
+2. deletes the bytes of every expired path that no other file row still uses
+   (a compaction undo may have re-added the same path);
+3. deletes files under the table's ``data/`` directory that no file row names
+   and that are older than ``R`` (orphans of writers that never committed);
+4. prunes metadata: expired file rows, commit rows below the floor that no
+   snapshot or lock pins, lapsed locks and expired snapshots, and idempotency
+   records older than ``R`` whose commits are gone.
+
+Why concurrent work is safe: a file removed at or before the floor was removed
+by a commit older than ``R``; a DELETE/UPDATE only undoes (re-adds the inputs
+of) compactions younger than ``R`` (commit.py), so no later commit can bring an
+expired path back; a reader that starts now reads a retained version, and one
+that reads longer than ``R`` must hold a version lock. Writers commit files
+within ``R`` of writing them, so step 3 never takes a file about to commit.
+
+Not guaranteed: with several machines, clocks must agree to well within ``R``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import sqlalchemy as sa
+
+from . import schema as S
+from .commit import CommitResult
+
+if TYPE_CHECKING:
+    from .table import Table
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CleanupReport:
+    table: str
+    dry_run: bool
+    floor_version: int
+    pinned_versions: list[int]
+    deleted_files: list[str] = field(default_factory=list)
+    deleted_bytes: int = 0
+    orphan_files: list[str] = field(default_factory=list)
+    orphan_bytes: int = 0
+    pruned_file_rows: int = 0
+    pruned_commit_rows: int = 0
+
+    def __str__(self) -> str:
+        verb = "would delete" if self.dry_run else "deleted"
+        return (
+            f"{self.table}: {verb} {len(self.deleted_files)} expired file(s), {self.deleted_bytes} bytes, and "
+            f"{len(self.orphan_files)} orphan(s), {self.orphan_bytes} bytes; pruned {self.pruned_file_rows} file "
+            f"row(s) and {self.pruned_commit_rows} commit row(s) (floor version {self.floor_version}, pinned "
+            f"{self.pinned_versions})"
+        )
+
+
+def _pinned(conn: sa.Connection, table_id: int, now: float) -> list[int]:
+    snaps = conn.execute(sa.select(S.snapshots.c.version).where(
+        S.snapshots.c.table_id == table_id,
+        sa.or_(S.snapshots.c.expires_at.is_(None), S.snapshots.c.expires_at > now))).scalars().all()
+    locks = conn.execute(sa.select(S.locks.c.version).where(
+        S.locks.c.table_id == table_id,
+        sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > now))).scalars().all()
+    return sorted({int(v) for v in (*snaps, *locks)})
+
+
+def cleanup(
+    table: "Table",
+    *,
+    retention_seconds: float | None = None,
+    dry_run: bool = False,
+    orphans: bool = True,
+    prune_metadata: bool = True,
+    now: float | None = None,
+) -> CleanupReport:
+    """Delete what no retained version needs (see the module docstring)."""
+    R = table.retention_seconds if retention_seconds is None else float(retention_seconds)
+    now = time.time() if now is None else now
+    cutoff = now - R
+    f, c = S.files.c, S.commits.c
+    tid = table.table_id
+    # 1. one consistent read
+    with table.catalog.backend.read() as conn:
+        floor = conn.execute(sa.select(sa.func.max(c.version)).where(c.table_id == tid, c.committed_at <= cutoff)).scalar()
+        floor = -1 if floor is None else int(floor)
+        pinned = _pinned(conn, tid, now)
+        rows = conn.execute(sa.select(f.file_id, f.path, f.added_version, f.removed_version, f.file_size).where(
+            f.table_id == tid, f.removed_version.is_not(None), f.removed_version <= floor)).all()
+        expired = [r for r in rows if not any(r.added_version <= p < r.removed_version for p in pinned)]
+        expired_ids = {r.file_id for r in expired}
+        candidate_paths = {r.path for r in expired}
+        still_used = set()
+        if candidate_paths:
+            for r in conn.execute(sa.select(f.file_id, f.path).where(f.table_id == tid)):
+                if r.path in candidate_paths and r.file_id not in expired_ids:
+                    still_used.add(r.path)
+    report = CleanupReport(table.ident, dry_run, floor, pinned)
+    sizes: dict[str, int] = {}
+    for r in expired:
+        if r.path not in still_used:
+            sizes[r.path] = r.file_size
+    # 2. bytes of expired files
+    writer = table._writer
+    for path, size in sorted(sizes.items()):
+        report.deleted_files.append(path)
+        report.deleted_bytes += size
+        if not dry_run:
+            writer.delete(path)
+    # 3. orphans
+    if orphans:
+        _orphans(table, report, cutoff, dry_run)
+    # 4. metadata
+    if prune_metadata and not dry_run:
+        _prune(table, report, floor, pinned, [r.file_id for r in expired], cutoff, now)
+    log.info("cleanup %s", report)
+    return report
+
+
+def _orphans(table: "Table", report: CleanupReport, cutoff: float, dry_run: bool) -> None:
+    writer = table._writer
+    base = writer.full_path("data")
+    try:
+        infos = writer.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except (FileNotFoundError, OSError):
+        return
+    files = [i for i in infos if i.type == pafs.FileType.File]
+    if not files:
+        return
+    with table.catalog.backend.read() as conn:  # after listing: a file committed meanwhile is known here
+        known = set(conn.execute(sa.select(S.files.c.path).where(S.files.c.table_id == table.table_id)).scalars())
+    root = writer.full_path("")
+    for info in files:
+        rel = info.path[len(root):].lstrip("/") if info.path.startswith(root) else info.path
+        mtime = info.mtime.timestamp() if isinstance(info.mtime, dt.datetime) else 0.0
+        if rel in known or mtime > cutoff:
+            continue
+        report.orphan_files.append(rel)
+        report.orphan_bytes += info.size or 0
+        if not dry_run:
+            writer.delete(rel)
+
+
+def _prune(table: "Table", report: CleanupReport, floor: int, pinned: list[int], expired_ids: list[int],
+           cutoff: float, now: float) -> None:
+    f, c, t = S.files.c, S.commits.c, S.txns.c
+    tid = table.table_id
+    with table.catalog.backend.write() as conn:
+        for i in range(0, len(expired_ids), 500):
+            report.pruned_file_rows += conn.execute(
+                sa.delete(S.files).where(f.file_id.in_(expired_ids[i:i + 500]))).rowcount
+        if floor > 0:
+            cond = [c.table_id == tid, c.version < floor]
+            if pinned:
+                cond.append(c.version.not_in(pinned))
+            report.pruned_commit_rows = conn.execute(sa.delete(S.commits).where(*cond)).rowcount
+        conn.execute(sa.delete(S.locks).where(S.locks.c.expires_at.is_not(None), S.locks.c.expires_at <= now))
+        conn.execute(sa.delete(S.snapshots).where(
+            S.snapshots.c.table_id == tid, S.snapshots.c.expires_at.is_not(None), S.snapshots.c.expires_at <= now))
+        # Idempotency records outlive their commits by the retention window: a replay
+        # older than that is not a replay any more.
+        orphan_txn = ~sa.exists().where(c.txn_id == t.txn_id)
+        conn.execute(sa.delete(S.txns).where(t.committed_at < cutoff, orphan_txn))
+
+
+# ------------------------------------------------------------------- TTL
+def apply_ttl(table: "Table", *, now: float | None = None) -> CommitResult | None:
+    """Remove rows older than the table's TTL with an ordinary overwrite commit.
+
+    Properties: ``lakestep.ttl.column`` (a timestamp, date, or integer epoch-seconds
+    column; a partition column makes it metadata-only) and ``lakestep.ttl.seconds``.
+    The bytes go later, with :func:`cleanup`. Returns None when no TTL is set.
+    """
+    col = table.properties.get("lakestep.ttl.column")
+    secs = table.properties.get("lakestep.ttl.seconds")
+    if not col or not secs:
+        return None
+    now = time.time() if now is None else now
+    cutoff = _cutoff_value(table.schema.field(col).type, now - float(secs))
+    empty = table.schema.empty_table()
+    return table.overwrite(empty, where=[(col, "<", cutoff)])
+
+
+def _cutoff_value(t: pa.DataType, epoch: float) -> Any:
+    if pa.types.is_timestamp(t):
+        when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
+        return when if t.tz else when.replace(tzinfo=None)
+    if pa.types.is_date(t):
+        return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).date()
+    if pa.types.is_integer(t):
+        return int(epoch)
+    if pa.types.is_floating(t):
+        return float(epoch)
+    raise ValueError(f"a TTL column must be a timestamp, date or epoch-seconds number, not {t}")

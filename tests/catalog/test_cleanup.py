@@ -1,0 +1,114 @@
+"""Cleanup keeps what any retained version, snapshot or lock needs; TTL; metadata pruning."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+
+import pyarrow as pa
+import pytest
+
+from lakestep import Catalog, errors
+
+SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.date32())])
+
+
+def disk_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
+
+
+@pytest.fixture
+def table(catalog: Catalog):  # type: ignore[no-untyped-def]
+    catalog.create_namespace("s")
+    return catalog.create_table("s.t", SCHEMA, properties={"lakestep.retention-seconds": "0.3"})
+
+
+def test_cleanup_keeps_window_snapshots_and_locks(table) -> None:  # type: ignore[no-untyped-def]
+    d = dt.date(2026, 1, 1)
+    for i in range(4):
+        table.append({"id": [i], "day": [d]})
+    table.create_snapshot("two", version=2)
+    pin = table.lock(locker="slow-reader", version=3, lease_seconds=None)
+    table.compact()
+    table.delete([("id", "=", 0)])
+    # inside the window nothing goes, whatever the dry run says
+    report = table.cleanup(dry_run=True)
+    assert report.deleted_files == [] and report.dry_run
+    time.sleep(0.4)
+    dry = table.cleanup(dry_run=True)
+    assert dry.deleted_files and dry.deleted_bytes > 0
+    assert table.to_arrow(version=1).num_rows == 1  # a dry run deletes nothing
+    real = table.cleanup()
+    assert real.deleted_files == dry.deleted_files and real.deleted_bytes == dry.deleted_bytes
+    # the snapshot and the pinned version still read in full; the newest too
+    assert sorted(table.to_arrow(snapshot="two").column("id").to_pylist()) == [0, 1]
+    assert sorted(table.to_arrow(version=3).column("id").to_pylist()) == [0, 1, 2]
+    assert sorted(table.to_arrow().column("id").to_pylist()) == [1, 2, 3]
+    with pytest.raises(errors.VersionNotFoundError):  # expired, and pruned from the history
+        table.to_arrow(version=1)
+    assert 1 not in [h.version for h in table.history()]
+    with pytest.raises(errors.VersionNotFoundError):  # no new pin on an expired version
+        table.lock(locker="late", version=1)
+    # released: everything but the live data can go
+    pin.release()
+    table.drop_snapshot("two")
+    table.cleanup()
+    assert disk_bytes(table.location) == sum(f.file_size for f in table.files())
+
+
+def test_orphans_are_removed_after_the_window(table) -> None:  # type: ignore[no-untyped-def]
+    table.append({"id": [1], "day": [dt.date(2026, 1, 1)]})
+    orphan = os.path.join(table.location, "data", "never-committed.parquet")
+    with open(orphan, "wb") as fh:
+        fh.write(b"x" * 10)
+    assert table.cleanup().orphan_files == []  # too young: may belong to a writer about to commit
+    time.sleep(0.4)
+    report = table.cleanup(dry_run=True)
+    assert report.orphan_files == ["data/never-committed.parquet"] and report.orphan_bytes == 10
+    assert os.path.exists(orphan)
+    table.cleanup()
+    assert not os.path.exists(orphan)
+    assert table.to_arrow().num_rows == 1
+
+
+def test_ttl_by_partition_and_by_rows(catalog: Catalog) -> None:
+    catalog.create_namespace("s")
+    today = dt.datetime.now(dt.timezone.utc).date()
+    old = today - dt.timedelta(days=40)
+    by_part = catalog.create_table(
+        "s.p", SCHEMA, partition_by=["day"],
+        properties={"lakestep.ttl.column": "day", "lakestep.ttl.seconds": str(30 * 86400)})
+    by_part.append({"id": [1, 2], "day": [old, today]})
+    r = by_part.apply_ttl()
+    assert r.operation == "OVERWRITE" and r.removed_files == 1 and r.added_files == 0  # metadata only
+    assert by_part.to_arrow().column("id").to_pylist() == [2]
+    ts_schema = pa.schema([("id", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
+    by_row = catalog.create_table(
+        "s.r", ts_schema, properties={"lakestep.ttl.column": "at", "lakestep.ttl.seconds": "3600"})
+    now = dt.datetime.now(dt.timezone.utc)
+    by_row.append({"id": [1, 2], "at": [now - dt.timedelta(hours=2), now]})
+    by_row.apply_ttl()
+    assert by_row.to_arrow().column("id").to_pylist() == [2]
+    assert catalog.create_table("s.none", SCHEMA).apply_ttl() is None
+
+
+def test_metadata_is_pruned(table) -> None:  # type: ignore[no-untyped-def]
+    import sqlalchemy as sa
+
+    from lakestep.catalog import schema as S
+
+    for i in range(30):
+        table.append({"id": [i], "day": [dt.date(2026, 1, 1)]}, job_id="j", batch_id=i)
+        if i % 10 == 9:
+            table.compact()
+    time.sleep(0.4)
+    table.cleanup()
+    with table.catalog.backend.read() as conn:
+        n_commits = conn.execute(sa.select(sa.func.count()).select_from(S.commits).where(
+            S.commits.c.table_id == table.table_id)).scalar()
+        n_files = conn.execute(sa.select(sa.func.count()).select_from(S.files).where(
+            S.files.c.table_id == table.table_id)).scalar()
+        n_txn = conn.execute(sa.select(sa.func.count()).select_from(S.txns)).scalar()
+    assert n_commits == 1 and n_files == len(table.files()) == 1 and n_txn <= 1
+    assert sorted(table.to_arrow().column("id").to_pylist()) == list(range(30))

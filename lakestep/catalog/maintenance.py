@@ -1,0 +1,137 @@
+"""A long-running maintenance loop: compaction, TTL and cleanup beside live writers.
+
+Each round, for each table: (1) apply its TTL, (2) compact (minor; major every
+``major_every``-th round), (3) clean up. Every step is an ordinary commit or a
+retention-safe cleanup, so the loop can run while streaming jobs append and
+upsert and readers read: a compaction that loses a race is discarded, never
+an ingest (DESIGN.md §2). A failing table is logged and retried next round;
+it does not stop the loop.
+
+Run it in a thread of a driver (:meth:`MaintenanceLoop.start`) or as its own
+process (``python -m lakestep.catalog.maintenance --url ... [--table ns.t]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..errors import LakestepError
+from .catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RoundReport:
+    round: int
+    seconds: float
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class MaintenanceLoop:
+    """Compacts, expires and cleans up ``tables`` (default: every table) every ``interval`` seconds.
+
+    Example::
+
+        loop = MaintenanceLoop(catalog, ["shop.orders"], interval=30, major_every=10)
+        loop.start()      # a daemon thread
+        ...
+        loop.stop()
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        tables: Sequence[str] | None = None,
+        *,
+        interval: float = 60.0,
+        target_file_size: int = 128 << 20,
+        min_files: int = 4,
+        major_every: int = 0,
+        cleanup: bool = True,
+        ttl: bool = True,
+    ) -> None:
+        self.catalog = catalog
+        self.tables = list(tables) if tables is not None else None
+        self.interval = interval
+        self.target_file_size = target_file_size
+        self.min_files = min_files
+        self.major_every = major_every
+        self.cleanup = cleanup
+        self.ttl = ttl
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> RoundReport:
+        self.rounds += 1
+        start = time.perf_counter()
+        report = RoundReport(self.rounds, 0.0)
+        major = self.major_every > 0 and self.rounds % self.major_every == 0
+        for ident in self.tables if self.tables is not None else self.catalog.list_tables():
+            out: dict[str, Any] = {}
+            try:
+                table = self.catalog.load_table(ident)
+                if self.ttl:
+                    r = table.apply_ttl()
+                    if r is not None:
+                        out["ttl_removed_rows"] = r.removed_rows
+                c = table.compact(target_file_size=self.target_file_size, min_files=self.min_files, major=major)
+                out["compaction"] = "noop" if c.summary.get("noop") else "discarded" if c.discarded else c.version
+                out["compacted_files"] = 0 if c.discarded else c.removed_files
+                if self.cleanup:
+                    cr = table.cleanup()
+                    out["deleted_files"] = len(cr.deleted_files) + len(cr.orphan_files)
+                    out["deleted_bytes"] = cr.deleted_bytes + cr.orphan_bytes
+            except LakestepError as e:  # one table's trouble must not stop the others
+                log.warning("maintenance of %s failed this round: %s", ident, e)
+                out["error"] = f"{type(e).__name__}: {e}"
+            report.tables[ident] = out
+        report.seconds = time.perf_counter() - start
+        log.info("maintenance round %d in %.2fs: %s", report.round, report.seconds, report.tables)
+        return report
+
+    def run(self, *, max_rounds: int | None = None, duration: float | None = None) -> list[RoundReport]:
+        reports = []
+        deadline = None if duration is None else time.monotonic() + duration
+        while not self._stop.is_set():
+            reports.append(self.run_once())
+            if max_rounds is not None and len(reports) >= max_rounds:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            self._stop.wait(self.interval)
+        return reports
+
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run, name="lakestep-maintenance", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m lakestep.catalog.maintenance", description=__doc__.split("\n")[0])
+    p.add_argument("--url", required=True, help="catalog database URL")
+    p.add_argument("--table", action="append", help="a table to maintain (repeatable; default: all)")
+    p.add_argument("--interval", type=float, default=60.0)
+    p.add_argument("--major-every", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=None, help="stop after this many rounds")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with Catalog(args.url) as cat:
+        MaintenanceLoop(cat, args.table, interval=args.interval, major_every=args.major_every).run(
+            max_rounds=args.rounds)
+
+
+if __name__ == "__main__":
+    main()

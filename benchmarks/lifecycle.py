@@ -1,0 +1,129 @@
+"""Primary-key table lifecycle benchmark: merge-on-read cost and major compaction time.
+
+Workload, per catalog backend (SQLite and PostgreSQL): a primary-key table of
+``--rows`` rows (default 1,000,000: k int64, v string, x float64) is loaded and
+major-compacted into one file. Then upsert commits of ``--batch`` random keys
+(default 1,000) land on top, and the full read of the table (``to_arrow()``,
+merged on read: one row per key) is timed after 1, 10 and 100 upserts since the
+last compaction. Finally a major compaction merges it all back, timed.
+For reference the same rows are read from a plain (non-key) table of one file.
+
+    python -m benchmarks.lifecycle [--rows N] [--batch N] [--repeat N] [--skip-postgres]
+
+Prints a table and writes benchmarks/results/lifecycle.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+import lakestep
+from lakestep import Catalog
+
+SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("x", pa.float64())])
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def rows(keys: np.ndarray, tag: int) -> pa.Table:
+    return pa.table({"k": keys, "v": pa.array([f"v{tag}-{k % 1000}" for k in keys]),
+                     "x": np.full(len(keys), float(tag))}, schema=SCHEMA)
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def run_backend(name: str, url: str, wh: Path, n_rows: int, batch: int, repeat: int) -> dict[str, Any]:
+    cat = Catalog(url, warehouse=str(wh))
+    cat.create_namespace("b")
+    t = cat.create_table("b.pk", SCHEMA, primary_key=["k"])
+    plain = cat.create_table("b.plain", SCHEMA)
+    base = rows(np.arange(n_rows, dtype=np.int64), 0)
+    t.upsert(base)
+    t.compact(major=True)
+    plain.append(base)
+    res: dict[str, Any] = {"backend": name, "rows": n_rows, "batch": batch}
+    res["read_plain_s"], got = timed(plain.to_arrow, repeat)
+    assert got.num_rows == n_rows
+    res["read_pk_0_upserts_s"], got = timed(t.to_arrow, repeat)
+    assert got.num_rows == n_rows
+    rng = np.random.default_rng(1)
+    done = 0
+    for target in (1, 10, 100):
+        while done < target:
+            done += 1
+            t.upsert(rows(rng.choice(n_rows, size=batch, replace=False).astype(np.int64), done))
+        res[f"read_pk_{target}_upserts_s"], got = timed(t.to_arrow, repeat)
+        assert got.num_rows == n_rows, got.num_rows  # one row per key, always
+        print(f"  [{name}] read after {target} upserts: {res[f'read_pk_{target}_upserts_s'] * 1000:.0f} ms", flush=True)
+    t0 = time.perf_counter()
+    r = t.compact(major=True)
+    res["major_compaction_s"] = time.perf_counter() - t0
+    res["major_compaction_files_in"] = r.removed_files
+    res["read_pk_after_major_s"], got = timed(t.to_arrow, repeat)
+    assert got.num_rows == n_rows
+    cat.close()
+    return res
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--batch", type=int, default=1_000)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--skip-postgres", action="store_true")
+    p.add_argument("--out", default="benchmarks/results/lifecycle.json")
+    args = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lakestep-lifecycle-"))
+    results = []
+    try:
+        results.append(run_backend("sqlite", f"sqlite:///{work}/s/catalog.db", work / "s", args.rows, args.batch,
+                                   args.repeat))
+        if not args.skip_postgres:
+            import psycopg2
+
+            db = f"bench_lifecycle_{uuid.uuid4().hex[:8]}"
+            admin = psycopg2.connect(PG_ADMIN)
+            admin.autocommit = True
+            admin.cursor().execute(f"CREATE DATABASE {db}")
+            try:
+                results.append(run_backend("postgres", f"postgresql://postgres@127.0.0.1:5432/{db}", work / "p",
+                                           args.rows, args.batch, args.repeat))
+            finally:
+                admin.cursor().execute(f"DROP DATABASE {db} WITH (FORCE)")
+                admin.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    cols = ["read_plain_s", "read_pk_0_upserts_s", "read_pk_1_upserts_s", "read_pk_10_upserts_s",
+            "read_pk_100_upserts_s", "major_compaction_s", "read_pk_after_major_s"]
+    print(f"\n{'backend':<9}" + "".join(f"{c.replace('_s', ''):>24}" for c in cols))
+    for r in results:
+        print(f"{r['backend']:<9}" + "".join(f"{r[c] * 1000:>21.0f} ms" for c in cols))
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    doc = {"benchmark": "lifecycle", "lakestep": lakestep.__version__, "python": platform.python_version(),
+           "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "results": results}
+    with open(args.out, "w") as fh:
+        json.dump(doc, fh, indent=2)
+    print(json.dumps(doc))
+
+
+if __name__ == "__main__":
+    main()

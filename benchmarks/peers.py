@@ -114,6 +114,13 @@ def _with_dbname(pg_dsn: str, dbname: str, scheme: str | None = None) -> str:
     return urlunsplit((scheme or parts.scheme, parts.netloc, f"/{dbname}", parts.query, ""))
 
 
+@contextlib.contextmanager
+def fresh_pg_url(pg_dsn: str, prefix: str, scheme: str | None = None) -> Iterator[str]:
+    """The URL of a fresh database on ``pg_dsn``'s server, dropped on exit."""
+    with _fresh_pg_database(pg_dsn, prefix) as db:
+        yield _with_dbname(pg_dsn, db, scheme)
+
+
 # --------------------------------------------------------------------- pyiceberg
 def run_pyiceberg(
     n: int, workdir: Path, backend: Backend, pg_dsn: str | None = None

@@ -24,6 +24,7 @@ from ..errors import (
     TableNotFoundError,
     TransactionClosedError,
 )
+from . import appends
 from . import schema as S
 from .backend import Backend, create_backend, is_transient, unavailable
 from .commit import CommitResult, NeedsRebase, Operation, TableChange, commit_once, find_txn, new_txn_uuid, txn_results
@@ -326,8 +327,13 @@ class Catalog:
         """Commit prepared changes in one database transaction (see ``commit.py``)."""
         txn_uuid = new_txn_uuid()
         attempts = rebases = 0
+        fast = appends.eligible(changes)
         while True:
             try:
+                if fast:  # one blind append/upsert: the streaming hot path
+                    txn = {"txn_uuid": txn_uuid, "job_id": job_id, "committed_at": time.time(),
+                           "batch_id": None if job_id is None else int(batch_id or 0)}
+                    return [self.backend.commit_blind(changes[0], txn)]
                 with self.backend.write() as conn:
                     return commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
             except NeedsRebase as nr:
@@ -472,6 +478,25 @@ class Transaction:
     def rewrite_file(self, table: Table | str, file: Any, transform: Any) -> None:
         self._check_open()
         self._add(prepare_rewrite_file(self.catalog._table(table), file, transform))
+
+    def restore(self, table: Table | str, version: int, *, barrier: int | None = None) -> None:
+        """Make ``table`` hold exactly the rows of ``version`` again (metadata only).
+
+        A new commit, history kept: its ``base_version`` is ``version``; commits
+        landing concurrently are undone too. See ``_Resolver._restore``.
+        """
+        from ..errors import VersionNotFoundError
+
+        self._check_open()
+        t = self.catalog._table(table)
+        head = t.version
+        if not 0 <= int(version) <= head:
+            raise VersionNotFoundError(t.ident, f"version {version} (newest is {head})")
+        self._add(TableChange(
+            table_id=t.table_id, ident=t.ident, location=t.location, operation=Operation.RESTORE,
+            base_version=int(version), barrier=barrier, retention_seconds=t.retention_seconds,
+            summary={"restored_to": int(version)},
+        ))
 
     def _check_open(self) -> None:
         if self.closed:

@@ -250,7 +250,7 @@ class FileWriter:
     attempt there) so that orphans can be traced.
     """
 
-    def __init__(self, location: str, *, compression: str = "zstd", row_group_size: int = 1 << 20) -> None:
+    def __init__(self, location: str, *, compression: str = "snappy", row_group_size: int = 1 << 20) -> None:
         self.location = location
         self.fs, self.root = resolve_filesystem(location)
         self.compression = compression

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -16,7 +17,7 @@ from ..errors import TableNotFoundError, VersionNotFoundError
 from . import cleanup as cleanup_mod
 from . import lifecycle, pk
 from . import schema as S
-from .commit import CommitResult, _FILE_COLS, row_to_file
+from .commit import CommitResult, _FILE_COLS
 from .files import DataFile, FileWriter
 from .predicates import Filter, Predicate, Verdict
 from .writes import (
@@ -104,6 +105,9 @@ class Table:
     def __init__(self, catalog: "Catalog", meta: TableMeta) -> None:
         self.catalog = catalog
         self.meta = meta
+        self._live: dict[int, DataFile] | None = None  # live files at _live_version (see _live_at_head)
+        self._live_version = -1
+        self._live_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Table({self.ident!r}, location={self.location!r})"
@@ -205,13 +209,47 @@ class Table:
         return head, head
 
     def _files_at(self, conn: sa.Connection, v: int, head: int) -> list[DataFile]:
+        if v == head:
+            return self._live_at_head(conn, head)
         f = S.files.c
-        q = sa.select(*_FILE_COLS).where(f.table_id == self.table_id, f.added_version <= v)
-        if v == head:  # nothing can be removed after the head: the index finds live files
-            q = q.where(f.removed_version.is_(None))
-        else:
-            q = q.where(sa.or_(f.removed_version.is_(None), f.removed_version > v))
-        return [row_to_file(r) for r in conn.execute(q.order_by(f.file_id))]
+        q = sa.select(*_FILE_COLS).where(
+            f.table_id == self.table_id, f.added_version <= v,
+            sa.or_(f.removed_version.is_(None), f.removed_version > v))
+        return [DataFile(*r) for r in conn.execute(q.order_by(f.file_id)).all()]
+
+    def _live_at_head(self, conn: sa.Connection, head: int) -> list[DataFile]:
+        """The live files at ``head``, kept per handle and brought up to date incrementally.
+
+        The first call lists every live file; later calls read only the files
+        added or removed by the commits since (usually none or a few), like a
+        Delta or Iceberg client replaying new log entries onto its state.
+        """
+        f = S.files.c
+        with self._live_lock:
+            cached, at = self._live, self._live_version
+            # Cleanup prunes the rows of files removed before its floor, and the commit
+            # rows below it: if ``at`` lost its commit row, the delta may miss removals.
+            stale = cached is not None and head > at and conn.execute(
+                sa.select(S.commits.c.version).where(
+                    S.commits.c.table_id == self.table_id, S.commits.c.version == at)).first() is None
+            if cached is None or stale or head < at or head - at > 1000:
+                q = sa.select(*_FILE_COLS).where(
+                    f.table_id == self.table_id, f.added_version <= head, f.removed_version.is_(None))
+                cached = {r[0]: DataFile(*r) for r in conn.execute(q.order_by(f.file_id)).all()}
+            elif head > at:
+                cached = dict(cached)
+                gone = conn.execute(sa.select(f.file_id).where(
+                    f.table_id == self.table_id, f.removed_version > at, f.removed_version <= head)).scalars().all()
+                for fid in gone:
+                    cached.pop(fid, None)
+                q = sa.select(*_FILE_COLS).where(
+                    f.table_id == self.table_id, f.added_version > at, f.added_version <= head,
+                    sa.or_(f.removed_version.is_(None), f.removed_version > head))
+                for r in conn.execute(q.order_by(f.file_id)).all():
+                    cached[r[0]] = DataFile(*r)
+            if head >= at:
+                self._live, self._live_version = cached, head
+            return list(cached.values())
 
     def files(
         self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
@@ -379,6 +417,20 @@ class Table:
         is rewritten; on a primary-key table into the resolved rows (one per
         key, no tombstones), so reads need no merging."""
         return self._one("compact", target_file_size=target_file_size, min_files=min_files, major=major)
+
+    def restore(self, version: int, *, barrier: int | None = None) -> CommitResult:
+        """Make the table hold exactly the rows of ``version`` again: a new commit, history kept.
+
+        Metadata only: files live now but not then are removed, files live then
+        are recorded again (refused past the retention window unless a snapshot
+        or a version lock kept them).
+
+        Example::
+
+            t.restore(3)
+            assert t.to_arrow().equals(t.to_arrow(version=3))
+        """
+        return self._one("restore", version, barrier=barrier)
 
     # --------------------------------------------------------- snapshots, locks
     def create_snapshot(self, name: str, *, version: int | None = None, barrier: int | None = None,

@@ -28,7 +28,7 @@ from . import appends
 from . import schema as S
 from .backend import Backend, create_backend, is_transient, unavailable
 from .commit import CommitResult, NeedsRebase, Operation, TableChange, commit_once, find_txn, new_txn_uuid, txn_results
-from .files import FileWriter, check_identifier, is_within, normalize_location, resolve_filesystem
+from .files import FileWriter, NewFile, check_identifier, check_relative_path, is_within, normalize_location, resolve_filesystem
 from .predicates import Filter, Predicate
 from .table import Table, TableMeta
 from .writes import (
@@ -444,6 +444,32 @@ class Transaction:
         self._check_open()
         self._add(prepare_overwrite(self.catalog._table(table), data, partitions=partitions, where=where,
                                     barrier=barrier, prefix=prefix))
+
+    def add_files(self, table: Table | str, files: Sequence[NewFile], *, mode: str = "append",
+                  barrier: int | None = None) -> None:
+        """Commit data files that were written elsewhere (by Spark executors, say).
+
+        ``mode``: ``append`` (on a primary-key table: upsert, as the files were
+        written in the table's physical form) or ``overwrite`` (replace
+        everything live with these files). The files must lie under the
+        table's location and match its schema: whoever wrote them checked that.
+        """
+        self._check_open()
+        t = self.catalog._table(table)
+        if mode not in ("append", "overwrite"):
+            raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+        for f in files:
+            check_relative_path(f.path)
+        if mode == "append":
+            op = Operation.MERGE if t.primary_key else Operation.APPEND
+            change = TableChange(table_id=t.table_id, ident=t.ident, operation=op, base_version=-1,
+                                 location=t.location, added=list(files), barrier=barrier)
+        else:
+            base, base_dv, _ = t._head_and_live()
+            change = TableChange(table_id=t.table_id, ident=t.ident, operation=Operation.OVERWRITE,
+                                 base_version=base, base_data_version=base_dv, location=t.location,
+                                 added=list(files), barrier=barrier, summary={"scope": "all"})
+        self._add(change)
 
     def upsert(self, table: Table | str, data: Any, *, barrier: int | None = None, prefix: str = "") -> None:
         t = self.catalog._table(table)

@@ -1,4 +1,22 @@
 """Spark Structured Streaming integration: the only part of lakestep that imports pyspark.
 
-Modules import pyspark lazily, so ``import lakestep`` works without a JVM.
+* ``format("lakestep")``: the sink (sink.py) and the source (source.py);
+* ``format("lakestep-kafka")``: a Kafka source on kafka-python (kafka.py);
+* :func:`register`, :func:`register_job`, :func:`foreach_batch` (datasource.py).
+
+Names are imported lazily, so ``import lakestep`` works without a JVM.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["register", "register_job", "foreach_batch", "LakestepDataSource"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import datasource
+
+        return getattr(datasource, name)
+    raise AttributeError(name)

@@ -1,0 +1,191 @@
+"""Driver-side bookkeeping of streaming jobs: registration, agreed barriers, batch commits.
+
+No pyspark here (it runs in Spark's driver-side Python workers, and is tested
+without a JVM too).
+
+**Alignment.** Every lakestep source of a job decides, in ``latestOffset``,
+up to which barrier the next micro-batch reads. The sources run in separate
+processes, one after the other, so each could see a different barrier become
+ready. They agree instead: the ``n``-th call of each source since the job's
+batches reached barrier ``start`` belongs to the same trigger, and all of
+them use the decision recorded under ``(job, start, n)`` in ``ls_job_trigger``.
+The first caller records it (the job's next batch plan, or "nothing new");
+the others read it. The sink commits the batch with the last decision recorded
+for its ``start`` (no decision is made while a batch runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import sqlalchemy as sa
+
+from ..barrier import OPEN_EPOCH, JobNotFoundError, Pipeline
+from ..catalog import Catalog
+from ..catalog import schema as S
+from ..catalog.commit import CommitResult
+from ..catalog.files import NewFile
+from ..errors import LakestepError
+
+log = logging.getLogger(__name__)
+
+_catalogs: dict[str, Catalog] = {}
+_lock = threading.Lock()
+
+
+class StreamingJobError(LakestepError):
+    """A streaming job that is not set up to run (unregistered, misaligned, ...)."""
+
+
+def required(options: Any, key: str) -> str:
+    value = options.get(key)
+    if not value:
+        raise ValueError(f"the lakestep format needs option {key!r}")
+    return str(value)
+
+
+def open_catalog(url: str) -> Catalog:
+    """One catalog per process and URL (driver-side Python workers are reused)."""
+    with _lock:
+        cat = _catalogs.get(url)
+        if cat is None:
+            cat = _catalogs[url] = Catalog(url)
+        return cat
+
+
+def ensure_sink_registered(cat: Catalog, job: str, table: str, dead_letter: str | None) -> None:
+    """A sink of an unknown job registers it as a root job (external input)."""
+    p = Pipeline(cat)
+    sinks = [table] + ([dead_letter] if dead_letter else [])
+    try:
+        j = p.topology.job(job)
+    except JobNotFoundError:
+        p.register_job(job, sinks=sinks, external_input=True)
+        log.info("registered root job %s writing %s", job, sinks)
+        return
+    missing = [t for t in sinks if t not in j.sinks]
+    if missing:
+        p.register_job(job, sources=j.sources, sinks=list(j.sinks) + missing, external_input=j.external_input)
+
+
+def ensure_source_registered(cat: Catalog, job: str, table: str) -> None:
+    p = Pipeline(cat)
+    try:
+        j = p.topology.job(job)
+    except JobNotFoundError:
+        raise StreamingJobError(
+            f"job {job!r} reads lakestep table {table!r} but is not registered: register it with its sources "
+            f"and sinks before starting the query (lakestep.streaming.register_job(...) or "
+            f"Pipeline(catalog).register_job({job!r}, sources=[...], sinks=[...]))") from None
+    if table not in j.sources:
+        p.register_job(job, sources=list(j.sources) + [table], sinks=j.sinks, external_input=j.external_input)
+
+
+def job_frontier(cat: Catalog, job: str) -> int:
+    """The barrier the job's sinks have all precommitted (what its batches reached)."""
+    p = Pipeline(cat)
+    j = p.topology.job(job)
+    fronts = [p.frontier(t) for t in j.sinks]
+    return min((f if f is not None else 0) for f in fronts) if fronts else 0
+
+
+def decide(cat: Catalog, job: str, start: int, call_no: int, compute: Callable[[], int]) -> int:
+    """The barrier this trigger's batch reads up to (see the module docstring)."""
+    t = S.job_triggers
+    key = (t.c.job_id == job, t.c.start_barrier == start, t.c.call_no == call_no)
+    with cat.backend.read() as conn:
+        row = conn.execute(sa.select(t.c.end_barrier).where(*key)).first()
+    if row is not None:
+        return int(row[0])
+    end = max(start, compute())
+    try:
+        with cat.backend.write() as conn:
+            conn.execute(sa.insert(t).values(job_id=job, start_barrier=start, call_no=call_no, end_barrier=end,
+                                             created_at=time.time()))
+            # keep the table small: decisions of batches long done are of no use
+            conn.execute(sa.delete(t).where(t.c.job_id == job, t.c.start_barrier < start - 10))
+        return end
+    except sa.exc.IntegrityError:  # another source of the job decided first
+        with cat.backend.read() as conn:
+            return int(conn.execute(sa.select(t.c.end_barrier).where(*key)).scalar_one())
+
+
+def last_decision(cat: Catalog, job: str, start: int) -> int | None:
+    t = S.job_triggers
+    with cat.backend.read() as conn:
+        row = conn.execute(sa.select(t.c.end_barrier).where(t.c.job_id == job, t.c.start_barrier == start)
+                           .order_by(t.c.call_no.desc()).limit(1)).first()
+    return None if row is None else int(row[0])
+
+
+def commit_batch(
+    cat: Catalog,
+    job: str,
+    batch_id: int,
+    table: str,
+    files: Sequence[NewFile],
+    *,
+    mode: str,
+    dead_letter: tuple[str, Sequence[NewFile]] | None = None,
+) -> list[CommitResult]:
+    """Publish one micro-batch's files (see sink.py for the protocol)."""
+    p = Pipeline(cat)
+    j = p.topology.job(job)
+    if j.external_input or not j.sources:
+        with cat.transaction(job_id=job, batch_id=batch_id) as tx:
+            if files or mode == "overwrite":
+                tx.add_files(table, files, mode=mode, barrier=OPEN_EPOCH)
+            if dead_letter and dead_letter[1]:
+                tx.add_files(dead_letter[0], dead_letter[1], barrier=OPEN_EPOCH)
+        return tx.results
+    start = job_frontier(cat, job)
+    hi = last_decision(cat, job, start)
+    if hi is None or hi <= start:
+        if files:
+            raise StreamingJobError(f"job {job!r}: batch {batch_id} wrote rows but its sources agreed on no "
+                                    f"barrier after {start}")
+        return []
+    plan = p.next_batch(job, max_barriers=hi - start)
+    if plan is None or plan.hi != hi:
+        raise StreamingJobError(f"job {job!r}: batch {batch_id} read up to barrier {hi}, but the job's next "
+                                f"batch is {None if plan is None else (plan.lo, plan.hi)}")
+    with p.batch(plan) as b:
+        b.tx.add_files(table, files, mode=mode, barrier=plan.hi)
+        if dead_letter and dead_letter[1]:
+            b.tx.add_files(dead_letter[0], dead_letter[1], barrier=plan.hi)
+    assert b.result is not None
+    return b.result.results
+
+
+def data_version_at(cat: Catalog, table: str, barrier: int) -> tuple[int, int]:
+    """(version, data version) of ``table`` at ``barrier``."""
+    t = cat.load_table(table)
+    v = Pipeline(cat).version_at(table, barrier) if barrier > 0 else 0
+    c = S.commits.c
+    with cat.backend.read() as conn:
+        dv = conn.execute(sa.select(c.data_version).where(c.table_id == t.table_id, c.version == v)).scalar()
+    return v, int(dv or 0)
+
+
+def added_files(cat: Catalog, table: str, from_dv: int, to_dv: int) -> list[tuple[str, int]]:
+    """(path, rows) of the files whose rows a stream emits for data versions ``(from_dv, to_dv]``.
+
+    Appends and upserts emit their files; an overwrite emits its new rows (not
+    the rows it kept by rewriting). Compactions have no data version, and the
+    rewrites of copy-on-write deletes and updates are not emitted: the stream
+    is the table's appended and upserted rows.
+    """
+    t = cat.load_table(table)
+    f, c = S.files.c, S.commits.c
+    q = (
+        sa.select(f.path, f.record_count)
+        .select_from(S.files.join(S.commits, sa.and_(c.table_id == f.table_id, c.version == f.added_version)))
+        .where(f.table_id == t.table_id, c.data_version > from_dv, c.data_version <= to_dv,
+               c.operation.in_(["APPEND", "MERGE", "OVERWRITE"]), f.source_ids.is_(None))
+        .order_by(f.file_id)
+    )
+    with cat.backend.read() as conn:
+        return [(r[0], int(r[1])) for r in conn.execute(q)]

@@ -1,0 +1,170 @@
+"""The lakestep streaming sink: ``df.writeStream.format("lakestep")``.
+
+Protocol of one micro-batch (numbered as it runs):
+
+1. executors (``write``): each task turns its Arrow batches into rows of the
+   table's schema (a mismatch fails the task with :class:`SchemaMismatchError`:
+   nothing is committed) and writes Parquet files named
+   ``b<batch>-p<partition>-a<attempt>-<uuid>.parquet``. Executors never talk to
+   the catalog database; they return the list of files written;
+2. driver (``commit``), one catalog transaction:
+   * root job (external input, e.g. Kafka): the files are published tagged
+     with the open epoch, idempotently per ``(job, batchId)``: Spark's replay
+     of a batch after a crash returns the first commit;
+   * derived job: the batch's barriers are the ones its lakestep sources
+     agreed on (``progress.py``); the files are published through a
+     :class:`~lakestep.barrier.JobBatch`, tagged with the batch's barrier,
+     idempotent per (job, barrier). An empty micro-batch still commits, and so
+     precommits its barrier;
+   * a dead-letter table (option ``deadLetterTable``) receives the rows whose
+     ``_ls_error`` column is set, in the same transaction;
+3. on failure (``abort``): the files of the tasks that finished are deleted.
+   Not guaranteed: files of tasks that died stay as orphans until cleanup.
+
+Options: ``catalog`` (database URL, required), ``table`` (required), ``job``
+(default: ``spark-<table>``), ``mode`` (``append`` | ``update`` (upsert,
+primary-key tables) | ``complete`` (overwrite); default from Spark's output
+mode and the table), ``deadLetterTable``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from ..catalog.files import FileWriter, NewFile
+from ..catalog.writes import conform
+from . import progress
+
+log = logging.getLogger(__name__)
+
+ERROR_COL = "_ls_error"
+_FLUSH_ROWS = 1_000_000
+
+
+@dataclass
+class FilesWritten(WriterCommitMessage):
+    files: list[NewFile] = field(default_factory=list)
+    dead_letters: list[NewFile] = field(default_factory=list)
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class _TableShape:
+    """What executors need of a table: no database access."""
+
+    ident: str
+    location: str
+    schema_ipc: bytes
+    physical_ipc: bytes
+    partition_by: tuple[str, ...]
+    primary_key: tuple[str, ...]
+
+    @classmethod
+    def of(cls, table: Any) -> "_TableShape":
+        return cls(table.ident, table.location, table.schema.serialize().to_pybytes(),
+                   table.physical_schema.serialize().to_pybytes(), tuple(table.partition_by),
+                   tuple(table.primary_key))
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+
+    @property
+    def physical_schema(self) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(self.physical_ipc))
+
+
+def _physical(shape: _TableShape, rows: pa.Table) -> pa.Table:
+    if not shape.primary_key:
+        return rows
+    from ..catalog import pk
+
+    dedup = pk.last_per_key(rows, shape.primary_key)
+    flag = pa.array([False] * dedup.num_rows, pa.bool_())
+    return pa.Table.from_arrays(list(dedup.columns) + [flag], schema=shape.physical_schema)
+
+
+class LakestepStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: dict[str, str], overwrite: bool) -> None:
+        # Runs on the driver side: the only place that reads the catalog.
+        self.url = progress.required(options, "catalog")
+        cat = progress.open_catalog(self.url)
+        table = cat.load_table(progress.required(options, "table"))
+        self.job = options.get("job") or f"spark-{table.ident.replace('.', '-')}"
+        mode = options.get("mode") or ("complete" if overwrite else "update" if table.primary_key else "append")
+        if mode not in ("append", "update", "complete"):
+            raise ValueError(f"option mode must be append, update or complete, got {mode!r}")
+        if mode == "update" and not table.primary_key:
+            raise ValueError(f"update mode upserts by primary key, and {table.ident} has none")
+        self.mode = mode
+        self.shape = _TableShape.of(table)
+        dl = options.get("deadLetterTable")
+        self.dead = _TableShape.of(cat.load_table(dl)) if dl else None
+        progress.ensure_sink_registered(cat, self.job, table.ident, self.dead.ident if self.dead else None)
+
+    # ---------------------------------------------------------------- executors
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
+        prefix = f"b{batch or 'x'}-p{ctx.partitionId() if ctx else 0}-a{ctx.attemptNumber() if ctx else 0}-"
+        msg = FilesWritten()
+        pending: list[pa.RecordBatch] = []
+        n = 0
+        for rb in iterator:
+            pending.append(rb)
+            n += rb.num_rows
+            if n >= _FLUSH_ROWS:
+                self._flush(pending, prefix, msg)
+                pending, n = [], 0
+        if pending:
+            self._flush(pending, prefix, msg)
+        return msg
+
+    def _flush(self, batches: list[pa.RecordBatch], prefix: str, msg: FilesWritten) -> None:
+        data = pa.Table.from_batches(batches)
+        if data.num_rows == 0:
+            return
+        if ERROR_COL in data.column_names:
+            errors = data.column(ERROR_COL)
+            bad_mask = pa.compute.is_valid(errors)
+            bad = data.filter(bad_mask)
+            data = data.filter(pa.compute.invert(bad_mask)).drop_columns([ERROR_COL])
+            if bad.num_rows:
+                if self.dead is None:
+                    raise ValueError(f"{bad.num_rows} row(s) carry {ERROR_COL} but the sink has no deadLetterTable")
+                rows = conform(bad.select([c for c in bad.column_names if c in self.dead.schema.names]),
+                               self.dead.schema, self.dead.ident)
+                msg.dead_letters += FileWriter(self.dead.location).write_partitioned(
+                    rows, list(self.dead.partition_by), prefix=prefix)
+        if data.num_rows:
+            rows = _physical(self.shape, conform(data, self.shape.schema, self.shape.ident))
+            msg.files += FileWriter(self.shape.location).write_partitioned(
+                rows, list(self.shape.partition_by), prefix=prefix)
+            msg.rows += data.num_rows
+
+    # ------------------------------------------------------------------- driver
+    def commit(self, messages: list[FilesWritten | None], batchId: int) -> None:
+        files = [f for m in messages if m is not None for f in m.files]
+        dead = [f for m in messages if m is not None for f in m.dead_letters]
+        cat = progress.open_catalog(self.url)
+        mode = "overwrite" if self.mode == "complete" else "append"
+        results = progress.commit_batch(cat, self.job, batchId, self.shape.ident, files, mode=mode,
+                                        dead_letter=(self.dead.ident, dead) if self.dead else None)
+        log.info("job %s batch %d: %s", self.job, batchId, results)
+
+    def abort(self, messages: list[FilesWritten | None], batchId: int) -> None:
+        for m in messages:
+            if m is None:
+                continue
+            for shape, files in ((self.shape, m.files), (self.dead, m.dead_letters)):
+                if shape is not None:
+                    writer = FileWriter(shape.location)
+                    for f in files:
+                        writer.delete(f.path)

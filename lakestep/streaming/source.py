@@ -1,0 +1,109 @@
+"""The lakestep streaming source: ``spark.readStream.format("lakestep")``.
+
+Offsets are barriers: ``{"barrier": e, "dv": d}``, ``d`` being the table's
+data version at barrier ``e``. A micro-batch reads the rows the table gained
+between two offsets' data versions (appended and upserted rows; compactions
+make no data version, so compacted rows never come back).
+
+1. ``initialOffset``: where the job's sinks are (a restarted job with a fresh
+   checkpoint continues from the catalog, not from zero);
+2. ``latestOffset``: the barrier the job's sources agreed on for this trigger
+   (progress.py): the job's next batch, one barrier by default (option
+   ``maxBarriersPerTrigger`` for catching up), and only once every source of
+   the job has precommitted it;
+3. ``partitions``: one Spark partition per data file to read; executors read
+   the files (never the catalog database);
+4. ``commit``: pins the version the next batch starts from with a leased
+   version lock, so cleanup keeps its files while the stream is behind.
+
+Options: ``catalog``, ``table``, ``job`` (required: a derived job registered
+with its sources and sinks), ``maxBarriersPerTrigger`` (default 1).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from ..catalog.files import resolve_filesystem
+from . import progress
+from .sink import _TableShape
+
+log = logging.getLogger(__name__)
+
+
+class FilesPartition(InputPartition):
+    def __init__(self, paths: Sequence[str]) -> None:
+        super().__init__(list(paths))
+        self.paths = list(paths)
+
+
+class LakestepStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.url = progress.required(options, "catalog")
+        self.table = progress.required(options, "table")
+        self.job = progress.required(options, "job")
+        self.max_barriers = int(options.get("maxBarriersPerTrigger", "1"))
+        if self.max_barriers < 1:
+            raise ValueError("maxBarriersPerTrigger must be at least 1")
+        cat = progress.open_catalog(self.url)
+        progress.ensure_source_registered(cat, self.job, self.table)
+        self.shape = _TableShape.of(cat.load_table(self.table))
+        self._calls: dict[int, int] = {}
+
+    def _offset(self, barrier: int) -> dict[str, int]:
+        _, dv = progress.data_version_at(progress.open_catalog(self.url), self.table, barrier)
+        return {"barrier": barrier, "dv": dv}
+
+    def initialOffset(self) -> dict[str, int]:
+        return self._offset(progress.job_frontier(progress.open_catalog(self.url), self.job))
+
+    def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
+        s = int(start["barrier"])
+        n = self._calls.get(s, 0)
+        self._calls = {s: n + 1}
+        cat = progress.open_catalog(self.url)
+
+        def plan() -> int:
+            from ..barrier import Pipeline
+
+            nxt = Pipeline(cat).next_batch(self.job, max_barriers=self.max_barriers)
+            return nxt.hi if nxt is not None and nxt.lo == s + 1 else s
+
+        end = progress.decide(cat, self.job, s, n, plan)
+        return start if end == s else self._offset(end)
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        if int(end["dv"]) <= int(start["dv"]):
+            return []
+        files = progress.added_files(progress.open_catalog(self.url), self.table, int(start["dv"]), int(end["dv"]))
+        return [FilesPartition([path]) for path, _ in files]
+
+    def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:  # executors
+        fs, root = resolve_filesystem(self.shape.location)
+        sep = "/" if "://" in self.shape.location else "/"
+        paths = [root.rstrip(sep) + sep + p for p in partition.paths]
+        data = ds.dataset(paths, schema=self.shape.physical_schema, format="parquet", filesystem=fs).to_table()
+        if self.shape.primary_key:  # upserted rows; tombstones are not rows
+            data = data.filter(pa.compute.invert(data.column("_ls_deleted"))).drop_columns(["_ls_deleted"])
+        yield from data.to_batches()
+
+    def commit(self, end: dict[str, int]) -> None:
+        cat = progress.open_catalog(self.url)
+        t = cat.load_table(self.table)
+        locker = f"stream:{self.job}:{self.table}"
+        from ..catalog.lifecycle import release_locks
+
+        release_locks(cat, locker)
+        try:
+            v, _ = progress.data_version_at(cat, self.table, int(end["barrier"]))
+            t.lock(locker=locker, version=v, lease_seconds=3600)
+        except Exception as e:  # a pin is a courtesy to cleanup; never fail the stream for it
+            log.warning("could not pin %s for stream %s: %s", self.table, self.job, e)
+
+    def stop(self) -> None:
+        pass

@@ -28,8 +28,8 @@ What is not:
   high watermark (it returns the base offset of the last record batch + 1).
   :mod:`lakestep.streaming.kafka` works around that.
 
-Only the standard library is imported at module import time; kafka-python is
-imported lazily by the helpers that need it.
+Only the standard library and :mod:`lakestep.errors` are imported at module
+import time; kafka-python is imported lazily by the helpers that need it.
 """
 
 from __future__ import annotations
@@ -40,13 +40,17 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import warnings
 import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
+
+from lakestep.errors import LakestepError
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
@@ -59,7 +63,18 @@ logger = logging.getLogger(__name__)
 TANSU_BIN_ENV = "LAKESTEP_TANSU_BIN"
 
 
-class TansuBrokerError(RuntimeError):
+def _import_kafka_python() -> None:
+    """Import kafka-python once with its import-time DeprecationWarning silenced
+    (kafka-python 3 loads its protocol schemas with ``importlib.resources.read_text``,
+    which warns on Python 3.11+ and fails test suites that turn warnings into errors)."""
+    if "kafka.consumer" in sys.modules:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka  # noqa: F401
+
+
+class TansuBrokerError(LakestepError, RuntimeError):
     """The tansu broker could not be found, started, or used."""
 
 
@@ -157,7 +172,7 @@ class TansuBroker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._producer: KafkaProducer | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[..., TansuBroker] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -209,9 +224,13 @@ class TansuBroker:
                 return self
             except TansuBrokerError as exc:
                 last_error = exc
-                exited = self._proc is not None and self._proc.poll() is not None
+                # Retry on another port only if another process took this one
+                # between picking it and tansu binding it.
+                # (tansu 0.6 logs `AddrInUse ... "Address in use"` and exits with code 0.)
+                output = self.output_tail().lower()
+                lost_port = "addrinuse" in output or "address already in use" in output
                 self.stop()
-                if not exited:  # a timeout, not a lost race for the port: do not retry
+                if not lost_port:
                     break
         assert last_error is not None
         raise last_error
@@ -221,15 +240,19 @@ class TansuBroker:
         self._log = tempfile.TemporaryFile(prefix="tansu-")
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "warn")
-        self._proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            # Same process group as the caller on purpose: whoever kills the caller's
-            # group (a CI timeout, Ctrl-C) also ends the broker, so it cannot leak.
-        )
+        env.setdefault("NO_COLOR", "1")  # plain text in error messages
+        try:
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                # Same process group as the caller on purpose: whoever kills the caller's
+                # group (a CI timeout, Ctrl-C) also ends the broker, so it cannot leak.
+            )
+        except OSError as exc:
+            raise TansuBrokerError(f"cannot run {cmd[0]}: {exc}") from exc
         self.port = port
         self._finalizer = weakref.finalize(self, _stop_process, self._proc, self.stop_timeout)
         logger.debug("started %s (pid %d)", " ".join(cmd), self._proc.pid)
@@ -247,6 +270,7 @@ class TansuBroker:
             return ""
 
     def _wait_ready(self) -> None:
+        _import_kafka_python()
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
@@ -263,7 +287,7 @@ class TansuBroker:
             if remaining <= 0:
                 raise TansuBrokerError(
                     f"tansu did not answer Kafka requests on {self.host}:{self.port} within "
-                    f"{self.startup_timeout:.0f}s (last error: {last!r}); output:\n"
+                    f"{self.startup_timeout:g}s (last error: {last!r}); output:\n"
                     f"{self.output_tail()}"
                 )
             try:
@@ -280,7 +304,8 @@ class TansuBroker:
                     consumer.topics()  # a real Metadata round trip
                 finally:
                     consumer.close()
-                return
+                if self._proc.poll() is None:  # it was our broker that answered
+                    return
             except (OSError, KafkaError) as exc:
                 last = exc
                 time.sleep(0.05)
@@ -321,6 +346,7 @@ class TansuBroker:
         Raises:
             TansuBrokerError: the topic could not be created or did not appear in time.
         """
+        _import_kafka_python()
         from kafka import KafkaAdminClient, KafkaConsumer
         from kafka.admin import NewTopic
 
@@ -349,7 +375,7 @@ class TansuBroker:
                 if time.monotonic() > deadline:
                     raise TansuBrokerError(
                         f"topic {name!r} shows {len(found)} of {partitions} partitions "
-                        f"after {timeout:.0f}s"
+                        f"after {timeout:g}s"
                     )
                 time.sleep(0.05)
         finally:
@@ -359,6 +385,7 @@ class TansuBroker:
     def producer(self) -> KafkaProducer:
         """A shared kafka-python producer connected to this broker (created lazily)."""
         if self._producer is None:
+            _import_kafka_python()
             from kafka import KafkaProducer
 
             self._producer = KafkaProducer(

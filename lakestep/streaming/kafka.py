@@ -24,31 +24,31 @@ Schema (identical to Spark's Kafka source; every column nullable)::
 
 Options (names are case-insensitive, like every Spark option):
 
-=============================  ==========================================================
-``kafka.bootstrap.servers``    required; comma-separated ``host:port`` list.
-``subscribe``                  required; comma-separated topic names. ``assign`` and
-                               ``subscribePattern`` are not supported.
-``startingOffsets``            ``latest`` (default, as in Spark), ``earliest``, or JSON
-                               ``{"topic": {"0": 23, "1": -2}}`` naming *every*
-                               partition of the subscribed topics (-2 = earliest,
-                               -1 = latest). Only used when a query starts without a
-                               checkpoint.
-``maxOffsetsPerTrigger``       cap on records per micro-batch, spread over partitions in
-                               proportion to their backlog (Spark's algorithm). Also
-                               honoured by ``trigger(availableNow=True)``.
-``includeHeaders``             ``false`` (default) / ``true``.
-``failOnDataLoss``             only ``true`` (the default) is supported: offsets that
-                               vanished from the log fail the query.
-``kafkaConsumer.pollTimeoutMs`` executor-side: fail a task whose partition makes no
-                               progress for this long (default 120000).
-``fetchOffset.timeoutMs``      driver-side: bound on each metadata / offset lookup
-                               (default 60000).
-``rowFormat``                  ``arrow`` (default: ``read()`` yields
-                               ``pyarrow.RecordBatch``) or ``tuples`` (one Python tuple
-                               per record; slower, kept for diagnosis).
-``kafka.*``                    passed to kafka-python's ``KafkaConsumer``, see
-                               :func:`kafka_consumer_config` for the name mapping.
-=============================  ==========================================================
+=================================  ==========================================================
+``kafka.bootstrap.servers``        required; comma-separated ``host:port`` list.
+``subscribe``                      required; comma-separated topic names. ``assign`` and
+                                   ``subscribePattern`` are not supported.
+``startingOffsets``                ``latest`` (default, as in Spark), ``earliest``, or JSON
+                                   ``{"topic": {"0": 23, "1": -2}}`` naming *every*
+                                   partition of the subscribed topics (-2 = earliest,
+                                   -1 = latest). Only used when a query starts without a
+                                   checkpoint.
+``maxOffsetsPerTrigger``           cap on records per micro-batch, spread over partitions in
+                                   proportion to their backlog (Spark's algorithm). Also
+                                   honoured by ``trigger(availableNow=True)``.
+``includeHeaders``                 ``false`` (default) / ``true``.
+``failOnDataLoss``                 only ``true`` (the default) is supported: offsets that
+                                   vanished from the log fail the query.
+``kafkaConsumer.pollTimeoutMs``    executor-side: fail a task whose partition makes no
+                                   progress for this long (default 120000).
+``fetchOffset.timeoutMs``          driver-side: bound on each metadata / offset lookup
+                                   (default 60000).
+``rowFormat``                      ``arrow`` (default: ``read()`` yields
+                                   ``pyarrow.RecordBatch``) or ``tuples`` (one Python tuple
+                                   per record; slower, kept for diagnosis).
+``kafka.*``                        passed to kafka-python's ``KafkaConsumer``, see
+                                   :func:`kafka_consumer_config` for the name mapping.
+=================================  ==========================================================
 
 Guarantees:
 
@@ -79,7 +79,16 @@ Not guaranteed / not supported:
   30 seconds and are read from their earliest offset (as Spark does).
 * ``startingOffsets=latest`` is resolved when the query first asks for it; if
   the query dies before its first batch is committed, a restart resolves it
-  again (the engine keeps no copy of the initial offsets for Python sources).
+  again (Spark's own Kafka source keeps its initial offsets in the checkpoint;
+  a Python data source is not given the checkpoint directory).
+* Large backlogs are not split: one Spark task reads a partition's whole range
+  in a batch. Bound batches with ``maxOffsetsPerTrigger``.
+
+Performance: decoding in kafka-python dominates (~10 µs per small record and
+core). Installing the ``crc32c`` package (``kafka-python[crc32c]``) makes
+kafka-python's CRC checks native, about 1.5x faster overall;
+``kafka.check.crcs=false`` skips them. Each micro-batch also costs the Spark
+scheduling overhead of about a second in local mode.
 
 Needs pyspark >= 4.2 (admission control: ``latestOffset(start, limit)``).
 """
@@ -90,13 +99,18 @@ import json
 import logging
 import math
 import re
+import sys
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakestep.errors import LakestepError
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -131,6 +145,7 @@ __all__ = [
     "KafkaDataLossError",
     "KafkaDataSource",
     "KafkaInputPartition",
+    "KafkaSourceError",
     "KafkaSourceOptions",
     "KafkaSourceTimeoutError",
     "KafkaStreamReader",
@@ -159,21 +174,41 @@ StartingOffsets = Union[Literal["earliest", "latest"], Offsets]
 _PARTITION_DISCOVERY_INTERVAL_S = 30.0
 _ARROW_BATCH_ROWS = 10_000
 _PROBE_FETCH_WAIT_MS = 10  # tansu never answers a Fetch with max_wait 0 (kafka-python gets nothing)
-_PROBE_PARTITION_FETCH_BYTES = 64 * 1024
+_PROBE_PARTITION_FETCH_BYTES = 8 * 1024
+_PROBE_MAX_RECORDS = 1_000_000  # drain a probe's fetches at once (records are dropped)
+_PROBE_STALL_S = 5.0
+
+
+def _import_kafka_python() -> None:
+    """Import kafka-python once with its import-time DeprecationWarning silenced
+    (kafka-python 3 loads its protocol schemas with ``importlib.resources.read_text``,
+    which warns on Python 3.11+ and fails test suites that turn warnings into errors)."""
+    if "kafka.consumer" in sys.modules:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka  # noqa: F401
 
 
 # ============================================================================ errors
 
 
-class KafkaTopicNotFoundError(ValueError):
+class KafkaSourceError(LakestepError):
+    """Root of the errors the ``lakestep-kafka`` source raises on purpose.
+
+    Plain option misuse raises :class:`ValueError` instead (naming the option).
+    """
+
+
+class KafkaTopicNotFoundError(KafkaSourceError, ValueError):
     """A topic named in ``subscribe`` does not exist on the cluster."""
 
 
-class KafkaDataLossError(RuntimeError):
+class KafkaDataLossError(KafkaSourceError):
     """Offsets the query needs are no longer (or not yet) in the log."""
 
 
-class KafkaSourceTimeoutError(TimeoutError):
+class KafkaSourceTimeoutError(KafkaSourceError, TimeoutError):
     """The broker did not answer, or a partition made no progress, in time."""
 
 
@@ -362,6 +397,7 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
             deserializers, JKS key/trust stores, unparsable values, or a missing
             ``kafka.bootstrap.servers``. Secret values never appear in messages.
     """
+    _import_kafka_python()
     from kafka import KafkaConsumer
 
     defaults = KafkaConsumer.DEFAULT_CONFIG
@@ -632,13 +668,19 @@ def rate_limit(start: Mapping[TP, int], until: Mapping[TP, int], limit: int) -> 
 # ============================================================================ kafka access
 
 
-def _consumer(config: Mapping[str, Any], **overrides: Any) -> KafkaConsumer:
-    """A group-less, non-committing kafka-python consumer."""
+def _consumer(config: Mapping[str, Any], *, timeout_ms: int, **overrides: Any) -> KafkaConsumer:
+    """A group-less, non-committing kafka-python consumer.
+
+    ``timeout_ms`` bounds the initial bootstrap (connection + metadata) unless
+    the user set ``kafka.bootstrap.timeout.ms``.
+    """
+    _import_kafka_python()
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
     settings = dict(config)
     settings.update(overrides)
+    settings.setdefault("bootstrap_timeout_ms", min(30_000, timeout_ms))
     settings.update(
         group_id=None,
         enable_auto_commit=False,
@@ -653,25 +695,36 @@ def _consumer(config: Mapping[str, Any], **overrides: Any) -> KafkaConsumer:
         ) from exc
 
 
+class _ProbeStalled(Exception):
+    """A high-watermark probe got no answer in time (internal)."""
+
+
 class _OffsetClient:
     """Driver-side metadata and offset lookups.
 
-    Metadata and ListOffsets(earliest) go through one long-lived consumer;
-    each high-watermark probe uses a fresh consumer (see :meth:`high_watermarks`).
+    Holds two kafka-python consumers for the life of the stream reader: one for
+    metadata and ListOffsets(earliest), one for high-watermark probes (see
+    :meth:`high_watermarks`), so an idle query does not open a connection (and
+    a TLS/SASL handshake) per trigger.
     """
 
     def __init__(self, config: Mapping[str, Any], timeout_ms: int) -> None:
         self._config = dict(config)
         self._timeout_ms = timeout_ms
-        self._consumer = _consumer(config)
+        self._consumer = _consumer(config, timeout_ms=timeout_ms)
+        self._probe: KafkaConsumer | None = None
         self._partitions: dict[str, list[int]] = {}
         self._refreshed_at = -math.inf
 
     def close(self) -> None:
-        try:
-            self._consumer.close(autocommit=False, timeout_ms=2000)
-        except Exception:  # closing is best effort
-            logger.debug("closing the offset consumer failed", exc_info=True)
+        for consumer in (self._probe, self._consumer):
+            if consumer is None:
+                continue
+            try:
+                consumer.close(autocommit=False, timeout_ms=2000)
+            except Exception:  # closing is best effort
+                logger.debug("closing a driver consumer failed", exc_info=True)
+        self._probe = None
 
     def partitions(self, topics: Sequence[str], *, force: bool = False) -> list[TP]:
         """All partitions of ``topics``; metadata is refreshed at most every 30 s
@@ -707,6 +760,7 @@ class _OffsetClient:
         """Log start offsets (ListOffsets earliest)."""
         if not tps:
             return {}
+        _import_kafka_python()
         from kafka import TopicPartition
         from kafka.errors import KafkaTimeoutError
 
@@ -723,45 +777,76 @@ class _OffsetClient:
     def high_watermarks(self, positions: Mapping[TP, int]) -> Offsets:
         """The high watermark of each partition, read from a Fetch response.
 
-        ``positions`` are offsets known to be in the log (or equal to its end);
-        the fetch starts there and its records are discarded, so passing the
-        last known end keeps the probe cheap. ListOffsets(latest) is not used on
-        purpose, see the module docstring.
+        ``positions`` must be offsets in the log or equal to its end; the fetch
+        starts there and the records it returns are decoded and dropped, so
+        passing the last known end keeps a probe cheap (it then only carries
+        what was appended since). ListOffsets(latest) is not used on purpose,
+        see the module docstring.
+
+        A returned value is never above the true high watermark and never below
+        the given position. It can lag by the few milliseconds between a fetch
+        and this call (a response to a fetch sent by the previous probe from
+        the same position may be used).
 
         Raises:
             KafkaDataLossError: a position is beyond the end of the log.
-            KafkaSourceTimeoutError: no fetch answer within ``fetchOffset.timeoutMs``.
+            KafkaSourceTimeoutError: no answer within ``fetchOffset.timeoutMs``.
         """
         if not positions:
             return {}
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        for attempt in (1, 2):
+            if self._probe is None:
+                self._probe = _consumer(
+                    self._config,
+                    timeout_ms=self._timeout_ms,
+                    fetch_max_wait_ms=_PROBE_FETCH_WAIT_MS,
+                    max_partition_fetch_bytes=_PROBE_PARTITION_FETCH_BYTES,
+                    fetch_min_bytes=1,
+                    # KIP-227 incremental fetch sessions leave partitions whose state
+                    # did not change out of the response: a re-probe would never see
+                    # their high watermark. Full Fetch requests answer for all.
+                    enable_incremental_fetch_sessions=False,
+                )
+            # The first attempt gets a short leash: a healthy broker answers in
+            # milliseconds, and a wedged consumer is replaced by a fresh one.
+            until = min(deadline, time.monotonic() + _PROBE_STALL_S) if attempt == 1 else deadline
+            try:
+                return self._probe_once(self._probe, positions, until)
+            except _ProbeStalled as stalled:
+                probe, self._probe = self._probe, None
+                try:
+                    probe.close(autocommit=False, timeout_ms=1000)
+                except Exception:
+                    logger.debug("closing a stalled probe consumer failed", exc_info=True)
+                if attempt == 2 or time.monotonic() >= deadline:
+                    raise KafkaSourceTimeoutError(
+                        f"no Fetch response with a high watermark for {stalled.args[0]} within "
+                        f"{self._timeout_ms} ms (option fetchOffset.timeoutMs)"
+                    ) from None
+                logger.warning(
+                    "high-watermark probe stalled on %s; retrying with a new consumer", stalled.args[0]
+                )
+        raise AssertionError("unreachable")
+
+    def _probe_once(self, consumer: KafkaConsumer, positions: Mapping[TP, int], until: float) -> Offsets:
+        _import_kafka_python()
         from kafka import TopicPartition
         from kafka.errors import OffsetOutOfRangeError
 
-        # A fresh consumer per probe: kafka-python keeps buffered fetch results
-        # across unsubscribe()/assign()/seek() and then sends no new Fetch for
-        # those partitions, so a reused consumer can wait forever for a
-        # high watermark.
-        consumer = _consumer(
-            self._config,
-            fetch_max_wait_ms=_PROBE_FETCH_WAIT_MS,
-            max_partition_fetch_bytes=_PROBE_PARTITION_FETCH_BYTES,
-            fetch_min_bytes=1,
-            # KIP-227 incremental fetch sessions leave unchanged partitions out of
-            # responses; full Fetch requests always answer for every partition.
-            enable_incremental_fetch_sessions=False,
-        )
         wanted = {TopicPartition(t, p): off for (t, p), off in positions.items()}
         result: Offsets = {}
         pending = set(wanted)
-        deadline = time.monotonic() + self._timeout_ms / 1000
+        # Never pause() partitions here: kafka-python parks the buffered data of
+        # paused partitions and, after unsubscribe()/assign(), may then never
+        # fetch them again.
+        consumer.assign(list(wanted))  # assignment is empty: fresh state, highwater() is None
         try:
-            consumer.assign(list(wanted))
             for tp, off in wanted.items():
                 consumer.seek(tp, off)
             while pending:
                 try:
-                    # Records are only decoded one at a time and thrown away.
-                    consumer.poll(timeout_ms=_PROBE_FETCH_WAIT_MS, max_records=1)
+                    consumer.poll(timeout_ms=_PROBE_FETCH_WAIT_MS, max_records=_PROBE_MAX_RECORDS)
                 except OffsetOutOfRangeError as exc:
                     self._handle_out_of_range(consumer, exc, wanted)
                 for tp in list(pending):
@@ -769,15 +854,10 @@ class _OffsetClient:
                     if hw is not None:
                         result[(tp.topic, tp.partition)] = int(hw)
                         pending.discard(tp)
-                        consumer.pause(tp)  # no further fetches for it
-                if pending and time.monotonic() > deadline:
-                    raise KafkaSourceTimeoutError(
-                        f"no Fetch response with a high watermark for "
-                        f"{sorted((tp.topic, tp.partition) for tp in pending)} within "
-                        f"{self._timeout_ms} ms (option fetchOffset.timeoutMs)"
-                    )
+                if pending and time.monotonic() > until:
+                    raise _ProbeStalled(sorted((tp.topic, tp.partition) for tp in pending))
         finally:
-            consumer.close(autocommit=False, timeout_ms=2000)
+            consumer.unsubscribe()
         return result
 
     def _handle_out_of_range(
@@ -804,21 +884,31 @@ class _OffsetClient:
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def _records_to_batch(records: Sequence[Any], topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
+def _records_to_batch(
+    records: Sequence[Any], topic: str, partition: int, include_headers: bool
+) -> pa.RecordBatch:
+    """Kafka-python ``ConsumerRecord`` namedtuples to one Arrow batch of :func:`arrow_schema`."""
     n = len(records)
+    # ConsumerRecord is a namedtuple: transpose once (in C), then pick columns by name.
+    index = {name: i for i, name in enumerate(records[0]._fields)}
+    columns = list(zip(*records))
+
+    def column(name: str) -> tuple[Any, ...]:
+        return columns[index[name]]
+
     arrays: list[pa.Array] = [
-        pa.array([r.key for r in records], pa.binary()),
-        pa.array([r.value for r in records], pa.binary()),
+        pa.array(column("key"), pa.binary()),
+        pa.array(column("value"), pa.binary()),
         pa.array([topic] * n, pa.string()),
         pa.array([partition] * n, pa.int32()),
-        pa.array([r.offset for r in records], pa.int64()),
-        pa.array([r.timestamp * 1000 for r in records], pa.int64()).cast(_TIMESTAMP_ARROW_TYPE),
-        pa.array([r.timestamp_type for r in records], pa.int32()),
+        pa.array(column("offset"), pa.int64()),
+        pc.multiply(pa.array(column("timestamp"), pa.int64()), 1000).cast(_TIMESTAMP_ARROW_TYPE),
+        pa.array(column("timestamp_type"), pa.int32()),
     ]
     if include_headers:
         arrays.append(
             pa.array(
-                [[{"key": k, "value": v} for k, v in (r.headers or ())] for r in records],
+                [[{"key": k, "value": v} for k, v in (h or ())] for h in column("headers")],
                 _HEADERS_ARROW_TYPE,
             )
         )
@@ -853,13 +943,14 @@ def read_partition_range(
         KafkaSourceTimeoutError: no progress for ``kafkaConsumer.pollTimeoutMs``.
         KafkaDataLossError: ``start`` is no longer (or ``end`` not yet) in the log.
     """
+    _import_kafka_python()
     from kafka import TopicPartition
     from kafka.errors import OffsetOutOfRangeError
 
     if end <= start:
         return
     tp = TopicPartition(topic, partition)
-    consumer = _consumer(options.consumer_config)
+    consumer = _consumer(options.consumer_config, timeout_ms=options.poll_timeout_ms)
     arrow = options.row_format == "arrow"
     headers = options.include_headers
     timeout_s = options.poll_timeout_ms / 1000
@@ -924,9 +1015,10 @@ class KafkaInputPartition(InputPartition):
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches on the driver; reads partitions on executors.
 
-    The driver keeps one kafka-python consumer (created lazily, never
-    pickled) for metadata and high-watermark probes. ``read()`` runs in
-    executors and opens its own consumer per task.
+    On the driver (Spark's long-lived Python process for the query) it keeps
+    two kafka-python consumers, created lazily and never pickled: one for
+    metadata, one for high-watermark probes. ``read()`` runs in executors and
+    opens its own consumer per task.
     """
 
     def __init__(self, options: KafkaSourceOptions) -> None:
@@ -1000,7 +1092,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._ends(self.client.earliest(tps))
         logger.info("availableNow target offsets %s", offsets_to_json(self._target))
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict[str, dict[str, int]]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
         """End offsets of the next micro-batch (``start`` if there is nothing new)."""
         begin = offsets_from_json(start)
         tps = self.client.partitions(self.options.topics)
@@ -1013,8 +1105,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         until: Offsets = {}
         for tp, offset in origin.items():
             end = ends.get(tp)
-            if end is None:  # partition vanished from metadata: hold it
-                logger.warning("partition %s-%d is missing from metadata", *tp)
+            if end is None:  # not subscribed any more, or gone from metadata: hold it
+                if tp[0] in self.options.topics:
+                    logger.warning("partition %s-%d is missing from the topic metadata", *tp)
                 until[tp] = offset
                 continue
             if end < offset:
@@ -1032,7 +1125,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
         return offsets_to_json(self._known_end) if self._known_end else None
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One input partition per Kafka partition with offsets in ``[start, end)``."""
         begin = offsets_from_json(start)
         until = offsets_from_json(end)
@@ -1050,7 +1143,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 result.append(KafkaInputPartition(tp[0], tp[1], first, stop))
         return result
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint only."""
 
     def stop(self) -> None:

@@ -1,0 +1,111 @@
+"""Fixtures for the Spark / Kafka tests.
+
+* ``spark``: one local Spark session (``local[2]``) for the whole test run,
+  shared by every streaming test. Tests must not stop it or change its global
+  configuration; use unique query names / temp directories per test.
+* ``kafka_broker``: one in-memory tansu broker (:class:`TansuBroker`) for the
+  whole run. Tests create their own uniquely named topics
+  (``kafka_topic_name``) so they never see each other's records.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakestep.streaming.broker import TansuBroker
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+_LOG4J2 = """\
+status = error
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _prepend_env_path(name: str, entry: str) -> None:
+    parts = [p for p in os.environ.get(name, "").split(os.pathsep) if p]
+    if entry not in parts:
+        os.environ[name] = os.pathsep.join([entry, *parts])
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """A quiet local Spark session: 2 cores, 2 shuffle partitions, no UI, UTC."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail("Spark tests need Java 17+ (java on PATH or JAVA_HOME)")
+    from pyspark.sql import SparkSession
+
+    # Python workers must run this interpreter (pyarrow, kafka-python) and be able
+    # to import lakestep, which Python data sources are pickled by reference to.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    _prepend_env_path("PYTHONPATH", str(REPO_ROOT))
+
+    base = tmp_path_factory.mktemp("spark")
+    log4j = base / "log4j2.properties"
+    log4j.write_text(_LOG4J2)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("lakestep-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.warehouse.dir", str(base / "warehouse"))
+        # C1-only JIT: a test run is short-lived, so quick warm-up beats peak speed.
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Dlog4j2.configurationFile=file:{log4j} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        )
+        .config("spark.sql.adaptive.enabled", "false")  # unsupported by streaming; it warns
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        for query in session.streams.active:
+            query.stop()
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[TansuBroker]:
+    """An in-memory tansu broker on a free loopback port, for the whole run."""
+    from lakestep.streaming.broker import TansuBroker
+
+    with TansuBroker() as broker:
+        yield broker
+
+
+@pytest.fixture
+def kafka_topic_name(request: pytest.FixtureRequest) -> Callable[[], str]:
+    """Returns a function making topic names unique to this test."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
+
+    def make() -> str:
+        return f"{base}-{uuid.uuid4().hex[:8]}"
+
+    return make

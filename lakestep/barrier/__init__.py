@@ -1,0 +1,70 @@
+"""Barriers: epochs, the job topology, per-table states, consistent reads, rollback.
+
+No pyspark here: the barrier coordinator works, and is tested, with no JVM.
+
+* :class:`Pipeline` - the whole API of one catalog in one object;
+* :class:`Topology` - jobs, their source and sink tables, lineage (topology.py);
+* :class:`Coordinator` - seals epochs and snapshots committed barriers, in a
+  thread or as ``python -m lakestep.barrier.coordinator`` (coordinator.py);
+* derived jobs plan and commit barrier batches with :class:`BatchPlan` and
+  :class:`JobBatch` (jobs.py); root jobs commit with ``barrier=OPEN_EPOCH``;
+* reads choose versions with :meth:`Pipeline.choose` (choose.py);
+* :meth:`Pipeline.rollback` rolls the topology back to a barrier (rollback.py).
+
+How states are derived from commits and seals: states.py.
+"""
+
+from ..catalog.commit import OPEN_EPOCH
+from .choose import Choice, Explanation, Level, Scope, TableChoice
+from .coordinator import Coordinator, Tick
+from .epochs import Lease, Seal
+from .errors import (
+    BarrierError,
+    BarrierNotRetainedError,
+    CycleError,
+    JobNotFoundError,
+    NoSnapshotError,
+    NotCoordinatorError,
+    RollbackRefusedError,
+    StaleBatchError,
+    TopologyError,
+)
+from .jobs import BatchPlan, BatchResult, JobBatch, SourceRange
+from .pipeline import BarrierState, Pipeline
+from .rollback import RollbackResult, TableRollback
+from .topology import DOWNSTREAM_SQL, UPSTREAM_SQL, Graph, Job, Topology
+
+__all__ = [
+    "OPEN_EPOCH",
+    "Pipeline",
+    "Topology",
+    "Job",
+    "Graph",
+    "DOWNSTREAM_SQL",
+    "UPSTREAM_SQL",
+    "Coordinator",
+    "Tick",
+    "Lease",
+    "Seal",
+    "BarrierState",
+    "BatchPlan",
+    "BatchResult",
+    "JobBatch",
+    "SourceRange",
+    "Choice",
+    "Explanation",
+    "TableChoice",
+    "Level",
+    "Scope",
+    "RollbackResult",
+    "TableRollback",
+    "BarrierError",
+    "BarrierNotRetainedError",
+    "CycleError",
+    "JobNotFoundError",
+    "NoSnapshotError",
+    "NotCoordinatorError",
+    "RollbackRefusedError",
+    "StaleBatchError",
+    "TopologyError",
+]

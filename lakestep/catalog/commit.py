@@ -65,6 +65,7 @@ class Operation(str, enum.Enum):
     UPDATE = "UPDATE"
     MERGE = "MERGE"
     COMPACT = "COMPACT"
+    RESTORE = "RESTORE"  # metadata only: the live files become those of ``base_version``
 
     @property
     def rewrites_rows(self) -> bool:
@@ -251,6 +252,8 @@ class _Resolver:
             return self._overwrite()
         if op.rewrites_rows:
             return self._rewrite()
+        if op is Operation.RESTORE:
+            return self._restore()
         raise ValueError(f"cannot commit operation {op}")
 
     # ---------------------------------------------------------------- COMPACT
@@ -392,6 +395,57 @@ class _Resolver:
                     f.added_version,
                     f"serializable isolation: file {f.file_id} added concurrently may hold rows matching the predicate",
                 )
+
+    # ---------------------------------------------------------------- RESTORE
+    def _restore(self) -> _Plan:
+        """RESTORE: make the live files exactly those live at ``base_version``, by metadata.
+
+        1. every live file whose path was not live at the target is removed;
+        2. every file live at the target whose path is no longer live is recorded
+           again (a new file row, same path and statistics);
+        3. re-adding a file removed longer ago than the retention window is
+           refused (cleanup may have deleted its bytes) unless a live snapshot or
+           version lock pins a version where it was live.
+
+        Commits that landed after the target, concurrent ones included, are all
+        undone: the table then holds exactly the rows of the target version.
+        """
+        c, v = self.c, self.c.base_version
+        if not 0 <= v <= self.head.version:
+            raise ValueError(f"{c.ident}: cannot restore version {v} (newest is {self.head.version})")
+        f = S.files.c
+        at_v = [row_to_file(r) for r in self.conn.execute(sa.select(*_FILE_COLS).where(
+            f.table_id == c.table_id, f.added_version <= v,
+            sa.or_(f.removed_version.is_(None), f.removed_version > v)))]
+        live = live_files(self.conn, c.table_id)
+        want, have = {x.path for x in at_v}, {x.path for x in live}
+        plan = _Plan(c, notes={"restored_to": v})
+        for x in live:
+            if x.path not in want:
+                plan.remove_ids.append(x.file_id)
+                plan.removed_rows += x.record_count
+        pinned: list[int] | None = None
+        for x in at_v:
+            if x.path in have:
+                continue
+            rv = int(x.removed_version or 0)
+            if self.ops.get(rv, ("?", 0.0))[1] + c.retention_seconds < self.now:
+                if pinned is None:
+                    pinned = self._pinned_versions()
+                if not any(x.added_version <= w < rv for w in pinned):
+                    raise self.conflict(rv, f"file {x.file_id} to restore was removed past the retention window")
+            plan.readd.append(x)
+        plan.notes["restored_files"] = len(plan.readd)
+        return plan
+
+    def _pinned_versions(self) -> list[int]:
+        """Versions of this table kept readable by a live snapshot or version lock."""
+        out: list[int] = []
+        for t in (S.snapshots, S.locks):
+            q = sa.select(t.c.version).where(
+                t.c.table_id == self.c.table_id, sa.or_(t.c.expires_at.is_(None), t.c.expires_at > self.now))
+            out.extend(int(r[0]) for r in self.conn.execute(q))
+        return out
 
 
 # ---------------------------------------------------------------------------

@@ -160,6 +160,107 @@ epoch = sa.Table(
 )
 
 
+# --- version 3: the barrier coordinator (lakestep/barrier) -------------------
+# The topology: jobs and the tables they read and write (FLIP-276's
+# __META_JOB_SOURCE / __META_JOB_SINK). Retired jobs keep their rows.
+jobs = sa.Table(
+    "ls_job",
+    metadata,
+    sa.Column("job_id", sa.String(256), primary_key=True),
+    sa.Column("external_input", sa.Boolean, nullable=False),
+    # The committed barrier when the job was registered: its derived sinks
+    # join the COMMIT set once they have caught up with it.
+    sa.Column("joined_barrier", sa.BigInteger, nullable=False, default=0),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("retired_at", sa.Float, nullable=True),
+    sa.Column("description", sa.Text, nullable=False, default=""),
+)
+
+job_sources = sa.Table(
+    "ls_job_source",
+    metadata,
+    sa.Column("job_id", sa.String(256), primary_key=True),
+    sa.Column("table_id", sa.BigInteger, primary_key=True),
+    sa.Index("ls_job_source_table", "table_id"),
+)
+
+job_sinks = sa.Table(
+    "ls_job_sink",
+    metadata,
+    sa.Column("job_id", sa.String(256), primary_key=True),
+    sa.Column("table_id", sa.BigInteger, primary_key=True),
+    sa.Index("ls_job_sink_table", "table_id"),
+)
+
+# One row: bumped by every topology change (serializes them, keys caches).
+topology = sa.Table(
+    "ls_topology",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+# One row per sealed epoch, written in the sealing transaction.
+seals = sa.Table(
+    "ls_seal",
+    metadata,
+    sa.Column("barrier", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("opened_at", sa.Float, nullable=False),
+    sa.Column("sealed_at", sa.Float, nullable=False),
+    sa.Column("holder", sa.String(256), nullable=False),
+    sa.Column("token", sa.BigInteger, nullable=False),
+)
+
+# One row: the coordinator lease. ``token`` grows with every acquisition and
+# fences a stale holder out; times are the database's clock.
+coordinator = sa.Table(
+    "ls_coordinator",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("holder", sa.String(256), nullable=True),
+    sa.Column("token", sa.BigInteger, nullable=False),
+    sa.Column("acquired_at", sa.Float, nullable=True),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Column("snapshot_barrier", sa.BigInteger, nullable=False),  # newest barrier snapshotted
+)
+
+rollbacks = sa.Table(
+    "ls_rollback",
+    metadata,
+    sa.Column("rollback_id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("to_barrier", sa.BigInteger, nullable=False),
+    sa.Column("open_epoch", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("summary", sa.Text, nullable=False, default="{}"),
+)
+
+# Lineage by name, active jobs only: the plain-SQL face of the topology.
+_LINEAGE_VIEW = """
+CREATE VIEW ls_lineage AS
+SELECT j.job_id AS job_id,
+       j.external_input AS external_input,
+       src.namespace || '.' || src.name AS source_table,
+       dst.namespace || '.' || dst.name AS sink_table,
+       s.table_id AS source_id,
+       k.table_id AS sink_id
+  FROM ls_job j
+  JOIN ls_job_source s ON s.job_id = j.job_id
+  JOIN ls_job_sink k ON k.job_id = j.job_id
+  JOIN ls_table src ON src.table_id = s.table_id
+  JOIN ls_table dst ON dst.table_id = k.table_id
+ WHERE j.retired_at IS NULL
+"""
+
+# Indexes of ls_commit for barrier reads (lakestep/barrier/states.py). The
+# partial index holds RESTORE commits only: queries name the literal 'RESTORE'.
+_V3_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS ls_commit_barrier ON ls_commit (table_id, barrier, version)",
+    "CREATE INDEX IF NOT EXISTS ls_commit_restore ON ls_commit (table_id, version) WHERE operation = 'RESTORE'",
+)
+
+
 def _v1(conn: Connection) -> None:
     for t in (meta, namespaces, tables, txns, commits, files):
         t.create(conn, checkfirst=True)
@@ -173,10 +274,47 @@ def _v2(conn: Connection) -> None:
     conn.execute(sa.insert(epoch).values(id=1, open_epoch=1, opened_at=time.time()))
 
 
+def _v3(conn: Connection) -> None:
+    import time
+
+    for t in (jobs, job_sources, job_sinks, topology, seals, coordinator, rollbacks):
+        t.create(conn, checkfirst=True)
+    for ddl in _V3_INDEXES:
+        conn.exec_driver_sql(ddl)
+    if "ls_lineage" not in sa.inspect(conn).get_view_names():
+        conn.exec_driver_sql(_LINEAGE_VIEW)
+    now = time.time()
+    conn.execute(sa.insert(topology).values(id=1, generation=1, updated_at=now))
+    conn.execute(sa.insert(coordinator).values(id=1, holder=None, token=0, acquired_at=None, expires_at=0.0,
+                                               snapshot_barrier=0))
+
+
 # Numbered migrations. Append only; never edit a released one.
+# --- version 4: what the lakestep sources of a streaming job agreed to read ----
+# Each Spark source of a job runs in its own process; the n-th latestOffset()
+# call of every source since the job's batch started at barrier ``start``
+# belongs to the same trigger, so they all use the one decision recorded under
+# (job, start, call): the first to arrive records it (lakestep/streaming/progress.py).
+job_triggers = sa.Table(
+    "ls_job_trigger",
+    metadata,
+    sa.Column("job_id", sa.String(256), primary_key=True),
+    sa.Column("start_barrier", sa.BigInteger, primary_key=True),
+    sa.Column("call_no", sa.Integer, primary_key=True),
+    sa.Column("end_barrier", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+
+def _v4(conn: Connection) -> None:
+    job_triggers.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
+    (3, _v3),
+    (4, _v4),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -1,0 +1,327 @@
+"""The consistent version choice of a read over several tables (DESIGN.md §3.3).
+
+Levels:
+
+* ``read_committed`` (default): barrier ``e* = min(frontier(t))`` over the
+  scope; every queried table is read at its version at ``e*``. Scope
+  ``query`` takes the queried tables, ``related`` adds every table connected
+  to them through jobs, ``global`` takes the COMMIT set (``e*`` is then the
+  last COMMIT barrier). Derived tables still catching up (topology.py) are
+  left out of ``related`` and ``global`` unless queried by name. All facts
+  are read in one database snapshot, in three statements whatever the
+  length of the history.
+* ``read_uncommitted`` (weak): every table at its newest version, no alignment;
+  ``barrier`` is None.
+* ``repeatable_read``: the newest barrier that is a SNAPSHOT of every queried
+  table, read at the snapshots' versions. The protocol: 1. find the barrier
+  and versions; 2. pin each version with a version lock (leased); 3. check
+  the snapshots still exist (retention may have dropped one between 1 and
+  2; then release and start over). The caller releases the locks
+  (:meth:`Choice.release`, or ``with``); until then rereads return the same
+  rows and cleanup keeps the files.
+
+Unmanaged tables (no active job writes them) are read at their newest version
+at every level. Every answer carries the barrier, the versions and an
+:class:`Explanation`: which table held the barrier back, and how far behind
+the newest sealed barrier it is.
+
+Not guaranteed: ``read_committed`` may return an older barrier on a later
+call after a rollback (FLIP-276: read committed is not repeatable read).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..catalog import schema as S
+from ..catalog.lifecycle import VersionLock
+from ..errors import TableNotFoundError
+from .errors import NoSnapshotError
+from .states import (
+    Facts,
+    catching_up,
+    common_snapshot,
+    facts,
+    facts_ex,
+    frontier,
+    newest_snapshot,
+    open_epoch,
+    versions_at,
+)
+from .topology import Graph, TableKind, Topology
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog, Table
+
+Level = Literal["read_committed", "read_uncommitted", "repeatable_read"]
+Scope = Literal["query", "related", "global"]
+LEVELS = ("read_committed", "read_uncommitted", "repeatable_read")
+SCOPES = ("query", "related", "global")
+
+
+@dataclass(frozen=True)
+class TableChoice:
+    """One table of a choice: what it is, where it stands, what was chosen."""
+
+    table: str
+    table_id: int
+    kind: TableKind
+    job: str | None
+    frontier: int | None
+    head: int
+    version: int | None  # None for tables of the scope that were not queried
+    queried: bool
+    catching_up: bool = False
+
+
+@dataclass(frozen=True)
+class Explanation:
+    level: Level
+    scope: Scope
+    barrier: int | None
+    open_epoch: int
+    tables: dict[str, TableChoice]
+    held_by: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def sealed(self) -> int:
+        """The newest sealed barrier."""
+        return self.open_epoch - 1
+
+    def behind(self, table: str) -> int | None:
+        """How many barriers ``table`` is behind the newest sealed one (None: unmanaged)."""
+        f = self.tables[table].frontier
+        return None if f is None else self.sealed - f
+
+    def text(self) -> str:
+        head = f"{self.level} (scope {self.scope})"
+        if self.barrier is None:
+            out = [f"{head}: no common barrier; every table at its newest version"]
+        else:
+            out = [f"{head}: barrier {self.barrier} (newest sealed {self.sealed}, open epoch {self.open_epoch})"]
+        for name in self.held_by:
+            t = self.tables[name]
+            by = f"job {t.job!r}" if t.job else "its writer"
+            out.append(f"held back by {name} ({t.kind}, {by}): precommitted up to {t.frontier}, "
+                       f"{self.behind(name)} barrier(s) behind")
+        for t in self.tables.values():
+            if t.queried and t.version is not None:
+                state = "" if t.frontier is None else f", frontier {t.frontier}"
+                lag = "" if t.version == t.head else f" (head {t.head})"
+                out.append(f"  {t.table}: version {t.version}{lag}; {t.kind}{state}"
+                           + (", catching up" if t.catching_up else ""))
+        out.extend(self.notes)
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+@dataclass
+class Choice:
+    """The answer: a barrier, the version of each queried table, and why."""
+
+    level: Level
+    scope: Scope
+    barrier: int | None
+    versions: dict[str, int]
+    explanation: Explanation
+    locks: list[VersionLock] = field(default_factory=list)
+    catalog: "Catalog | None" = field(default=None, repr=False)
+
+    def read(self, table: str, **kwargs: Any) -> pa.Table:
+        """The rows of ``table`` at the chosen version."""
+        assert self.catalog is not None
+        t = self.catalog.load_table(table)
+        return t.to_arrow(version=self.versions[t.ident], **kwargs)
+
+    def release(self) -> None:
+        """Release the version locks of a ``repeatable_read`` choice."""
+        while self.locks:
+            self.locks.pop().release()
+
+    def __enter__(self) -> "Choice":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+class Resolver:
+    """Table names -> ids, cached; a renamed table is noticed and looked up again."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def resolve(self, conn: Connection, idents: Sequence[str]) -> dict[str, int]:
+        from ..catalog import parse_ident
+
+        missing = [i for i in idents if i not in self.ids]
+        if missing:
+            t = S.tables.c
+            pairs = [parse_ident(i) for i in missing]
+            cond = sa.or_(*[sa.and_(t.namespace == ns, t.name == n) for ns, n in pairs])
+            for r in conn.execute(sa.select(t.table_id, t.namespace, t.name).where(cond)):
+                self.ids[f"{r[1]}.{r[2]}"] = int(r[0])
+        out = {}
+        for i in idents:
+            if i not in self.ids:
+                raise TableNotFoundError(i)
+            out[i] = self.ids[i]
+        return out
+
+    def forget(self, idents: Sequence[str]) -> None:
+        for i in idents:
+            self.ids.pop(i, None)
+
+
+def _norm(tables: Sequence["str | Table"]) -> list[str]:
+    from ..catalog import parse_ident
+
+    out = []
+    for t in tables:
+        ident = t if isinstance(t, str) else t.ident
+        ns, name = parse_ident(ident)
+        out.append(f"{ns}.{name}")
+    return list(dict.fromkeys(out))
+
+
+def choose(
+    catalog: "Catalog",
+    topology: Topology,
+    resolver: Resolver,
+    tables: Sequence["str | Table"],
+    *,
+    level: Level = "read_committed",
+    scope: Scope = "query",
+    locker: str | None = None,
+    lease_seconds: float | None = 300.0,
+    load: "Callable[[str, int], Table] | None" = None,
+) -> Choice:
+    """Choose the versions to read ``tables`` at (module docstring)."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, not {level!r}")
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}")
+    idents = _norm(tables)
+    if not idents:
+        raise ValueError("choose needs at least one table")
+    if level == "repeatable_read":
+        return _repeatable(catalog, topology, resolver, idents, scope, locker, lease_seconds,
+                           load or (lambda ident, _tid: catalog.load_table(ident)))
+    for attempt in range(2):
+        with catalog.backend.read() as conn:
+            # One statement reads the generation, the open epoch and the facts;
+            # the cached graph is checked against that generation.
+            graph = topology.cached or topology.graph(conn)
+            qids = resolver.resolve(conn, idents)
+            q = set(qids.values())
+            scope_ids = _scope(graph, q, "query" if level == "read_uncommitted" else scope)
+            gen, open_, fx = facts_ex(conn, scope_ids)
+            if gen != graph.generation:
+                graph = topology.graph(conn)
+                scope_ids = _scope(graph, q, "query" if level == "read_uncommitted" else scope)
+                fx.update(facts(conn, scope_ids - set(fx)))
+            renamed = [i for i, tid in qids.items() if tid not in fx or fx[tid].ident != i]
+            if renamed:  # renamed or dropped since cached: look the names up again
+                resolver.forget(renamed)
+                if attempt == 0:
+                    continue
+                raise TableNotFoundError(renamed[0])
+            assert open_ is not None  # fx is not empty
+            scope_ids = {t for t in scope_ids if t in q or not catching_up(graph, fx[t], open_)}
+            if level == "read_uncommitted":
+                versions = {t: fx[t].head for t in q}
+                return _answer(catalog, level, scope, None, idents, qids, versions, graph, fx, scope_ids, open_, (),
+                               ("read_uncommitted: no alignment; the tables are consistent with each other only "
+                                "where their frontiers are equal",))
+            fr = {t: frontier(graph, fx[t], open_) for t in scope_ids}
+            managed = {t: f for t, f in fr.items() if f is not None}
+            barrier = min(managed.values()) if managed else open_ - 1
+            held = tuple(sorted(fx[t].ident for t, f in managed.items() if f == barrier and f < open_ - 1))
+            at = versions_at(conn, [t for t in q if t in managed], barrier)
+            versions = {t: (at[t].version if t in at else fx[t].head) for t in q}
+            notes = () if held or not managed else (
+                f"every table is precommitted up to the newest sealed barrier; epoch {open_} is still open",)
+            return _answer(catalog, level, scope, barrier, idents, qids, versions, graph, fx, scope_ids, open_,
+                           held, notes)
+    raise AssertionError("unreachable")
+
+
+def _scope(graph: Graph, q: set[int], scope: Scope) -> set[int]:
+    if scope == "query":
+        return set(q)
+    if scope == "related":
+        return graph.component(q) & (set(graph.managed) | q)
+    return set(graph.managed) | q
+
+
+def _answer(catalog: "Catalog", level: Level, scope: Scope, barrier: int | None, idents: list[str],
+            qids: dict[str, int], versions: dict[int, int], graph: Graph, fx: dict[int, Facts],
+            scope_ids: set[int], open_: int, held: tuple[str, ...], notes: tuple[str, ...],
+            locks: list[VersionLock] | None = None) -> Choice:
+    q = set(qids.values())
+    info: dict[str, TableChoice] = {}
+    for tid in sorted(scope_ids | q, key=lambda t: fx[t].ident):
+        f = fx[tid]
+        w = graph.writer(tid)
+        info[f.ident] = TableChoice(
+            table=f.ident, table_id=tid, kind=graph.kind(tid), job=None if w is None else w.job_id,
+            frontier=frontier(graph, f, open_), head=f.head, version=versions.get(tid), queried=tid in q,
+            catching_up=catching_up(graph, f, open_),
+        )
+    expl = Explanation(level, scope, barrier, open_, info, held, notes)
+    return Choice(level, scope, barrier, {i: versions[qids[i]] for i in idents}, expl, locks or [], catalog)
+
+
+def _repeatable(catalog: "Catalog", topology: Topology, resolver: Resolver, idents: list[str], scope: Scope,
+                locker: str | None, lease_seconds: float | None, load: "Callable[[str, int], Table]") -> Choice:
+    locker = locker or f"repeatable-read:{uuid.uuid4().hex[:12]}"
+    for _ in range(5):
+        with catalog.backend.read() as conn:
+            graph = topology.graph(conn)
+            qids = resolver.resolve(conn, idents)
+            open_ = open_epoch(conn)
+            q = set(qids.values())
+            fx = facts(conn, q)
+            managed = [t for t in q if graph.kind(t) != "unmanaged"]
+            found = common_snapshot(conn, managed)
+            if managed and found is None:
+                raise NoSnapshotError(idents, _missing(conn, graph, fx, managed))
+            barrier, snap_versions = found if found is not None else (None, {})
+            versions = {t: snap_versions.get(t, fx[t].head) for t in q}
+        locks: list[VersionLock] = []
+        try:
+            for ident in idents:
+                t = load(ident, qids[ident])
+                locks.append(t.lock(locker=locker, version=versions[qids[ident]], lease_seconds=lease_seconds))
+            with catalog.backend.read() as conn:
+                still = common_snapshot(conn, managed) if managed else None
+        except BaseException:
+            for lk in locks:
+                lk.release()
+            raise
+        if not managed or (still is not None and still[0] == barrier):
+            notes = (f"pinned by version locks of locker {locker!r}; release them when done",)
+            return _answer(catalog, "repeatable_read", scope, barrier, idents, qids, versions, graph, fx, q, open_,
+                           (), notes, locks)
+        for lk in locks:  # retention dropped the snapshot meanwhile: choose again
+            lk.release()
+    raise NoSnapshotError(idents, idents[0])
+
+
+def _missing(conn: Connection, graph: Graph, fx: dict[int, Facts], ids: list[int]) -> str:
+    worst: tuple[int, str] | None = None
+    for t in ids:
+        snap = newest_snapshot(conn, [t])
+        b = -1 if snap is None else snap[1]
+        if worst is None or b < worst[0]:
+            worst = (b, fx[t].ident)
+    return worst[1] if worst else "?"

@@ -1,0 +1,319 @@
+"""The coordinator: the one process (or thread) that seals epochs and snapshots barriers.
+
+Run it inside a job's driver (:meth:`Coordinator.start`, a daemon thread) or
+as its own process::
+
+    python -m lakestep.barrier.coordinator --url postgresql://... --interval 1.0
+
+Any number may run; exactly one holds the lease and seals, the others stand
+by and take over when the lease expires (or at once when the holder stops
+cleanly and releases it). The loop, per :meth:`Coordinator.tick`:
+
+1. hold the lease: acquire it if free or expired, extend it when a third of
+   it has passed; a standby returns here;
+2. decide whether the open epoch is due: ``seal="interval"`` when ``interval``
+   seconds have passed since it opened (database clock, so the cadence
+   survives a takeover); ``seal="per_batch"`` when a root table has a commit
+   in it (after every root micro-batch);
+3. seal it (epochs.py: fenced by the lease token, waits for root commits in
+   flight);
+4. snapshot the newly committed barriers (every ``snapshot_every``-th), apply
+   retention.
+
+A :class:`NotCoordinatorError` (the lease was lost, e.g. after a long pause)
+turns the coordinator into a standby; it never seals with a stale lease.
+Database errors are logged and retried with a back-off.
+
+Not guaranteed: the interval is a lower bound (a seal waits for root commits
+in flight, and a loaded database delays it); ``per_batch`` polls, so several
+root batches landing within one poll share an epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Sequence
+
+import sqlalchemy as sa
+
+from . import epochs
+from .epochs import Lease, Seal
+from .errors import NotCoordinatorError
+from .states import epoch_row
+from .topology import Topology
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+SealMode = Literal["interval", "per_batch"]
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What one :meth:`Coordinator.tick` did."""
+
+    leader: bool
+    sealed: Seal | None = None
+    snapshots: tuple[int, ...] = ()
+    next_in: float = 0.0  # seconds until the next tick is useful
+
+
+def default_holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Coordinator:
+    """Seals epochs and snapshots committed barriers for one catalog.
+
+    Example::
+
+        coord = Coordinator(catalog, interval=1.0)    # or seal="per_batch"
+        coord.start()                                 # a daemon thread
+        ...
+        coord.stop()                                  # releases the lease
+    """
+
+    def __init__(
+        self,
+        catalog: "Catalog",
+        *,
+        interval: float = 1.0,
+        seal: SealMode = "interval",
+        lease_seconds: float = 10.0,
+        snapshot_every: int | None = 1,
+        retain_count: int | None = 100,
+        retain_seconds: float | None = None,
+        poll: float = 0.05,
+        holder: str | None = None,
+    ) -> None:
+        if seal not in ("interval", "per_batch"):
+            raise ValueError(f"seal must be 'interval' or 'per_batch', not {seal!r}")
+        if interval <= 0 or lease_seconds <= 0 or poll <= 0:
+            raise ValueError("interval, lease_seconds and poll must be positive")
+        if snapshot_every is not None and snapshot_every < 1:
+            raise ValueError("snapshot_every is None (no snapshots) or >= 1")
+        if retain_count is not None and retain_count < 1:
+            raise ValueError("retain_count is None (keep all) or >= 1")
+        self.catalog = catalog
+        self.interval = float(interval)
+        self.mode: SealMode = seal
+        self.lease_seconds = float(lease_seconds)
+        self.snapshot_every = snapshot_every
+        self.retain_count = retain_count
+        self.retain_seconds = retain_seconds
+        self.poll = float(poll)
+        self.holder = holder or default_holder()
+        self.topology = Topology(catalog)
+        self.lease: Lease | None = None
+        self._renewed_at = 0.0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.seals: list[Seal] = []  # sealed by this coordinator (the most recent 1000)
+
+    # ------------------------------------------------------------------ lease
+    @property
+    def is_leader(self) -> bool:
+        return self.lease is not None
+
+    def acquire(self) -> bool:
+        """Take or extend the lease; False when another live coordinator holds it."""
+        lease = epochs.acquire(self.catalog, self.holder, self.lease_seconds, held=self.lease)
+        if lease is not None and (self.lease is None or lease.token != self.lease.token):
+            log.info("coordinator %s took the lease (token %d)", self.holder, lease.token)
+        self.lease = lease
+        self._renewed_at = time.monotonic()
+        return lease is not None
+
+    def release(self) -> None:
+        if self.lease is not None:
+            epochs.release(self.catalog, self.lease)
+            log.info("coordinator %s released the lease (token %d)", self.holder, self.lease.token)
+            self.lease = None
+
+    def _hold(self) -> bool:
+        if self.lease is None or time.monotonic() - self._renewed_at > self.lease_seconds / 3:
+            return self.acquire()
+        return True
+
+    # -------------------------------------------------------------- operations
+    def seal(self, *, expected: int | None = None) -> Seal | None:
+        """Seal the open epoch now (taking the lease if it is free). Raises
+        :class:`NotCoordinatorError` if another coordinator holds the lease."""
+        token = self.lease.token if self.lease is not None else -1
+        if not self._hold():
+            cur = self._read_lease()
+            raise NotCoordinatorError(holder=self.holder, token=token, current_holder=cur.holder,
+                                      current_token=cur.token, expires_at=cur.expires_at)
+        assert self.lease is not None
+        try:
+            s = epochs.seal(self.catalog, self.lease, self.lease_seconds, expected=expected)
+        except NotCoordinatorError:
+            self.lease = None
+            raise
+        self._renewed_at = time.monotonic()
+        if s is not None:
+            self.seals.append(s)
+            del self.seals[:-1000]
+            log.debug("sealed barrier %d", s.barrier)
+        return s
+
+    def snapshot(self) -> list[int]:
+        """Snapshot the committed barriers not yet snapshotted (every k-th); apply retention."""
+        if self.snapshot_every is None or self.lease is None:
+            return []
+        try:
+            return epochs.take_snapshots(self.catalog, self.lease, self.topology, every=self.snapshot_every,
+                                         retain_count=self.retain_count, retain_seconds=self.retain_seconds)
+        except NotCoordinatorError:
+            self.lease = None
+            raise
+
+    def _read_lease(self) -> Lease:
+        with self.catalog.backend.read() as conn:
+            return epochs.read_lease(conn)
+
+    def _due(self) -> tuple[bool, float, int]:
+        """(is the open epoch due, seconds until it is, the open epoch)."""
+        with self.catalog.backend.read() as conn:
+            open_, opened_at = epoch_row(conn)
+            if self.mode == "per_batch":
+                roots = self.topology.graph(conn).roots
+                return epochs.root_batch_pending(conn, roots, open_), self.poll, open_
+            wait = opened_at + self.interval - epochs.db_now(conn)
+            return wait <= 0, max(wait, 0.0), open_
+
+    def request_seal(self) -> None:
+        """Wake the loop now (a root job's driver calls this after its batch committed)."""
+        self._wake.set()
+
+    def tick(self) -> Tick:
+        """One step of the loop (module docstring). Safe to call by hand, e.g. in tests."""
+        try:
+            if not self._hold():
+                return Tick(False, next_in=min(self.lease_seconds / 4, 1.0))
+            due, wait, open_ = self._due()
+            sealed = self.seal(expected=open_) if due else None
+            snaps = tuple(self.snapshot()) if sealed is not None else ()
+            if sealed is not None and self.mode == "interval":
+                wait = self.interval
+            lease_left = self.lease_seconds / 3 - (time.monotonic() - self._renewed_at)
+            return Tick(True, sealed, snaps, max(0.0, min(wait, lease_left)))
+        except NotCoordinatorError as e:
+            log.warning("coordinator %s lost the lease: %s", self.holder, e)
+            self.lease = None
+            return Tick(False, next_in=self.poll)
+
+    # -------------------------------------------------------------------- loop
+    def run(self, *, duration: float | None = None, max_seals: int | None = None) -> None:
+        """Tick until :meth:`stop`, ``duration`` seconds, or ``max_seals`` seals by this coordinator."""
+        deadline = None if duration is None else time.monotonic() + duration
+        sealed = 0
+        backoff = 0.05
+        while not self._stop.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            try:
+                t = self.tick()
+                backoff = 0.05
+            except sa.exc.DBAPIError as e:  # the database is down or busy: keep trying
+                log.warning("coordinator %s: database error (%s); retrying in %.2fs", self.holder, e, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.lease_seconds / 4)
+                continue
+            if t.sealed is not None:
+                sealed += 1
+                if max_seals is not None and sealed >= max_seals:
+                    break
+            wait = min(t.next_in, self.poll) if t.leader and self.mode == "per_batch" else t.next_in
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - time.monotonic()))
+            if wait > 0 and self._wake.wait(wait):
+                self._wake.clear()
+        self._stop.clear()
+
+    def start(self) -> threading.Thread:
+        """Run the loop in a daemon thread (inside a job's driver)."""
+        if self._thread is not None and self._thread.is_alive():
+            return self._thread
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run_and_release, name=f"lakestep-coordinator-{self.holder}",
+                                        daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def _run_and_release(self) -> None:
+        try:
+            self.run()
+        finally:
+            try:
+                self.release()
+            except sa.exc.DBAPIError as e:  # the lease then lapses by itself
+                log.warning("could not release the coordinator lease: %s", e)
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        """Stop the loop and release the lease (a standby takes over at once)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lakestep.barrier.coordinator``: run a coordinator until SIGTERM/SIGINT."""
+    from ..catalog import Catalog
+
+    p = argparse.ArgumentParser(prog="python -m lakestep.barrier.coordinator", description=__doc__.split("\n")[0])
+    p.add_argument("--url", required=True, help="the catalog database URL")
+    p.add_argument("--warehouse", default=None, help="the warehouse (only to create a new catalog)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between seals (seal=interval)")
+    p.add_argument("--seal", choices=("interval", "per_batch"), default="interval")
+    p.add_argument("--lease", type=float, default=10.0, help="lease seconds")
+    p.add_argument("--poll", type=float, default=0.05, help="seconds between checks (per_batch)")
+    p.add_argument("--snapshot-every", type=int, default=1, help="snapshot every k-th committed barrier (0: never)")
+    p.add_argument("--retain-count", type=int, default=100, help="barrier snapshots kept (0: all)")
+    p.add_argument("--retain-seconds", type=float, default=None, help="age after which a snapshot expires")
+    p.add_argument("--holder", default=None, help="this coordinator's name (default host:pid:random)")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--log-level", default="INFO")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    catalog = Catalog(args.url, warehouse=args.warehouse)
+    coord = Coordinator(
+        catalog, interval=args.interval, seal=args.seal, lease_seconds=args.lease, poll=args.poll,
+        snapshot_every=args.snapshot_every or None, retain_count=args.retain_count or None,
+        retain_seconds=args.retain_seconds, holder=args.holder,
+    )
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping", signum)
+        coord._stop.set()
+        coord._wake.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    log.info("coordinator %s on %s (seal=%s, interval=%.3fs, lease=%.1fs)", coord.holder, catalog, args.seal,
+             args.interval, args.lease)
+    try:
+        coord.run(duration=args.duration)
+    finally:
+        try:
+            coord.release()
+        finally:
+            catalog.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,243 @@
+"""Epochs: the coordinator lease, sealing, and the snapshots of committed barriers.
+
+Each protocol below is one database transaction (``backend.write()``); times
+are the database's clock, so coordinators on several hosts agree on expiry.
+
+**Acquire** the lease (:func:`acquire`):
+
+1. lock the lease row ``ls_coordinator`` (FOR UPDATE; SQLite: the one writer);
+2. if it is free or expired, take it: ``holder`` = me, ``token`` = token + 1,
+   ``expires_at`` = now + lease; if I hold it, extend it; else change nothing.
+
+**Seal** the open epoch ``e`` (:func:`seal`):
+
+1. lock the lease row and refuse (:class:`NotCoordinatorError`) unless holder
+   and token are mine and the lease has not expired. This is the fencing: a
+   takeover bumps the token, so a coordinator that lost its lease (paused,
+   partitioned, slow) can never seal;
+2. lock the epoch row FOR UPDATE. Root commits read the open epoch FOR SHARE
+   inside their own commit transaction (commit.py), so this waits for every
+   root commit in flight; on SQLite writers are serialized anyway;
+3. open ``e + 1`` (compare-and-set on ``e``), record the seal in ``ls_seal``
+   (its primary key: a barrier is sealed at most once), extend the lease;
+   commit.
+
+Once step 3 commits, no commit can carry ``e``: sealed is final. Epochs are
+never skipped: each seal moves the open epoch by exactly one.
+
+**Snapshots** of committed barriers (:func:`take_snapshots`), fenced the same
+way: for every multiple of ``every`` among the barriers committed since the
+last run, one ``ls_snapshot`` row per table of the COMMIT set, named
+``lakestep-barrier-<e>``, at that table's version at ``e``; all in one
+transaction, so a barrier is snapshotted in every table or in none. Then
+retention: by count (the newest ``retain_count`` barriers) and by age
+(``expires_at``). Snapshot rows protect their versions from cleanup.
+
+Not guaranteed: while the lease holder is alive but cannot reach the
+database, nobody seals until its lease expires (a standby takes over then).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..catalog import schema as S
+from .errors import NotCoordinatorError
+from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, facts, open_epoch, versions_at
+from .topology import Graph, Topology
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
+
+_DB_NOW = {
+    "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
+    "postgresql": "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8",
+}
+
+_LEASE = sa.select(S.coordinator).where(S.coordinator.c.id == 1)
+_LOCK_LEASE = _LEASE.with_for_update()
+_LOCK_EPOCH = sa.select(S.epoch.c.open_epoch, S.epoch.c.opened_at).where(S.epoch.c.id == 1).with_for_update()
+_PENDING = sa.text(
+    "SELECT 1 FROM ls_commit WHERE table_id IN :ids AND barrier = :e LIMIT 1"
+).bindparams(sa.bindparam("ids", expanding=True))
+
+
+def db_now(conn: Connection) -> float:
+    """The database server's clock, in seconds since the Unix epoch."""
+    return float(conn.exec_driver_sql(_DB_NOW[conn.dialect.name]).scalar_one())
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The coordinator lease as read from the catalog (or as held by this process)."""
+
+    holder: str | None
+    token: int
+    acquired_at: float | None
+    expires_at: float
+    snapshot_barrier: int
+
+
+@dataclass(frozen=True)
+class Seal:
+    """One sealed epoch."""
+
+    barrier: int
+    opened_at: float
+    sealed_at: float
+    holder: str
+    token: int
+
+
+def _lease(row: sa.RowMapping) -> Lease:
+    return Lease(row["holder"], int(row["token"]), row["acquired_at"], float(row["expires_at"]),
+                 int(row["snapshot_barrier"]))
+
+
+def read_lease(conn: Connection, *, lock: bool = False) -> Lease:
+    return _lease(conn.execute(_LOCK_LEASE if lock else _LEASE).mappings().one())
+
+
+def _fence(conn: Connection, lease: Lease) -> float:
+    """Step 1 of seal and snapshots: lock the lease row, check it is still ours."""
+    cur = read_lease(conn, lock=True)
+    now = db_now(conn)
+    if cur.holder != lease.holder or cur.token != lease.token or cur.expires_at <= now:
+        raise NotCoordinatorError(holder=str(lease.holder), token=lease.token, current_holder=cur.holder,
+                                  current_token=cur.token, expires_at=cur.expires_at)
+    return now
+
+
+def acquire(catalog: "Catalog", holder: str, lease_seconds: float, *, held: Lease | None = None) -> Lease | None:
+    """Take (or extend) the lease; None when another live coordinator holds it."""
+    with catalog.backend.write() as conn:
+        cur = read_lease(conn, lock=True)
+        now = db_now(conn)
+        c = S.coordinator.c
+        if held is not None and cur.holder == holder and cur.token == held.token and cur.expires_at > now:
+            conn.execute(sa.update(S.coordinator).where(c.id == 1).values(expires_at=now + lease_seconds))
+            return Lease(holder, cur.token, cur.acquired_at, now + lease_seconds, cur.snapshot_barrier)
+        if cur.holder is not None and cur.expires_at > now:
+            return None
+        token = cur.token + 1
+        conn.execute(sa.update(S.coordinator).where(c.id == 1, c.token == cur.token).values(
+            holder=holder, token=token, acquired_at=now, expires_at=now + lease_seconds))
+        return Lease(holder, token, now, now + lease_seconds, cur.snapshot_barrier)
+
+
+def release(catalog: "Catalog", lease: Lease) -> bool:
+    """Give the lease up at once (a standby takes over without waiting for expiry)."""
+    with catalog.backend.write() as conn:
+        c = S.coordinator.c
+        res = conn.execute(sa.update(S.coordinator).where(c.id == 1, c.holder == lease.holder, c.token == lease.token)
+                           .values(holder=None, expires_at=0.0))
+        return res.rowcount == 1
+
+
+def seal(catalog: "Catalog", lease: Lease, lease_seconds: float, *, expected: int | None = None) -> Seal | None:
+    """Seal the open epoch (the protocol in the module docstring).
+
+    With ``expected``, seal only if the open epoch is still ``expected``
+    (returns None otherwise): a retried seal never seals twice.
+    """
+    with catalog.backend.write() as conn:
+        now = _fence(conn, lease)
+        row = conn.execute(_LOCK_EPOCH).one()
+        e, opened_at = int(row[0]), float(row[1])
+        if expected is not None and e != expected:
+            return None
+        upd = conn.execute(sa.update(S.epoch).where(S.epoch.c.id == 1, S.epoch.c.open_epoch == e)
+                           .values(open_epoch=e + 1, opened_at=now))
+        if upd.rowcount != 1:  # impossible under the lock; never seal blindly
+            raise RuntimeError(f"the open epoch moved while sealing {e}")
+        conn.execute(sa.insert(S.seals).values(barrier=e, opened_at=opened_at, sealed_at=now,
+                                               holder=str(lease.holder), token=lease.token))
+        conn.execute(sa.update(S.coordinator).where(S.coordinator.c.id == 1)
+                     .values(expires_at=now + lease_seconds))
+        return Seal(e, opened_at, now, str(lease.holder), lease.token)
+
+
+def root_batch_pending(conn: Connection, root_ids: Sequence[int], open_: int) -> bool:
+    """Has any root table a commit in the open epoch? (``seal="per_batch"``)"""
+    if not root_ids:
+        return False
+    return conn.execute(_PENDING, {"ids": sorted(root_ids), "e": open_}).first() is not None
+
+
+def snapshot_name(barrier: int) -> str:
+    return f"{SNAPSHOT_PREFIX}{barrier}"
+
+
+def take_snapshots(
+    catalog: "Catalog",
+    lease: Lease,
+    topology: Topology,
+    *,
+    every: int = 1,
+    retain_count: int | None = 100,
+    retain_seconds: float | None = None,
+) -> list[int]:
+    """Snapshot the committed barriers not snapshotted yet; apply retention. Returns the barriers."""
+    if every < 1:
+        raise ValueError("snapshot every k-th committed barrier needs k >= 1")
+    wall = time.time()  # lifecycle.py's clock, for expires_at
+    with catalog.backend.read() as conn:  # most calls have nothing to do: take no write lock for them
+        graph = topology.graph(conn)
+        if committed_barrier(conn, graph, open_epoch(conn)) <= read_lease(conn).snapshot_barrier:
+            return []
+    with catalog.backend.write() as conn:
+        _fence(conn, lease)
+        last = read_lease(conn).snapshot_barrier
+        graph = topology.graph(conn)
+        open_ = open_epoch(conn)
+        committed = committed_barrier(conn, graph, open_)
+        made: list[int] = []
+        if committed > last:
+            first = (last // every + 1) * every
+            targets = list(range(first, committed + 1, every))
+            if retain_count is not None:
+                targets = targets[-retain_count:]
+            ids = commit_set(graph, facts(conn, graph.derived), open_) if targets else []
+            for b in targets:
+                made.append(b)
+                _insert_snapshots(conn, graph, ids, b, wall, retain_seconds)
+            conn.execute(sa.update(S.coordinator).where(S.coordinator.c.id == 1)
+                         .values(snapshot_barrier=committed))
+        _retention(conn, retain_count, wall)
+        return made
+
+
+def _insert_snapshots(conn: Connection, graph: Graph, ids: Sequence[int], barrier: int, wall: float,
+                      retain_seconds: float | None) -> None:
+    if not ids:
+        return
+    name = snapshot_name(barrier)
+    sc = S.snapshots.c
+    exists = {int(r[0]) for r in conn.execute(sa.select(sc.table_id).where(sc.name == name, sc.table_id.in_(ids)))}
+    at = versions_at(conn, [i for i in ids if i not in exists], barrier)
+    rows = [
+        {"table_id": tid, "name": name, "version": a.version, "barrier": barrier, "created_at": wall,
+         "expires_at": None if retain_seconds is None else wall + retain_seconds}
+        for tid, a in sorted(at.items())
+    ]
+    if rows:
+        conn.execute(sa.insert(S.snapshots), rows)
+
+
+def _retention(conn: Connection, retain_count: int | None, wall: float) -> None:
+    sc = S.snapshots.c
+    ours = sc.name.like(f"{SNAPSHOT_PREFIX}%")
+    conn.execute(sa.delete(S.snapshots).where(ours, sc.expires_at.is_not(None), sc.expires_at <= wall))
+    if retain_count is None:
+        return
+    cutoff = conn.execute(
+        sa.select(sc.barrier).where(ours, sc.barrier.is_not(None)).distinct()
+        .order_by(sc.barrier.desc()).offset(retain_count - 1).limit(1)
+    ).scalar()
+    if cutoff is not None:
+        conn.execute(sa.delete(S.snapshots).where(ours, sc.barrier < cutoff))

@@ -1,0 +1,375 @@
+"""Derived jobs: which barriers to process next, and committing them safely.
+
+A derived job processes barriers in order. The protocol of one micro-batch:
+
+1. **plan** (:func:`plan_batch`): ``lo`` = the lowest barrier the job has not
+   processed (its sinks' frontier + 1); it is ready once every managed source
+   has precommitted it. The batch covers ``lo..hi``: ``hi`` is the newest
+   barrier all sources have precommitted, lowered to the first barrier at
+   which a source's data changes. So the sources hold the same rows at every
+   barrier of ``lo..hi-1`` as at ``lo-1``, and every barrier stays a
+   consistent point of the sink (the sink's state at those barriers is its
+   previous one, which is right). Each source comes with ``from_version``
+   (its version at ``lo-1``) and ``to_version`` (at ``hi``): the batch reads
+   the rows between them, or all rows at ``to_version``;
+2. **compute and write** the output (data files, nothing visible yet);
+3. **commit** (:class:`JobBatch`): one database transaction that
+   a. locks the topology row (shared) and the sink rows;
+   b. checks the plan still holds: the job is active, every sink's frontier is
+      still ``lo-1``, and every source still holds, at ``lo-1`` and at
+      ``hi``, the data versions the plan read (a rollback or a second
+      instance of the job makes the batch *stale*: :class:`StaleBatchError`);
+   c. commits the writes to every sink, tagged ``hi`` (a sink with no output
+      gets an empty commit: it still precommits the barriers). That commit
+      precommits ``lo..hi`` for the sinks.
+   If every sink has already precommitted ``hi`` the batch is a **replay**
+   (a restarted job redoing a batch that committed before its crash):
+   nothing is committed, the earlier commits are returned with
+   ``replayed=True``.
+
+Idempotency therefore rests on (job, barrier) checked in the commit
+transaction, not on a batch id: after a rollback the same barriers are
+processed again, as they must be.
+
+Not guaranteed: a job that reads its sources at other versions than the
+plan's, or writes its sinks outside a :class:`JobBatch`, gets no consistency
+check. Files written by a batch that does not commit are deleted on a best
+effort basis (cleanup collects the rest).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..catalog import schema as S
+from ..catalog.backend import is_transient, unavailable
+from ..catalog.commit import CommitResult, NeedsRebase, TableChange, commit_once, find_txn, new_txn_uuid, txn_results
+from ..errors import CommitConflict
+from .errors import JobNotFoundError, StaleBatchError
+from .states import At, Facts, facts, first_change, frontier, open_epoch, versions_at
+from .topology import Graph, Job, TableKind, Topology, read_generation
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog, Table
+    from ..catalog.predicates import Filter, Predicate
+
+log = logging.getLogger(__name__)
+
+MAX_REBASES = 20
+COMMIT_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class SourceRange:
+    """What a batch reads of one source: the rows of ``to_version`` not in ``from_version``
+    (or all rows at ``to_version``). Unmanaged sources are read at their head."""
+
+    table: str
+    table_id: int
+    kind: TableKind
+    from_version: int
+    to_version: int
+    from_data_version: int
+    to_data_version: int
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The barriers ``lo..hi`` a derived job may process now, and what to read."""
+
+    job_id: str
+    lo: int
+    hi: int
+    sources: dict[str, SourceRange]
+    sinks: tuple[str, ...]  # the sinks this batch commits (those at frontier lo-1)
+    sink_ids: tuple[int, ...]
+    planned_at: float = field(default_factory=time.time)
+
+    @property
+    def barrier(self) -> int:
+        """The barrier the batch's commits carry (``hi``)."""
+        return self.hi
+
+    @property
+    def barriers(self) -> range:
+        return range(self.lo, self.hi + 1)
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    plan: BatchPlan
+    replayed: bool
+    results: list[CommitResult]
+
+
+def _job(graph: Graph, job_id: str) -> Job:
+    job = graph.jobs.get(job_id)
+    if job is None:
+        raise JobNotFoundError(job_id)
+    return job
+
+
+def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int | None = None) -> BatchPlan | None:
+    """Step 1 of the protocol, in ``conn``'s read transaction; None when nothing is ready."""
+    job = _job(graph, job_id)
+    if job.external_input:
+        raise ValueError(f"job {job_id!r} has external input: its commits carry barrier=OPEN_EPOCH, "
+                         "it does not plan barriers")
+    if max_barriers is not None and max_barriers < 1:
+        raise ValueError("max_barriers must be >= 1")
+    open_ = open_epoch(conn)
+    managed = [s for s in job.source_ids if graph.kind(s) != "unmanaged"]
+    fx = facts(conn, set(job.sink_ids) | set(job.source_ids))
+    sink_fr = {t: _sink_frontier(fx[t], open_) for t in job.sink_ids}
+    processed = min(sink_fr.values())
+    lo = processed + 1
+    ready = open_ - 1
+    for s in managed:
+        ready = min(ready, frontier(graph, fx[s], open_) or 0)
+    if lo > ready:
+        return None
+    hi = ready if max_barriers is None else min(ready, lo + max_barriers - 1)
+    start = versions_at(conn, managed, lo - 1)
+    for s in managed:
+        b = first_change(conn, s, start[s])
+        if b is not None:
+            hi = max(lo, min(hi, b))
+    end = versions_at(conn, managed, hi)
+    sources: dict[str, SourceRange] = {}
+    heads = _heads(conn, [s for s in job.source_ids if s not in managed])
+    for s in job.source_ids:
+        name = fx[s].ident
+        if s in start:
+            a, b_ = start[s], end[s]
+        else:
+            a = b_ = heads[s]
+        sources[name] = SourceRange(name, s, graph.kind(s), a.version, b_.version, a.data_version, b_.data_version)
+    sinks = tuple(t for t in job.sink_ids if sink_fr[t] == processed)
+    return BatchPlan(job_id, lo, hi, sources, tuple(fx[t].ident for t in sinks), sinks)
+
+
+def _sink_frontier(f: Facts, open_: int) -> int:
+    return 0 if f.tag is None else min(f.tag, open_ - 1)
+
+
+def _heads(conn: Connection, ids: Sequence[int]) -> dict[int, At]:
+    if not ids:
+        return {}
+    t = S.tables.c
+    rows = conn.execute(sa.select(t.table_id, t.version, t.data_version).where(t.table_id.in_(list(ids))))
+    return {int(r[0]): At(int(r[1]), int(r[2])) for r in rows}
+
+
+# ---------------------------------------------------------------------------
+Guard = Callable[[Connection], "list[CommitResult] | None"]
+
+
+def commit_guarded(
+    catalog: "Catalog",
+    changes: list[TableChange],
+    guard: Guard,
+    *,
+    after: Callable[[Connection, list[CommitResult]], None] | None = None,
+) -> tuple[bool, list[CommitResult]]:
+    """Run ``guard`` and commit ``changes`` in one database transaction.
+
+    ``guard`` returns None to go on, or a result to return without committing
+    (a replay). It may fill ``changes`` in (rollback computes them under its
+    locks). ``after`` runs in the same transaction, after the commit. Returns
+    (committed, results). Transient database errors are retried; a commit
+    that landed before its connection broke is found by its uuid.
+    """
+    txn_uuid = new_txn_uuid()
+    attempts = rebases = 0
+    while True:
+        try:
+            with catalog.backend.write() as conn:
+                stop = guard(conn)
+                if stop is not None:
+                    return False, stop
+                results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=None, batch_id=None)
+                if after is not None:
+                    after(conn, results)
+                return True, results
+        except NeedsRebase as nr:
+            rebases += 1
+            if rebases > MAX_REBASES or nr.change.rebase is None:
+                raise CommitConflict(
+                    table=nr.change.ident, operation=nr.change.operation.value,
+                    base_version=nr.change.base_version, other_version=-1, other_operation="?",
+                    reason="concurrent commits kept changing the overwritten range") from None
+            nr.change.rebase(nr.change, nr.files)
+        except sa.exc.DBAPIError as e:
+            if not is_transient(e):
+                raise
+            attempts += 1
+            known = False
+            try:
+                with catalog.backend.read() as conn:
+                    prior = find_txn(conn, txn_uuid=txn_uuid)
+                    known = True
+                    if prior is not None:
+                        return True, txn_results(conn, prior, {c.table_id: c.ident for c in changes})
+            except sa.exc.DBAPIError:
+                pass
+            if attempts > COMMIT_RETRIES:
+                raise unavailable(e, outcome_unknown=not known) from e
+            time.sleep(min(2.0, 0.05 * 2 ** attempts))
+
+
+_LOCK_TABLES = (
+    sa.select(S.tables.c.table_id)
+    .where(S.tables.c.table_id.in_(sa.bindparam("ids", expanding=True)))
+    .order_by(S.tables.c.table_id)
+    .with_for_update()
+)
+_TAGGED = sa.text("""
+SELECT version, data_version, operation, base_version, barrier, committed_at, added_files, removed_files,
+       added_rows, removed_rows
+  FROM ls_commit WHERE table_id = :t AND barrier = :b ORDER BY version DESC LIMIT 1
+""")
+
+
+class JobBatch:
+    """The writes of one derived-job micro-batch, committed with the checks of step 3.
+
+    Example::
+
+        plan = pipeline.next_batch("daily")
+        if plan is not None:
+            src = plan.sources["shop.orders"]
+            rows = orders.to_arrow(version=src.to_version)
+            with pipeline.batch(plan) as b:
+                b.overwrite("shop.daily", aggregate(rows))
+            b.result.replayed   # True if an earlier run had committed it
+    """
+
+    def __init__(self, catalog: "Catalog", topology: Topology, plan: BatchPlan,
+                 tables: "Callable[[str, int], Table] | None" = None) -> None:
+        self.catalog = catalog
+        self.topology = topology
+        self.plan = plan
+        self.tx = catalog.transaction()
+        self.result: BatchResult | None = None
+        self._load: "Callable[[str, int], Table]" = tables or (lambda ident, _tid: catalog.load_table(ident))
+
+    def __enter__(self) -> "JobBatch":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self.result is not None or self.tx.closed:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def _sink(self, table: "Table | str") -> "Table":
+        if not isinstance(table, str):
+            t = table
+        elif table in self.plan.sinks:
+            t = self._load(table, self.plan.sink_ids[self.plan.sinks.index(table)])
+        else:  # another spelling of a sink's name, or not a sink
+            t = self.catalog.load_table(table)
+        if t.table_id not in self.plan.sink_ids:
+            raise ValueError(f"{t.ident} is not a sink this batch commits ({list(self.plan.sinks)})")
+        return t
+
+    def append(self, table: "Table | str", data: Any, *, prefix: str = "") -> None:
+        self.tx.append(self._sink(table), data, barrier=self.plan.hi, prefix=prefix)
+
+    def overwrite(self, table: "Table | str", data: Any, *, partitions: Any = None,
+                  where: "Filter | Predicate | None" = None, prefix: str = "") -> None:
+        self.tx.overwrite(self._sink(table), data, partitions=partitions, where=where, barrier=self.plan.hi,
+                          prefix=prefix)
+
+    def upsert(self, table: "Table | str", data: Any, *, prefix: str = "") -> None:
+        self.tx.upsert(self._sink(table), data, barrier=self.plan.hi, prefix=prefix)
+
+    def delete(self, table: "Table | str", where: "Filter | Predicate", *, isolation: str | None = None) -> None:
+        self.tx.delete(self._sink(table), where, isolation=isolation, barrier=self.plan.hi)
+
+    def update(self, table: "Table | str", set: Mapping[str, Any], where: "Filter | Predicate", *,
+               isolation: str | None = None) -> None:
+        self.tx.update(self._sink(table), set, where, isolation=isolation, barrier=self.plan.hi)
+
+    def abort(self) -> None:
+        self.tx.abort()
+
+    def commit(self) -> BatchResult:
+        """Step 3: check the plan and commit every sink, tagged ``hi``, in one transaction."""
+        plan = self.plan
+        for ident, tid in zip(plan.sinks, plan.sink_ids):
+            if tid not in self.tx.changes:
+                t = self._load(ident, tid)
+                self.tx.append(t, t.schema.empty_table(), barrier=plan.hi)
+        changes = [self.tx.changes[k] for k in sorted(self.tx.changes)]
+        self.tx.closed = True
+        try:
+            committed, results = commit_guarded(self.catalog, changes, self._guard)
+        except BaseException:
+            for c in changes:
+                self.tx._discard_files(c)
+            raise
+        if not committed:
+            for c in changes:
+                self.tx._discard_files(c)
+        self.tx.results = results
+        self.result = BatchResult(plan, not committed, results)
+        return self.result
+
+    def _guard(self, conn: Connection) -> list[CommitResult] | None:
+        plan = self.plan
+        read_generation(conn, lock="share")
+        if self.catalog.backend.row_locks:
+            conn.execute(_LOCK_TABLES, {"ids": sorted(plan.sink_ids)})
+        graph = self.topology.graph(conn)
+        job = graph.jobs.get(plan.job_id)
+        if job is None:
+            raise StaleBatchError(job_id=plan.job_id, barrier=plan.hi, table="-", reason="the job is retired")
+        open_ = open_epoch(conn)
+        src_ids = [s.table_id for s in plan.sources.values()]
+        fx = facts(conn, set(plan.sink_ids) | set(src_ids))
+        fr = {t: _sink_frontier(fx[t], open_) for t in plan.sink_ids}
+        if all(f >= plan.hi for f in fr.values()):
+            log.info("job %s: barriers %d..%d were committed before: replay", plan.job_id, plan.lo, plan.hi)
+            return [self._replayed(conn, t, fx[t].ident) for t in plan.sink_ids]
+        for t, f in fr.items():
+            if t not in job.sink_ids:
+                raise StaleBatchError(job_id=plan.job_id, barrier=plan.hi, table=fx[t].ident,
+                                      reason="no longer a sink of the job")
+            if f != plan.lo - 1:
+                raise StaleBatchError(job_id=plan.job_id, barrier=plan.hi, table=fx[t].ident,
+                                      reason=f"its frontier is {f}, the batch starts at {plan.lo}")
+        managed = [s for s in plan.sources.values() if s.kind != "unmanaged"]
+        now_lo = versions_at(conn, [s.table_id for s in managed], plan.lo - 1)
+        now_hi = versions_at(conn, [s.table_id for s in managed], plan.hi)
+        for s in managed:
+            sf = frontier(graph, fx[s.table_id], open_)
+            if sf is None or sf < plan.hi:
+                raise StaleBatchError(job_id=plan.job_id, barrier=plan.hi, table=s.table,
+                                      reason=f"source frontier is {sf}, below barrier {plan.hi}")
+            if (now_lo[s.table_id].data_version, now_hi[s.table_id].data_version) != (
+                    s.from_data_version, s.to_data_version):
+                raise StaleBatchError(job_id=plan.job_id, barrier=plan.hi, table=s.table,
+                                      reason="the source's data at the batch's barriers changed since it was "
+                                             "planned (a rollback?)")
+        return None
+
+    def _replayed(self, conn: Connection, table_id: int, ident: str) -> CommitResult:
+        r = conn.execute(_TAGGED, {"t": table_id, "b": self.plan.hi}).mappings().first()
+        if r is None:  # precommitted hi by a later batch covering it
+            return CommitResult(table=ident, version=-1, data_version=-1, operation="APPEND", base_version=-1,
+                                barrier=self.plan.hi, replayed=True)
+        return CommitResult(
+            table=ident, version=r["version"], data_version=r["data_version"], operation=r["operation"],
+            base_version=r["base_version"], added_files=r["added_files"], removed_files=r["removed_files"],
+            added_rows=r["added_rows"], removed_rows=r["removed_rows"], barrier=r["barrier"],
+            committed_at=r["committed_at"], replayed=True,
+        )

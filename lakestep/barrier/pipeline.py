@@ -1,0 +1,216 @@
+"""The barrier API of one catalog, in one object.
+
+Example::
+
+    from lakestep import Catalog
+    from lakestep.barrier import Pipeline
+
+    p = Pipeline(Catalog(warehouse="./wh"))
+    p.register_job("ingest", sinks=["shop.orders"], external_input=True)
+    p.register_job("daily", sources=["shop.orders"], sinks=["shop.daily"])
+    coord = p.coordinator(interval=1.0)
+    coord.start()                                   # seals an epoch every second
+
+    orders.append(rows, barrier=OPEN_EPOCH)         # the root job's commits
+
+    plan = p.next_batch("daily")                    # the derived job's loop
+    if plan is not None:
+        with p.batch(plan) as b:
+            b.overwrite("shop.daily", f(orders.to_arrow(version=plan.sources["shop.orders"].to_version)))
+
+    c = p.choose(["shop.orders", "shop.daily"])     # read_committed, scope query
+    c.barrier, c.versions, print(c.explanation)
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+import sqlalchemy as sa
+
+from ..catalog import schema as S
+from ..errors import VersionNotFoundError
+from .choose import Choice, Level, Resolver, Scope, _norm, choose
+from .coordinator import Coordinator
+from .epochs import Seal
+from .errors import BarrierNotRetainedError
+from .jobs import BatchPlan, JobBatch, plan_batch
+from .rollback import RollbackResult, rollback
+from .states import (
+    catching_up,
+    common_snapshot,
+    committed_barrier,
+    epoch_row,
+    facts,
+    frontier,
+    oldest_retained,
+    open_epoch,
+    version_at,
+)
+from .topology import Job, Topology
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog, Table
+
+
+class BarrierState(str, enum.Enum):
+    PRECOMMIT = "PRECOMMIT"
+    COMMIT = "COMMIT"
+    SNAPSHOT = "SNAPSHOT"
+
+
+class Pipeline:
+    """Topology, epochs, states, derived-job batches, consistent reads and rollback of one catalog."""
+
+    def __init__(self, catalog: "Catalog") -> None:
+        self.catalog = catalog
+        self.topology = Topology(catalog)
+        self._resolver = Resolver()
+        self._tables: dict[str, "Table"] = {}
+
+    def table(self, ident: str, table_id: int | None = None) -> "Table":
+        """A table handle, cached by name; loaded again when ``table_id`` says the
+        name now belongs to another table (dropped and created again)."""
+        t = self._tables.get(ident)
+        if t is None or (table_id is not None and t.table_id != table_id):
+            t = self._tables[ident] = self.catalog.load_table(ident)
+        return t
+
+    def __repr__(self) -> str:
+        return f"Pipeline({self.catalog!r})"
+
+    # ---------------------------------------------------------------- topology
+    def register_job(self, job_id: str, *, sources: Sequence[str] = (), sinks: Sequence[str],
+                     external_input: bool = False, description: str = "") -> Job:
+        """See :meth:`Topology.register_job`."""
+        return self.topology.register_job(job_id, sources=sources, sinks=sinks, external_input=external_input,
+                                          description=description)
+
+    def retire_job(self, job_id: str) -> Job:
+        return self.topology.retire_job(job_id)
+
+    # ------------------------------------------------------------------ epochs
+    def open_epoch(self) -> int:
+        with self.catalog.backend.read() as conn:
+            return open_epoch(conn)
+
+    def opened_at(self) -> float:
+        with self.catalog.backend.read() as conn:
+            return epoch_row(conn)[1]
+
+    def coordinator(self, **kwargs: Any) -> Coordinator:
+        """A :class:`Coordinator` for this catalog (not started)."""
+        return Coordinator(self.catalog, **kwargs)
+
+    def seals(self, *, since: int = 0) -> list[Seal]:
+        """The seal records of barriers > ``since``, oldest first."""
+        c = S.seals.c
+        with self.catalog.backend.read() as conn:
+            rows = conn.execute(sa.select(S.seals).where(c.barrier > since).order_by(c.barrier)).mappings().all()
+        return [Seal(int(r["barrier"]), r["opened_at"], r["sealed_at"], r["holder"], int(r["token"])) for r in rows]
+
+    # ------------------------------------------------------------------ states
+    def _id(self, conn: Any, table: "str | Table") -> int:
+        ident = _norm([table])[0]
+        return self._resolver.resolve(conn, [ident])[ident]
+
+    def frontier(self, table: "str | Table") -> int | None:
+        """The highest barrier ``e`` such that ``table`` precommitted every barrier ``<= e``
+        (None for a table outside the topology)."""
+        with self.catalog.backend.read() as conn:
+            tid = self._id(conn, table)
+            g = self.topology.graph(conn)
+            return frontier(g, facts(conn, [tid])[tid], open_epoch(conn))
+
+    def committed_barrier(self) -> int:
+        """The newest barrier in state COMMIT (every table of the COMMIT set precommitted it)."""
+        with self.catalog.backend.read() as conn:
+            return committed_barrier(conn, self.topology.graph(conn), open_epoch(conn))
+
+    def snapshot_barrier(self, tables: Sequence["str | Table"] | None = None) -> int | None:
+        """The newest barrier that is a SNAPSHOT of every table given (default: the COMMIT set)."""
+        with self.catalog.backend.read() as conn:
+            g = self.topology.graph(conn)
+            if tables is None:
+                o = open_epoch(conn)
+                fx = facts(conn, g.managed)
+                ids = [t for t in g.managed if not catching_up(g, fx[t], o)]
+            else:
+                ids = [self._id(conn, t) for t in tables]
+            found = common_snapshot(conn, ids)
+            return None if found is None else found[0]
+
+    def states(self, table: "str | Table", barrier: int) -> frozenset[BarrierState]:
+        """The states ``table`` holds for ``barrier`` (empty: none yet)."""
+        out: set[BarrierState] = set()
+        with self.catalog.backend.read() as conn:
+            tid = self._id(conn, table)
+            g = self.topology.graph(conn)
+            o = open_epoch(conn)
+            f = frontier(g, facts(conn, [tid])[tid], o)
+            if f is not None and barrier <= f:
+                out.add(BarrierState.PRECOMMIT)
+            if f is not None and barrier <= committed_barrier(conn, g, o):
+                out.add(BarrierState.COMMIT)
+            if self._has_snapshot(conn, tid, barrier):
+                out.add(BarrierState.SNAPSHOT)
+        return frozenset(out)
+
+    @staticmethod
+    def _has_snapshot(conn: Any, tid: int, barrier: int) -> bool:
+        c = S.snapshots.c
+        return conn.execute(sa.select(c.name).where(
+            c.table_id == tid, c.barrier == barrier, sa.or_(c.expires_at.is_(None), c.expires_at > time.time())
+        ).limit(1)).first() is not None
+
+    def version_at(self, table: "str | Table", barrier: int, *, strict: bool = True) -> int:
+        """Time travel by barrier: the version of ``table`` at ``barrier`` (states.py's rule).
+
+        Refused (:class:`BarrierNotRetainedError`) below the oldest barrier the
+        coordinator's snapshots retain, when retention is in force; with
+        ``strict``, refused (:class:`VersionNotFoundError`) above the table's
+        frontier, where it has not precommitted the barrier yet (``strict=False``
+        gives its newest state then). An unmanaged table answers its head.
+        """
+        with self.catalog.backend.read() as conn:
+            tid = self._id(conn, table)
+            since = oldest_retained(conn)
+            if since is not None and barrier < since:
+                raise BarrierNotRetainedError(str(table), barrier, since)
+            g = self.topology.graph(conn)
+            f = facts(conn, [tid])[tid]
+            if g.kind(tid) == "unmanaged":
+                return f.head
+            fr = frontier(g, f, open_epoch(conn))
+            if strict and fr is not None and barrier > fr:
+                raise VersionNotFoundError(f.ident, f"state at barrier {barrier} (precommitted up to {fr})")
+            return version_at(conn, tid, barrier).version
+
+    # -------------------------------------------------------------------- jobs
+    def next_batch(self, job_id: str, *, max_barriers: int | None = None) -> BatchPlan | None:
+        """What the derived job may process now (jobs.py); None when nothing is ready."""
+        with self.catalog.backend.read() as conn:
+            return plan_batch(conn, self.topology.graph(conn), job_id, max_barriers=max_barriers)
+
+    def next_barrier(self, job_id: str) -> int | None:
+        """The lowest barrier the job has not processed that all its sources have precommitted."""
+        plan = self.next_batch(job_id, max_barriers=1)
+        return None if plan is None else plan.lo
+
+    def batch(self, plan: BatchPlan) -> JobBatch:
+        """The writes of a planned batch; committed on a clean ``with`` exit (jobs.py)."""
+        return JobBatch(self.catalog, self.topology, plan, self.table)
+
+    # ------------------------------------------------------------------- reads
+    def choose(self, tables: Sequence["str | Table"], *, level: Level = "read_committed", scope: Scope = "query",
+               locker: str | None = None, lease_seconds: float | None = 300.0) -> Choice:
+        """The versions to read ``tables`` at, consistently (choose.py)."""
+        return choose(self.catalog, self.topology, self._resolver, tables, level=level, scope=scope, locker=locker,
+                      lease_seconds=lease_seconds, load=self.table)
+
+    # ---------------------------------------------------------------- rollback
+    def rollback(self, to: int) -> RollbackResult:
+        """Make every commit with a barrier above ``to`` invisible in every table (rollback.py)."""
+        return rollback(self.catalog, self.topology, to, load=self.table)

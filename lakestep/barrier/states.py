@@ -1,0 +1,333 @@
+"""Barrier states, derived exactly from commits, seals and snapshots.
+
+Nothing is stored per (table, barrier): every state below is computed from
+``ls_epoch``, ``ls_commit`` (its ``barrier`` column) and ``ls_snapshot``, with
+index seeks (``ls_commit_barrier (table_id, barrier, version)``, the partial
+``ls_commit_restore`` index and the primary key), so the cost does not grow
+with the number of barriers. ``O`` is the open epoch; ``t`` a table.
+
+* **sealed** ``e``: ``e < O``.
+* **frontier(t)**: root: ``O - 1`` (sealing ``e`` precommits ``e`` for every
+  root, DESIGN.md §3.2); derived: the barrier of its newest commit carrying
+  one (0 if none), since a derived job commits its barriers in order;
+  unmanaged: none (barriers do not apply).
+* **PRECOMMIT(t, e)**: ``e <= frontier(t)``.
+* **COMMIT(e)**: ``e <= committed = min(O - 1, frontier(t) for every derived t
+  of the COMMIT set)``; the COMMIT set is the topology minus the derived
+  tables still catching up (topology.py).
+* **SNAPSHOT(t, e)**: a live row of ``ls_snapshot`` names a version of ``t``
+  with barrier ``e``.
+
+**The version of t at barrier e** (``version_at``), the rule for commits
+without a barrier included:
+
+1. ``m`` = the newest version whose commit carries a barrier ``<= e``
+   (0, the creation, if none). A commit without a barrier (compaction, a
+   manual fix) therefore counts with the next commit that has one: it is
+   never attributed to a barrier already precommitted.
+2. The answer is the newest version with the *data version* of ``m``: commits
+   after ``m`` that change no rows (compactions, empty appends) are
+   included, so the files read are as compacted as possible and the rows are
+   exactly those of ``m``.
+
+Rollback (rollback.py) writes RESTORE commits tagged with the target barrier
+``r``, so that "newest version with barrier <= e" is right across a rollback:
+for ``e >= r`` it is the restore or later, for ``e < r`` it is untouched
+history. Barriers increase with versions between two RESTOREs (an *era*);
+the query seeks in the newest era and only falls back to older eras (a
+short loop) when ``e`` is older than the last restore's barrier.
+
+Not guaranteed: a derived table written out of barrier order (bypassing
+:class:`~lakestep.barrier.jobs.JobBatch`), or data-changing commits without a
+barrier on topology tables, void the consistency of the reads that involve
+them. Cleanup prunes commit rows (and files) older than the retention window
+that no snapshot or lock pins: a barrier whose versions are gone raises
+:class:`BarrierNotRetainedError` (detected when the commit after ``m`` is
+missing); a job lagging more than the retention window cannot be read
+consistently at its frontier any more.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..catalog import schema as S
+from ._sql import Query
+from .errors import BarrierNotRetainedError
+from .topology import Graph
+
+SNAPSHOT_PREFIX = "lakestep-barrier-"
+
+_EPOCH = sa.select(S.epoch.c.open_epoch, S.epoch.c.opened_at).where(S.epoch.c.id == 1)
+
+# Per table: head, newest RESTORE, and the barrier of the newest barriered
+# commit of the newest era (the frontier of a derived table); with the
+# topology generation and the open epoch, so that one statement does.
+_FACTS = Query("facts", """
+WITH w AS MATERIALIZED (
+    SELECT t.table_id, t.namespace, t.name, t.version AS head,
+           (SELECT max(r.version) FROM ls_commit r
+             WHERE r.table_id = t.table_id AND r.operation = 'RESTORE') AS restore_v
+      FROM ls_table t WHERE t.table_id IN :ids)
+SELECT w.table_id, w.namespace, w.name, w.head, w.restore_v,
+       (SELECT c.barrier FROM ls_commit c
+         WHERE c.table_id = w.table_id AND c.barrier IS NOT NULL AND c.version >= COALESCE(w.restore_v, 0)
+         ORDER BY c.barrier DESC, c.version DESC LIMIT 1) AS tag,
+       g.generation, o.open_epoch
+  FROM w CROSS JOIN ls_topology g CROSS JOIN ls_epoch o
+ WHERE g.id = 1 AND o.id = 1
+""", {"ids": "bigint[]"})
+
+# Per table at barrier :e: m (newest era; NULL means "look in older eras"),
+# its data version, the first later version that changes data, and whether
+# the commit after m is still recorded. MATERIALIZED: each subquery runs once.
+_VERSIONS = Query("versions", """
+WITH w AS MATERIALIZED (
+    SELECT t.table_id, t.version AS head,
+           (SELECT max(r.version) FROM ls_commit r
+             WHERE r.table_id = t.table_id AND r.operation = 'RESTORE') AS restore_v
+      FROM ls_table t WHERE t.table_id IN :ids),
+x AS MATERIALIZED (
+    SELECT w.table_id, w.head, w.restore_v,
+           COALESCE((SELECT c.version FROM ls_commit c
+                      WHERE c.table_id = w.table_id AND c.barrier <= :e AND c.version >= COALESCE(w.restore_v, 0)
+                      ORDER BY c.barrier DESC, c.version DESC LIMIT 1),
+                    CASE WHEN w.restore_v IS NULL THEN 0 END) AS m
+      FROM w)
+SELECT x.table_id, x.head, x.restore_v, x.m, d.data_version AS dv,
+       (SELECT n.version FROM ls_commit n
+         WHERE n.table_id = x.table_id AND n.version > x.m AND n.data_version > d.data_version
+         ORDER BY n.version LIMIT 1) AS nxt,
+       s.version AS succ
+  FROM x
+  LEFT JOIN ls_commit d ON d.table_id = x.table_id AND d.version = x.m
+  LEFT JOIN ls_commit s ON s.table_id = x.table_id AND s.version = x.m + 1
+""", {"ids": "bigint[]", "e": "bigint"})
+
+_RESTORES = sa.text(
+    "SELECT version, barrier FROM ls_commit WHERE table_id = :t AND operation = 'RESTORE' ORDER BY version DESC"
+)
+_SEEK_ERA = sa.text("""
+SELECT version FROM ls_commit
+ WHERE table_id = :t AND barrier <= :e AND version > :lo AND version < :hi
+ ORDER BY barrier DESC, version DESC LIMIT 1
+""")
+_DV_AT = sa.text("SELECT data_version FROM ls_commit WHERE table_id = :t AND version = :v")
+_NEXT_DATA = sa.text("""
+SELECT version FROM ls_commit WHERE table_id = :t AND version > :v AND data_version > :dv
+ ORDER BY version LIMIT 1
+""")
+_NEWEST_TAG = sa.text("""
+SELECT barrier FROM ls_commit WHERE table_id = :t AND barrier IS NOT NULL ORDER BY version DESC LIMIT 1
+""")
+_FIRST_CHANGE = sa.text("""
+SELECT barrier FROM ls_commit
+ WHERE table_id = :t AND version > :v AND barrier IS NOT NULL AND data_version > :dv
+ ORDER BY version LIMIT 1
+""")
+_COMMON_SNAPSHOT = sa.text("""
+SELECT s.barrier FROM ls_snapshot s
+ WHERE s.table_id = :first AND s.barrier IS NOT NULL AND (s.expires_at IS NULL OR s.expires_at > :now)
+   AND (SELECT count(DISTINCT s2.table_id) FROM ls_snapshot s2
+         WHERE s2.barrier = s.barrier AND s2.table_id IN :ids
+           AND (s2.expires_at IS NULL OR s2.expires_at > :now)) = :n
+ ORDER BY s.barrier DESC LIMIT 1
+""").bindparams(sa.bindparam("ids", expanding=True))
+_SNAPSHOT_ROWS = sa.text("""
+SELECT table_id, version, name FROM ls_snapshot
+ WHERE barrier = :b AND table_id IN :ids AND (expires_at IS NULL OR expires_at > :now)
+ ORDER BY table_id, name
+""").bindparams(sa.bindparam("ids", expanding=True))
+_NEWEST_SNAPSHOT = sa.text("""
+SELECT table_id, barrier FROM ls_snapshot
+ WHERE table_id IN :ids AND barrier IS NOT NULL AND (expires_at IS NULL OR expires_at > :now)
+ ORDER BY barrier DESC LIMIT 1
+""").bindparams(sa.bindparam("ids", expanding=True))
+_OLDEST_RETAINED = sa.text(f"""
+SELECT min(barrier) FROM ls_snapshot
+ WHERE name LIKE '{SNAPSHOT_PREFIX}%' AND barrier IS NOT NULL AND (expires_at IS NULL OR expires_at > :now)
+""")
+
+_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one statement tells about a table: its name, head and newest barrier tag."""
+
+    table_id: int
+    ident: str
+    head: int
+    restore_version: int | None
+    tag: int | None  # barrier of the newest barriered commit (of the newest era)
+
+
+@dataclass(frozen=True)
+class At:
+    """The version of a table at a barrier, and that version's data version."""
+
+    version: int
+    data_version: int
+
+
+def open_epoch(conn: Connection) -> int:
+    return int(conn.execute(_EPOCH).one()[0])
+
+
+def epoch_row(conn: Connection) -> tuple[int, float]:
+    r = conn.execute(_EPOCH).one()
+    return int(r[0]), float(r[1])
+
+
+def _chunks(ids: Sequence[int]) -> Iterable[list[int]]:
+    ids = sorted(set(ids))
+    for i in range(0, len(ids), _CHUNK):
+        yield ids[i:i + _CHUNK]
+
+
+def facts(conn: Connection, ids: Iterable[int]) -> dict[int, Facts]:
+    """Head, newest RESTORE and newest barrier tag of each table (one statement)."""
+    return facts_ex(conn, ids)[2]
+
+
+def facts_ex(conn: Connection, ids: Iterable[int]) -> tuple[int | None, int | None, dict[int, Facts]]:
+    """(topology generation, open epoch, :func:`facts`), in one statement; the first
+    two are None when ``ids`` is empty."""
+    out: dict[int, Facts] = {}
+    gen = open_ = None
+    for chunk in _chunks(list(ids)):
+        for r in _FACTS(conn, ids=chunk):
+            gen, open_ = int(r[6]), int(r[7])
+            tid = int(r[0])
+            tag = None if r[5] is None else int(r[5])
+            restore_v = None if r[4] is None else int(r[4])
+            if tag is None and restore_v is not None:  # no barriered commit since a barrier-less RESTORE
+                row = conn.execute(_NEWEST_TAG, {"t": tid}).first()
+                tag = None if row is None else int(row[0])
+            out[tid] = Facts(tid, f"{r[1]}.{r[2]}", int(r[3]), restore_v, tag)
+    return gen, open_, out
+
+
+def frontier(graph: Graph, f: Facts, open_: int) -> int | None:
+    """frontier(t): root O-1, derived its newest tag (0 if none), unmanaged None."""
+    kind = graph.kind(f.table_id)
+    if kind == "root":
+        return open_ - 1
+    if kind == "derived":
+        return 0 if f.tag is None else min(f.tag, open_ - 1)
+    return None
+
+
+def catching_up(graph: Graph, f: Facts, open_: int) -> bool:
+    """A derived table that has not yet reached the barrier it must reach to join the COMMIT set."""
+    joined = graph.joined_barrier(f.table_id)
+    fr = frontier(graph, f, open_)
+    return joined > 0 and fr is not None and fr < joined
+
+
+def commit_set(graph: Graph, fx: dict[int, Facts], open_: int) -> list[int]:
+    """The topology's tables minus the derived ones catching up (``fx`` covers the derived ones)."""
+    return [t for t in graph.managed if graph.kind(t) == "root" or not catching_up(graph, fx[t], open_)]
+
+
+def committed_barrier(conn: Connection, graph: Graph, open_: int) -> int:
+    """The newest COMMIT barrier: every table of the COMMIT set has precommitted it."""
+    fx = facts(conn, graph.derived)
+    out = open_ - 1
+    for t in commit_set(graph, fx, open_):
+        if t in fx:  # roots are at open_ - 1
+            out = min(out, frontier(graph, fx[t], open_) or 0)
+    return out
+
+
+def versions_at(conn: Connection, ids: Iterable[int], barrier: int) -> dict[int, At]:
+    """``version_at`` of several tables at one barrier, in one statement (plus rare fallbacks)."""
+    out: dict[int, At] = {}
+    for chunk in _chunks(list(ids)):
+        for r in _VERSIONS(conn, ids=chunk, e=barrier):
+            tid, head, m, dv, nxt = int(r[0]), int(r[1]), r[3], r[4], r[5]
+            if m is None or dv is None:  # older era, or pruned records
+                out[tid] = _version_at_slow(conn, tid, barrier)
+                continue
+            if int(m) < head and r[6] is None:
+                raise BarrierNotRetainedError(str(tid), barrier, None)
+            out[tid] = At(int(head) if nxt is None else int(nxt) - 1, int(dv))
+    return out
+
+
+def version_at(conn: Connection, table_id: int, barrier: int) -> At:
+    """The version of one table at ``barrier`` (the rule in the module docstring)."""
+    return versions_at(conn, [table_id], barrier)[table_id]
+
+
+def _version_at_slow(conn: Connection, table_id: int, barrier: int) -> At:
+    """The era loop: newest era first, then the restore itself, then the era before."""
+    hi = 1 << 62
+    m: int | None = None
+    for v_r, b_r in [(int(r[0]), r[1]) for r in conn.execute(_RESTORES, {"t": table_id})] + [(-1, None)]:
+        row = conn.execute(_SEEK_ERA, {"t": table_id, "e": barrier, "lo": v_r, "hi": hi}).first()
+        if row is not None:
+            m = int(row[0])
+            break
+        if b_r is not None and int(b_r) <= barrier:
+            m = v_r
+            break
+        hi = v_r
+    if m is None:
+        m = 0
+    dv = conn.execute(_DV_AT, {"t": table_id, "v": m}).scalar()
+    succ = conn.execute(_DV_AT, {"t": table_id, "v": m + 1}).scalar()
+    head = conn.execute(sa.select(S.tables.c.version).where(S.tables.c.table_id == table_id)).scalar_one()
+    if dv is None or (m < head and succ is None):
+        raise BarrierNotRetainedError(str(table_id), barrier, None)
+    nxt = conn.execute(_NEXT_DATA, {"t": table_id, "v": m, "dv": int(dv)}).scalar()
+    if nxt is None:
+        return At(int(head), int(dv))
+    return At(int(nxt) - 1, int(dv))
+
+
+def first_change(conn: Connection, table_id: int, at: At) -> int | None:
+    """The first barrier after the one ``at`` was taken at whose data differs (None: none yet).
+
+    May answer too early after a rollback (never too late): callers only use
+    it to bound a batch, where too early is merely one more batch.
+    """
+    row = conn.execute(_FIRST_CHANGE, {"t": table_id, "v": at.version, "dv": at.data_version}).first()
+    return None if row is None else int(row[0])
+
+
+def common_snapshot(conn: Connection, ids: Sequence[int], now: float | None = None
+                    ) -> tuple[int, dict[int, int]] | None:
+    """The newest barrier that is a SNAPSHOT of every table, with each table's version."""
+    ids = sorted(set(ids))
+    if not ids:
+        return None
+    now = time.time() if now is None else now
+    b = conn.execute(_COMMON_SNAPSHOT, {"first": ids[0], "ids": ids, "n": len(ids), "now": now}).scalar()
+    if b is None:
+        return None
+    versions: dict[int, int] = {}
+    for r in conn.execute(_SNAPSHOT_ROWS, {"b": int(b), "ids": ids, "now": now}):
+        versions.setdefault(int(r[0]), int(r[1]))
+    return int(b), versions
+
+
+def newest_snapshot(conn: Connection, ids: Sequence[int], now: float | None = None) -> tuple[int, int] | None:
+    """(table id, barrier) of the newest live snapshot carrying a barrier among ``ids``."""
+    if not ids:
+        return None
+    now = time.time() if now is None else now
+    row = conn.execute(_NEWEST_SNAPSHOT, {"ids": sorted(set(ids)), "now": now}).first()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+def oldest_retained(conn: Connection, now: float | None = None) -> int | None:
+    """The since-frontier: the oldest barrier the coordinator's snapshots still retain."""
+    now = time.time() if now is None else now
+    v = conn.execute(_OLDEST_RETAINED, {"now": now}).scalar()
+    return None if v is None else int(v)

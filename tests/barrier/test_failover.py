@@ -1,0 +1,122 @@
+"""Coordinator failover between real processes (``python -m lakestep.barrier.coordinator``).
+
+Two coordinators run; one holds the lease and seals every 50 ms. Then:
+
+1. the leader is paused (SIGSTOP) past its lease: the standby takes over
+   within the lease; resumed (SIGCONT), the old leader is fenced out and
+   never seals again while the other lives;
+2. the new leader is killed (SIGKILL): the old one, now a standby, takes
+   over within the lease;
+3. the last one stops on SIGTERM and releases the lease.
+
+Throughout, this process commits to a root table. At the end: every barrier
+was sealed exactly once and none was skipped, a coordinator sealed nothing
+after it was paused or killed, and tokens only grew.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from lakestep import Catalog
+from lakestep.barrier import OPEN_EPOCH, Pipeline, Seal
+
+from .conftest import kv, make_tables
+
+LEASE = 1.0
+INTERVAL = 0.05
+SLACK = 2.0  # the standby's poll (lease / 4), one interval, scheduling on a loaded machine
+
+
+def start(spec: Any, holder: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "lakestep.barrier.coordinator", "--url", spec.url, "--interval", str(INTERVAL),
+         "--lease", str(LEASE), "--holder", holder, "--snapshot-every", "0", "--log-level", "WARNING"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+def wait_for(p: Pipeline, pred: Callable[[list[Seal]], bool], timeout: float = 30.0) -> list[Seal]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seals = p.seals()
+        if pred(seals):
+            return seals
+        time.sleep(0.02)
+    raise AssertionError(f"timed out; seals: {[(s.barrier, s.holder) for s in p.seals()][-10:]}")
+
+
+def test_failover(catalog_spec: Any, catalog: Catalog) -> None:
+    catalog.create_namespace("s")
+    make_tables(catalog, "root")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.root"], external_input=True)
+    stop = threading.Event()
+    committed: list[int] = []
+
+    def ingest() -> None:  # a root job committing all along
+        t = catalog.load_table("s.root")
+        while not stop.is_set():
+            committed.append(int(t.append(kv((1, 1)), barrier=OPEN_EPOCH).barrier))  # type: ignore[arg-type]
+            time.sleep(0.01)
+
+    procs = {h: start(catalog_spec, h) for h in ("A", "B")}
+    feeder = threading.Thread(target=ingest, daemon=True)
+    feeder.start()
+    try:
+        seals = wait_for(p, lambda s: len(s) >= 5)
+        first, second = seals[-1].holder, ("B" if seals[-1].holder == "A" else "A")
+
+        # 1. pause the leader past its lease
+        procs[first].send_signal(signal.SIGSTOP)
+        paused_at = time.time()
+        seals = wait_for(p, lambda s: s[-1].holder == second)
+        took_over = next(s for s in seals if s.holder == second)
+        print(f"takeover after a pause: {took_over.sealed_at - paused_at:.2f}s (lease {LEASE}s)")
+        assert took_over.sealed_at - paused_at <= LEASE + SLACK
+        procs[first].send_signal(signal.SIGCONT)
+        wait_for(p, lambda s: sum(x.holder == second for x in s) >= 10)  # it keeps sealing, alone
+        # 2. kill the new leader: the resumed one takes over
+        procs[second].send_signal(signal.SIGKILL)
+        procs[second].wait(10)
+        killed_at = time.time()
+        seals = wait_for(p, lambda s: s[-1].holder == first and s[-1].sealed_at > killed_at)
+        back = next(s for s in seals if s.holder == first and s.sealed_at > killed_at)
+        print(f"takeover after SIGKILL: {back.sealed_at - killed_at:.2f}s (lease {LEASE}s)")
+        assert back.sealed_at - killed_at <= LEASE + SLACK
+        wait_for(p, lambda s: sum(x.holder == first and x.sealed_at > killed_at for x in s) >= 5)
+        # 3. a clean stop releases the lease
+        procs[first].send_signal(signal.SIGTERM)
+        assert procs[first].wait(15) == 0, procs[first].stderr.read() if procs[first].stderr else ""
+    finally:
+        stop.set()
+        feeder.join(10)
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait(10)
+
+    seals = p.seals()
+    assert [s.barrier for s in seals] == list(range(1, len(seals) + 1))  # none skipped, none twice
+    assert all(a.token <= b.token for a, b in zip(seals, seals[1:]))  # tokens only grow
+    holders = [s.holder for s in seals]
+    runs = [h for i, h in enumerate(holders) if i == 0 or holders[i - 1] != h]
+    assert runs == [first, second, first]  # one leader at a time, handing over twice
+    # nothing sealed by a coordinator while paused, or after its lease went to another
+    assert all(s.sealed_at <= paused_at + INTERVAL for s in seals if s.holder == first and s.sealed_at < killed_at)
+    assert all(s.sealed_at <= killed_at for s in seals if s.holder == second)
+    from lakestep.barrier import epochs
+
+    with catalog.backend.read() as conn:
+        lease = epochs.read_lease(conn)
+    assert lease.holder is None  # released on SIGTERM
+    open_ = p.open_epoch()
+    assert committed and all(1 <= b <= open_ for b in committed)
+    assert os.environ.get("LAKESTEP_FAILPOINTS") is None

@@ -1,0 +1,114 @@
+"""RESTORE commits, and rollback of the topology to a barrier."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakestep import Catalog, CommitConflict
+from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline, RollbackRefusedError, StaleBatchError
+
+from .conftest import KV, kv, make_tables, rows
+from .test_states import copy_of, process
+
+
+def test_restore_is_a_new_commit(catalog: Catalog) -> None:
+    catalog.create_namespace("s")
+    t = catalog.create_table("s.t", KV)
+    t.append(kv((1, 1)))
+    t.append(kv((2, 2)))
+    t.append(kv((3, 3)))
+    t.compact()  # version 4: one file
+    t.delete([("k", "=", 3)])  # version 5
+    r = t.restore(2)
+    assert (r.operation, r.version, r.base_version) == ("RESTORE", 6, 2)
+    assert r.summary["restored_files"] == 2  # the files of 1 and 2, removed by the compaction
+    assert rows(t.to_arrow()) == rows(t.to_arrow(version=2)) == [(1, 1), (2, 2)]
+    assert rows(t.to_arrow(version=5)) == [(1, 1), (2, 2)] and rows(t.to_arrow(version=4)) == [(1, 1), (2, 2), (3, 3)]
+    assert [h.operation for h in t.history()][:2] == ["RESTORE", "DELETE"]  # history kept
+    t.restore(0, barrier=7)
+    assert t.to_arrow().num_rows == 0 and t.history(limit=1)[0].barrier == 7
+    with catalog.transaction() as tx:  # with other writes, atomically
+        tx.restore(t, 4)
+    assert rows(t.to_arrow()) == [(1, 1), (2, 2), (3, 3)]
+    from lakestep.errors import VersionNotFoundError
+
+    with pytest.raises(VersionNotFoundError):
+        t.restore(99)
+
+
+def test_restore_past_retention_needs_a_pin(catalog: Catalog) -> None:
+    catalog.create_namespace("s")
+    t = catalog.create_table("s.t", KV, properties={"lakestep.retention-seconds": "0"})
+    t.append(kv((1, 1)))
+    t.overwrite(kv((2, 2)))
+    with pytest.raises(CommitConflict, match="retention"):
+        t.restore(1)  # its file may be gone
+    t.create_snapshot("keep", version=1)
+    t.restore(1)
+    assert rows(t.to_arrow()) == [(1, 1)]
+
+
+def pipeline_at(catalog: Catalog, p: Pipeline, coord: Coordinator) -> None:
+    """a (root) -> d (copy of a); barriers 1..3 sealed, d processed 1..2, snapshot of 1."""
+    make_tables(catalog, "a", "d")
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    a = catalog.load_table("s.a")
+    for i in (1, 2, 3):
+        a.append(kv((i, i)), barrier=OPEN_EPOCH)
+        coord.seal()
+        if i < 3:
+            process(p, "copy", copy_of("s.a"), catalog)
+        if i == 1:
+            assert coord.snapshot() == [1]
+    a.append(kv((4, 4)), barrier=OPEN_EPOCH)  # in the open epoch 4
+
+
+def test_rollback(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+    p = pipeline
+    pipeline_at(catalog, p, coordinator)
+    a, d = catalog.load_table("s.a"), catalog.load_table("s.d")
+    stale = p.next_batch("copy")  # barrier 3, planned before the rollback
+    assert stale is not None and stale.lo == 3
+    with pytest.raises(RollbackRefusedError) as ei:
+        p.rollback(to=0)
+    assert (ei.value.to_barrier, ei.value.snapshot_barrier) == (0, 1)
+    heads = (a.version, d.version)
+    res = p.rollback(to=1)
+    assert res.to_barrier == 1 and res.open_epoch == 4 and set(res.tables) == {"s.a", "s.d"}
+    assert res.tables["s.a"].from_version == heads[0]
+    assert rows(a.to_arrow()) == rows(d.to_arrow()) == [(1, 1)]
+    assert rows(a.to_arrow(version=heads[0])) == [(1, 1), (2, 2), (3, 3), (4, 4)]  # history kept
+    for e in (1, 2, 3):  # barriers above 1 now read as 1, everywhere
+        assert rows(a.to_arrow(version=p.version_at("s.a", e))) == [(1, 1)]
+    assert p.frontier("s.d") == 1 and p.frontier("s.a") == 3
+    with pytest.raises(StaleBatchError, match="its frontier is 1, the batch starts at 3"):
+        with p.batch(stale) as b:
+            b.overwrite("s.d", kv((9, 9)))
+    plan = p.next_batch("copy")
+    assert plan is not None and (plan.lo, plan.hi) == (2, 3)  # the rolled-back barriers are empty now
+    process(p, "copy", copy_of("s.a"), catalog)
+    a.append(kv((5, 5)), barrier=OPEN_EPOCH)  # root jobs go on in the open epoch
+    coordinator.seal()
+    process(p, "copy", copy_of("s.a"), catalog)
+    c = p.choose(["s.a", "s.d"])
+    assert c.barrier == 4 and rows(c.read("s.a")) == rows(c.read("s.d")) == [(1, 1), (5, 5)]
+    assert p.rollback(to=4).tables == {}  # nothing above 4: no commit at all
+
+
+def test_rollback_of_a_lagging_table_and_snapshot_progress(catalog: Catalog, pipeline: Pipeline,
+                                                          coordinator: Coordinator) -> None:
+    p = pipeline
+    pipeline_at(catalog, p, coordinator)
+    stale = p.next_batch("copy")
+    assert stale is not None and stale.lo == 3
+    res = p.rollback(to=2)  # d is at 2 already: only a is restored
+    assert set(res.tables) == {"s.a"}
+    with pytest.raises(StaleBatchError, match="changed since it was planned"):
+        with p.batch(stale) as b:
+            b.overwrite("s.d", kv((9, 9)))
+    assert rows(catalog.load_table("s.d").to_arrow()) == [(1, 1), (2, 2)]
+    process(p, "copy", copy_of("s.a"), catalog)
+    assert p.committed_barrier() == 3
+    assert coordinator.snapshot() == [2, 3]
+    assert p.choose(["s.a", "s.d"], level="repeatable_read").barrier == 3

@@ -1,0 +1,259 @@
+"""Per-table states, next barriers, the version rule, consistency levels and explanations."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import pytest
+
+from lakestep import Catalog
+from lakestep.barrier import OPEN_EPOCH, BarrierState, Coordinator, NoSnapshotError, Pipeline
+from lakestep.catalog.lifecycle import live_locks
+from lakestep.errors import VersionNotFoundError
+
+from .conftest import kv, make_tables, rows
+
+
+def process(p: Pipeline, job: str, fn: Callable[[dict[str, list[tuple[int, int]]]], list[tuple[int, int]]],
+            catalog: Catalog) -> int | None:
+    """Run one batch of ``job``: ``fn`` maps each source's rows at ``to_version`` to the sink's rows."""
+    plan = p.next_batch(job)
+    if plan is None:
+        return None
+    inputs = {name: rows(catalog.load_table(name).to_arrow(version=s.to_version)) for name, s in plan.sources.items()}
+    with p.batch(plan) as b:
+        b.overwrite(plan.sinks[0], kv(*fn(inputs)))
+    return plan.hi
+
+
+def copy_of(src: str) -> Callable[[dict[str, list[tuple[int, int]]]], list[tuple[int, int]]]:
+    return lambda inputs: inputs[src]
+
+
+def test_next_barrier_waits_for_every_source(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+    make_tables(catalog, "a", "b", "j", "j2")
+    p = pipeline
+    p.register_job("ingest_a", sinks=["s.a"], external_input=True)
+    p.register_job("ingest_b", sinks=["s.b"], external_input=True)
+    p.register_job("join", sources=["s.a", "s.b"], sinks=["s.j"])
+    p.register_job("after", sources=["s.j"], sinks=["s.j2"])
+    a = catalog.load_table("s.a")
+    assert p.next_barrier("join") is None  # nothing sealed yet
+    a.append(kv((1, 1)), barrier=OPEN_EPOCH)
+    assert p.next_barrier("join") is None  # barrier 1 is open
+    coordinator.seal()
+    assert p.next_barrier("join") == 1  # sealing precommits 1 for both roots, data or not
+    assert p.next_barrier("after") is None  # its source has not precommitted 1
+    coordinator.seal()
+    coordinator.seal()
+    plan = p.next_batch("join")
+    assert plan is not None and (plan.lo, plan.hi) == (1, 1)  # a changes at 1: a batch of its own
+    assert plan.sources["s.a"].from_version == 0 and plan.sources["s.a"].to_version == 1
+    assert process(p, "join", lambda i: i["s.a"] + i["s.b"], catalog) == 1
+    plan = p.next_batch("join")
+    assert plan is not None and (plan.lo, plan.hi) == (2, 3)  # nothing changed in 2..3: one batch
+    assert p.next_batch("join", max_barriers=1).hi == 2  # type: ignore[union-attr]
+    assert p.next_barrier("after") == 1
+    process(p, "join", lambda i: i["s.a"] + i["s.b"], catalog)
+    assert p.next_batch("join") is None
+    assert p.frontier("s.j") == 3 and p.frontier("s.a") == 3 and p.frontier("s.j2") == 0
+
+
+def test_replay_and_empty_batches(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+    make_tables(catalog, "a", "d")
+    p = pipeline
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    coordinator.seal()
+    plan = p.next_batch("copy")
+    assert plan is not None
+    with p.batch(plan):  # no output: an empty commit still precommits the barrier
+        pass
+    d = catalog.load_table("s.d")
+    assert d.history(limit=1)[0].barrier == 1 and d.history(limit=1)[0].added_files == 0
+    assert p.frontier("s.d") == 1
+    version = d.version
+    again = p.batch(plan)  # a restarted job redoing the same batch
+    again.append("s.d", kv((9, 9)))
+    res = again.commit()
+    assert res.replayed and res.results[0].replayed and res.results[0].barrier == 1
+    assert d.version == version and d.to_arrow().num_rows == 0  # nothing committed
+    with pytest.raises(ValueError, match="not a sink"):
+        p.batch(plan).append("s.a", kv((1, 1)))
+
+
+def test_version_rule_with_barrierless_commits(catalog: Catalog, pipeline: Pipeline,
+                                               coordinator: Coordinator) -> None:
+    make_tables(catalog, "a")
+    pipeline.register_job("ingest", sinks=["s.a"], external_input=True)
+    a = catalog.load_table("s.a")
+    a.append(kv((1, 1)), barrier=OPEN_EPOCH)
+    a.append(kv((2, 2)), barrier=OPEN_EPOCH)  # versions 1, 2: barrier 1
+    coordinator.seal()
+    compact = a.compact()  # version 3, no barrier, same rows
+    assert compact.barrier is None and compact.data_version == 2
+    assert pipeline.version_at("s.a", 1) == 3  # the compaction is included: same rows, fewer files
+    assert pipeline.version_at("s.a", 0) == 0
+    a.append(kv((3, 3)))  # version 4: changes rows without a barrier
+    assert pipeline.version_at("s.a", 1) == 3  # ...so it is not part of barrier 1
+    a.append(kv((4, 4)), barrier=OPEN_EPOCH)  # version 5, barrier 2
+    coordinator.seal()
+    assert pipeline.version_at("s.a", 2) == 5  # version 4 counts with the next barriered commit
+    assert rows(a.to_arrow(version=pipeline.version_at("s.a", 2))) == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    with pytest.raises(VersionNotFoundError, match="precommitted up to 2"):
+        pipeline.version_at("s.a", 3)  # barrier 3 is still open
+    assert pipeline.version_at("s.a", 99, strict=False) == 5
+
+
+def two_components(catalog: Catalog, p: Pipeline, coord: Coordinator) -> None:
+    """r1 -> d1 (lags), r2 -> d2 (caught up); three sealed barriers."""
+    make_tables(catalog, "r1", "d1", "r2", "d2")
+    p.register_job("i1", sinks=["s.r1"], external_input=True)
+    p.register_job("i2", sinks=["s.r2"], external_input=True)
+    p.register_job("c1", sources=["s.r1"], sinks=["s.d1"])
+    p.register_job("c2", sources=["s.r2"], sinks=["s.d2"])
+    for i in range(3):
+        catalog.load_table("s.r1").append(kv((i, i)), barrier=OPEN_EPOCH)
+        catalog.load_table("s.r2").append(kv((i, 10 * i)), barrier=OPEN_EPOCH)
+        coord.seal()
+        process(p, "c2", copy_of("s.r2"), catalog)
+        if i == 0:
+            process(p, "c1", copy_of("s.r1"), catalog)
+
+
+def test_levels_scopes_and_explanations(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+    p = pipeline
+    two_components(catalog, p, coordinator)
+    c = p.choose(["s.r1", "s.d1"])
+    assert c.barrier == 1 and c.level == "read_committed"
+    assert rows(c.read("s.r1")) == rows(c.read("s.d1")) == [(0, 0)]  # consistent
+    assert c.explanation.held_by == ("s.d1",)
+    assert c.explanation.behind("s.d1") == 2 and c.explanation.behind("s.r1") == 0
+    text = str(c.explanation)
+    assert "held back by s.d1 (derived, job 'c1'): precommitted up to 1, 2 barrier(s) behind" in text
+    weak = p.choose(["s.r1", "s.d1"], level="read_uncommitted")
+    assert weak.barrier is None
+    assert rows(weak.read("s.r1")) != rows(weak.read("s.d1"))  # the weak level mixes barriers
+    # scopes: the other component is not held back by d1 unless the scope is global
+    assert p.choose(["s.r2"]).barrier == 3
+    assert p.choose(["s.r2"], scope="related").barrier == 3
+    g = p.choose(["s.r2"], scope="global")
+    assert g.barrier == 1 and g.explanation.held_by == ("s.d1",) and p.committed_barrier() == 1
+    assert set(g.explanation.tables) == {"s.r1", "s.d1", "s.r2", "s.d2"}
+    assert rows(g.read("s.r2")) == [(0, 0)]
+    assert p.choose(["s.r1"], scope="related").barrier == 1
+    # states
+    assert p.states("s.d1", 1) == {BarrierState.PRECOMMIT, BarrierState.COMMIT}
+    assert p.states("s.d2", 3) == {BarrierState.PRECOMMIT}
+    assert p.states("s.d1", 2) == frozenset()
+    coordinator.snapshot()
+    assert BarrierState.SNAPSHOT in p.states("s.d2", 1)
+    # an unmanaged table is read at its head
+    make_tables(catalog, "dim")
+    catalog.load_table("s.dim").append(kv((7, 7)))
+    c = p.choose(["s.r1", "s.dim"])
+    assert c.versions["s.dim"] == 1 and c.explanation.tables["s.dim"].kind == "unmanaged"
+
+
+def test_a_new_job_catches_up_without_pulling_commit_back(catalog: Catalog, pipeline: Pipeline,
+                                                          coordinator: Coordinator) -> None:
+    p = pipeline
+    two_components(catalog, p, coordinator)
+    while process(p, "c1", copy_of("s.r1"), catalog) is not None:
+        pass
+    assert p.committed_barrier() == 3
+    make_tables(catalog, "late")
+    job = p.register_job("late", sources=["s.r1"], sinks=["s.late"])
+    assert job.joined_barrier == 3
+    assert p.committed_barrier() == 3  # catching up: not in the COMMIT set
+    assert p.choose(["s.r2"], scope="global").barrier == 3
+    c = p.choose(["s.late", "s.r1"])  # queried by name: included, and explained
+    assert c.barrier == 0 and c.explanation.tables["s.late"].catching_up
+    plan = p.next_batch("late")
+    assert plan is not None and plan.lo == 1
+    while process(p, "late", copy_of("s.r1"), catalog) is not None:
+        pass
+    assert p.frontier("s.late") == 3
+    coordinator.seal()
+    assert p.committed_barrier() == 3  # now in the COMMIT set, and behind
+    assert p.choose(["s.r2"], scope="global").explanation.held_by == ("s.d1", "s.d2", "s.late")
+
+
+def test_repeatable_read_pins_snapshots(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+    p = pipeline
+    two_components(catalog, p, coordinator)
+    with pytest.raises(NoSnapshotError):
+        p.choose(["s.r2", "s.d2"], level="repeatable_read")
+    process(p, "c1", copy_of("s.r1"), catalog)
+    process(p, "c1", copy_of("s.r1"), catalog)
+    assert coordinator.snapshot() == [1, 2, 3]
+    with p.choose(["s.r2", "s.d2"], level="repeatable_read", locker="report") as c:
+        assert c.barrier == 3
+        assert {(lk[1], lk[3]) for lk in live_locks(catalog)} == {("report", c.versions["s.r2"]),
+                                                                    ("report", c.versions["s.d2"])}
+        before = rows(c.read("s.d2"))
+        catalog.load_table("s.r2").append(kv((99, 99)), barrier=OPEN_EPOCH)
+        coordinator.seal()
+        process(p, "c2", copy_of("s.r2"), catalog)
+        assert rows(c.read("s.d2")) == before == rows(c.read("s.r2"))  # rereads are repeatable
+    assert live_locks(catalog) == []
+
+
+def test_snapshots_every_k_retention_and_cleanup(catalog: Catalog, pipeline: Pipeline) -> None:
+    make_tables(catalog, "a", "d")
+    p = pipeline
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    coord = Coordinator(catalog, snapshot_every=2, retain_count=2)
+    a = catalog.load_table("s.a")
+    for i in range(7):
+        a.overwrite(kv((i, i)), barrier=OPEN_EPOCH)
+        coord.seal()
+        process(p, "copy", copy_of("s.a"), catalog)
+        coord.snapshot()
+    names = sorted(s.name for s in a.snapshots())
+    assert names == ["lakestep-barrier-4", "lakestep-barrier-6"]  # every 2nd, the newest 2
+    assert p.snapshot_barrier() == 6
+    v4 = p.version_at("s.a", 4)
+    from lakestep.barrier import BarrierNotRetainedError
+
+    with pytest.raises(BarrierNotRetainedError):
+        p.version_at("s.a", 3)  # older than the oldest retained barrier
+    v6 = p.version_at("s.a", 6)
+    report = a.cleanup(retention_seconds=0)  # snapshots protect their files from cleanup
+    assert report.deleted_files and {v4, v6} <= set(report.pinned_versions)
+    assert rows(a.to_arrow(version=v4)) == [(3, 3)]
+    assert p.version_at("s.a", 6) == v6  # still derived exactly from the pinned records
+    with pytest.raises(BarrierNotRetainedError):
+        p.version_at("s.a", 5)  # its commit records are pruned: refused, not guessed
+    coord.release()  # a standby takes over at once
+    aged = Coordinator(catalog, snapshot_every=1, retain_count=None, retain_seconds=0.2)
+    for _ in range(2):
+        a.overwrite(kv((0, 0)), barrier=OPEN_EPOCH)
+        aged.seal()
+        process(p, "copy", copy_of("s.a"), catalog)
+    assert aged.snapshot() == [8, 9]  # 7 was committed under the old cadence (every 2nd)
+    assert p.snapshot_barrier() == 9
+    time.sleep(0.3)
+    assert p.snapshot_barrier() == 6  # retention by age: 8 and 9 expired
+    aged.release()
+
+
+def test_choice_follows_renames_and_drops(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+    make_tables(catalog, "a", "b")
+    pipeline.register_job("ingest", sinks=["s.a", "s.b"], external_input=True)
+    coordinator.seal()
+    assert pipeline.choose(["s.a", "s.b"]).barrier == 1
+    catalog.rename_table("s.a", "s.a2")
+    c = pipeline.choose(["s.a2", "s.b"])  # the cached id of s.a is not trusted
+    assert set(c.versions) == {"s.a2", "s.b"} and c.barrier == 1
+    from lakestep.errors import TableNotFoundError
+
+    with pytest.raises(TableNotFoundError):
+        pipeline.choose(["s.a"])
+    catalog.drop_table("s.b")
+    with pytest.raises(TableNotFoundError):
+        pipeline.choose(["s.b"])
+    with pytest.raises(ValueError):
+        pipeline.choose(["s.a2"], level="serializable")  # type: ignore[arg-type]

@@ -1,0 +1,376 @@
+"""Streaming benchmark: the lakestep Spark formats against their plain peers, in one run.
+
+Measured, with targets (every ratio from this run, on this machine):
+
+(a) sink throughput: ``rate-micro-batch`` source (fixed ``rowsPerBatch``, columns
+    id long, ts timestamp, value double, name string) written by the ``lakestep``
+    sink and by Spark's ``parquet`` file sink, the same DataFrame, trigger
+    ``processingTime=0`` for ``batches + 1`` micro-batches (the first, warm-up
+    batch is dropped).  rows/s = rows / sum(``durationMs.triggerExecution``) of the
+    kept batches.  Target: lakestep / parquet >= 0.9.
+(b) Kafka ingest: ``messages`` records (~50-byte values, 4 partitions, tansu
+    broker) read by ``lakestep-kafka`` into a lakestep table (``availableNow``,
+    ``maxOffsetsPerTrigger``) vs one kafka-python consumer (assign + seek to
+    beginning, no group) reading all partitions to the end.  rows/s of Spark =
+    rows / sum(triggerExecution) (the wall time incl. query start is reported
+    too).  Targets: lakestep / kafka-python >= 0.7; the table ends with exactly
+    ``messages`` rows.
+(c) barrier latency: a root table appended with ``barrier=OPEN_EPOCH``, the epoch
+    sealed by a Coordinator, a derived Spark job (lakestep source -> lakestep sink,
+    trigger 200 ms); latency = derived commit tagged with the barrier
+    (``committed_at``) - ``sealed_at``, p50 / p99 over ``barriers`` seals (one seal
+    at a time, each waited for).  Spark's ~1 s micro-batch overhead dominates: no
+    target, reported as is.
+
+Output: a plain-text table on stdout, every number in ``--out`` (JSON).
+Run: ``python -m benchmarks.streaming [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+
+import lakestep
+from lakestep import Catalog
+
+from .commit import Check, text_table
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SINK_TARGET = 0.9
+KAFKA_TARGET = 0.7
+BENCH_SCHEMA = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("value", pa.float64()),
+                          ("name", pa.string())])
+KAFKA_TABLE_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                                ("partition", pa.int32()), ("offset", pa.int64()),
+                                ("timestamp", pa.timestamp("us", tz="UTC"))])
+PARTITIONS = 4
+
+
+def step(label: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {label}", file=sys.stderr, flush=True)
+
+
+def make_spark(tmp: Path) -> Any:
+    """A local[2] session configured like tests/streaming/conftest.py (full JIT: a benchmark)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(REPO_ROOT) not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *parts])
+    log4j = tmp / "log4j2.properties"
+    log4j.write_text("status = error\nrootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
+                     "appender.console.type = Console\nappender.console.name = console\n"
+                     "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
+                     "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n")
+    spark = (SparkSession.builder.master("local[2]").appName("lakestep-bench-streaming")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.session.timeZone", "UTC").config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.warehouse.dir", str(tmp / "spark-warehouse"))
+             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+             .config("spark.sql.adaptive.enabled", "false")
+             .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+             .config("spark.sql.streaming.stopTimeout", "60s")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    from lakestep.streaming import register
+
+    register(spark)
+    return spark
+
+
+def batch_stats(progress: list[dict[str, Any]], skip: int = 0) -> dict[str, Any]:
+    """rows, seconds (sum of triggerExecution), rows/s and the addBatch share of the batches with data."""
+    kept = [p for p in progress if p.get("numInputRows", 0) > 0][skip:]
+    rows = sum(int(p["numInputRows"]) for p in kept)
+    trig = sum(p["durationMs"].get("triggerExecution", 0) for p in kept) / 1000
+    add = sum(p["durationMs"].get("addBatch", 0) for p in kept) / 1000
+    return {"batches": len(kept), "rows": rows, "seconds": round(trig, 3), "add_batch_s": round(add, 3),
+            "rows_per_s": round(rows / trig, 1) if trig else None,
+            "batch_ms": [p["durationMs"].get("triggerExecution") for p in kept],
+            "duration_ms_sum": {k: sum(p["durationMs"].get(k, 0) for p in kept)
+                                for k in sorted({k for p in kept for k in p["durationMs"]})}}
+
+
+# --------------------------------------------------------------------------- (a)
+def run_sink(spark: Any, root: Path, fmt: str, rows_per_batch: int, batches: int) -> dict[str, Any]:
+    """``batches`` + 1 fixed-size micro-batches from rate-micro-batch into ``fmt``; the first is warm-up."""
+    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+          .option("numPartitions", 2).load()
+          .selectExpr("value AS id", "timestamp AS ts", "CAST(value AS DOUBLE) * 0.5 AS value",
+                      "CONCAT('name-', CAST(value % 1000 AS STRING)) AS name"))
+    w = df.writeStream.option("checkpointLocation", str(root / f"ck-{fmt}")).trigger(processingTime="0 seconds")
+    if fmt == "lakestep":
+        cat = Catalog(warehouse=str(root / "wh-sink"))
+        cat.create_namespace("b")
+        table = cat.create_table("b.t", BENCH_SCHEMA)
+        w = w.format("lakestep").option("catalog", cat.url).option("table", "b.t").option("job", "bench")
+    else:
+        w = w.format("parquet").option("path", str(root / "parquet-out"))
+    q = w.queryName(f"sink-{fmt}").start()
+    try:
+        deadline = time.time() + 1800
+        while sum(1 for p in q.recentProgress if p.get("numInputRows", 0) > 0) < batches + 1:
+            if q.exception() is not None:
+                raise RuntimeError(str(q.exception()))
+            if time.time() > deadline:
+                raise TimeoutError("sink run took more than 30 min")
+            time.sleep(0.2)
+    finally:
+        q.stop()
+    stats = batch_stats([json.loads(p.json) for p in q.recentProgress], skip=1)
+    if fmt == "lakestep":
+        stats["table_rows"] = table.count()
+        cat.close()
+    return stats
+
+
+# --------------------------------------------------------------------------- (b)
+def produce(broker: Any, topic: str, n: int) -> dict[str, Any]:
+    from kafka import KafkaProducer
+
+    broker.create_topic(topic, partitions=PARTITIONS)
+    prod = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, linger_ms=20, batch_size=512 * 1024,
+                         acks=1)
+    t0 = time.perf_counter()
+    for i in range(n):
+        v = b'{"id":%d,"kind":"click","v":%d,"pad":"xxxxxxxxxx"}' % (i, i % 997)
+        prod.send(topic, value=v, key=b"k%d" % (i % 100), partition=i % PARTITIONS)
+    prod.flush(timeout=600)
+    el = time.perf_counter() - t0
+    prod.close()
+    return {"messages": n, "seconds": round(el, 2), "msgs_per_s": round(n / el, 1)}
+
+
+def run_plain_consumer(broker: Any, topic: str, n: int) -> dict[str, Any]:
+    """One kafka-python consumer, no group: all partitions from the beginning until n records."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    t0 = time.perf_counter()
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, group_id=None, enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    c.assign(tps)
+    c.seek_to_beginning(*tps)
+    got, last = 0, time.perf_counter()
+    while got < n:  # tansu's end_offsets can be short: count against what was produced
+        polled = c.poll(timeout_ms=200, max_records=10_000)
+        k = sum(len(v) for v in polled.values())
+        got += k
+        if k:
+            last = time.perf_counter()
+        elif time.perf_counter() - last > 60:
+            raise TimeoutError(f"plain consumer stuck at {got}/{n}")
+    el = time.perf_counter() - t0
+    c.close()
+    return {"rows": got, "seconds": round(el, 3), "rows_per_s": round(got / el, 1)}
+
+
+def run_kafka_lakestep(spark: Any, root: Path, broker: Any, topic: str, n: int, max_per_trigger: int
+                       ) -> dict[str, Any]:
+    cat = Catalog(warehouse=str(root / "wh-kafka"))
+    cat.create_namespace("k")
+    table = cat.create_table("k.events", KAFKA_TABLE_SCHEMA)
+    df = (spark.readStream.format("lakestep-kafka").option("kafka.bootstrap.servers", broker.bootstrap_servers)
+          .option("subscribe", topic).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", max_per_trigger).load()
+          .select("key", "value", "topic", "partition", "offset", "timestamp"))
+    t0 = time.perf_counter()
+    q = (df.writeStream.format("lakestep").option("catalog", cat.url).option("table", "k.events")
+         .option("job", "kafka-ingest").option("checkpointLocation", str(root / "ck-kafka"))
+         .trigger(availableNow=True).queryName("kafka-ingest").start())
+    q.awaitTermination(1800)
+    wall = time.perf_counter() - t0
+    if q.isActive:
+        q.stop()
+        raise TimeoutError("availableNow query did not finish within 30 min")
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+    stats = batch_stats([json.loads(p.json) for p in q.recentProgress])
+    stats["wall_s"] = round(wall, 3)
+    stats["wall_rows_per_s"] = round(stats["rows"] / wall, 1)
+    stats["table_rows"] = table.count()
+    offs = table.to_arrow(columns=["partition", "offset"]) if stats["table_rows"] <= 5_000_000 else None
+    if offs is not None:
+        stats["distinct_offsets"] = len(set(zip(offs.column("partition").to_pylist(),
+                                                offs.column("offset").to_pylist())))
+    cat.close()
+    return stats
+
+
+# --------------------------------------------------------------------------- (c)
+def run_barrier_latency(spark: Any, root: Path, barriers: int) -> dict[str, Any]:
+    from lakestep.barrier import OPEN_EPOCH, Pipeline
+    from lakestep.streaming import register_job
+
+    cat = Catalog(warehouse=str(root / "wh-barrier"))
+    cat.create_namespace("ns")
+    schema = pa.schema([("id", pa.int64()), ("e", pa.int64())])
+    rt = cat.create_table("ns.root", schema)
+    derived = cat.create_table("ns.derived", schema)
+    p = Pipeline(cat)
+    p.register_job("feed", sinks=["ns.root"], external_input=True)
+    register_job(cat.url, "derived", sources=["ns.root"], sinks=["ns.derived"])
+    coord = p.coordinator(interval=3600)
+    assert coord.acquire()
+    src = (spark.readStream.format("lakestep").option("catalog", cat.url).option("table", "ns.root")
+           .option("job", "derived").load())
+    q = (src.writeStream.format("lakestep").option("catalog", cat.url).option("table", "ns.derived")
+         .option("job", "derived").option("checkpointLocation", str(root / "ck-barrier"))
+         .trigger(processingTime="200 milliseconds").queryName("derived").start())
+    lat: list[float] = []
+    try:
+        for i in range(barriers + 2):  # the first two: warm-up
+            rt.append({"id": [i * 10 + j for j in range(10)], "e": [i] * 10}, barrier=OPEN_EPOCH)
+            s = coord.seal()
+            assert s is not None
+            deadline = time.time() + 120
+            hit = None
+            while hit is None:
+                if q.exception() is not None:
+                    raise RuntimeError(str(q.exception()))
+                if time.time() > deadline:
+                    raise TimeoutError(f"derived never precommitted barrier {s.barrier}")
+                hit = next((h for h in derived.history() if h.barrier == s.barrier), None)
+                if hit is None:
+                    time.sleep(0.01)
+            if i >= 2:
+                lat.append(hit.committed_at - s.sealed_at)
+            time.sleep(0.05 + (i % 5) * 0.04)  # vary the phase against the trigger
+    finally:
+        q.stop()
+        coord.release()
+    seals = {s.barrier: s.sealed_at for s in p.seals()}
+    rows = derived.count()
+    cat.close()
+    ms = sorted(x * 1000 for x in lat)
+    return {"barriers": len(ms), "p50_ms": round(statistics.median(ms), 1),
+            "p99_ms": round(ms[min(len(ms) - 1, int(round(0.99 * (len(ms) - 1))))], 1),
+            "min_ms": round(ms[0], 1), "max_ms": round(ms[-1], 1), "seals_recorded": len(seals),
+            "derived_rows": rows, "expected_rows": 10 * (barriers + 2), "latencies_ms": [round(x, 1) for x in ms]}
+
+
+# ------------------------------------------------------------------------ report
+def _attempt(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return fn()
+    except Exception as exc:
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def report(r: dict[str, Any], checks: list[Check]) -> str:
+    p, m = r["params"], r["machine"]
+    a, b, c = r["sink"], r["kafka"], r["barrier"]
+    sink_rows = [[k, v.get("batches"), v.get("rows"), v.get("seconds"), v.get("add_batch_s"), v.get("rows_per_s"),
+                  v.get("error")] for k, v in a.items()]
+    kl, kp = b.get("lakestep", {}), b.get("kafka-python", {})
+    kafka_rows = [["lakestep-kafka -> lakestep", kl.get("batches"), kl.get("rows"), kl.get("seconds"),
+                   kl.get("rows_per_s"), kl.get("wall_rows_per_s"), kl.get("error")],
+                  ["kafka-python consumer", None, kp.get("rows"), kp.get("seconds"), kp.get("rows_per_s"),
+                   kp.get("rows_per_s"), kp.get("error")]]
+    prod = b.get("produce", {})
+    return "\n".join([
+        f"lakestep {m['lakestep']} streaming benchmark  {m['date']}  cpus={m['cpu_count']}  python {m['python']}"
+        f"  pyspark {m['pyspark']}",
+        text_table(f"\n(a) Sink: rate-micro-batch, {p['rows_per_batch']} rows/batch x {p['batches']} batches "
+                   "(+1 warm-up)", ["sink", "batches", "rows", "batch s", "addBatch s", "rows/s", "error"],
+                   sink_rows),
+        text_table(f"\n(b) Kafka: {p['messages']} msgs, {PARTITIONS} partitions, maxOffsetsPerTrigger "
+                   f"{p['max_offsets_per_trigger']} (produced at {prod.get('msgs_per_s')} msg/s)",
+                   ["reader", "batches", "rows", "seconds", "rows/s", "wall rows/s", "error"], kafka_rows),
+        text_table(f"\n(c) Barrier latency: seal -> derived PRECOMMIT ({p['barriers']} barriers, trigger 200 ms)",
+                   ["barriers", "p50 ms", "p99 ms", "min ms", "max ms", "derived rows", "error"],
+                   [[c.get("barriers"), c.get("p50_ms"), c.get("p99_ms"), c.get("min_ms"), c.get("max_ms"),
+                     f"{c.get('derived_rows')}/{c.get('expected_rows')}", c.get("error")]]),
+        text_table("\nTargets", ["check", "value", "target", "result"],
+                   [[k.name, k.value, f"{k.op} {k.target:g}", k.result] for k in checks]),
+    ])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    ap.add_argument("--out", default="benchmarks/results/streaming.json")
+    ap.add_argument("--only", default="abc", help="sections to run, e.g. 'ac'")
+    args = ap.parse_args(argv)
+    q = args.quick
+    params = {"quick": q, "rows_per_batch": 100_000 if q else 500_000, "batches": 3 if q else 6,
+              "messages": 20_000 if q else 1_000_000, "max_offsets_per_trigger": 5_000 if q else 200_000,
+              "barriers": 5 if q else 20}
+    import pyspark
+
+    r: dict[str, Any] = {
+        "machine": {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    "cpu_count": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform(), "lakestep": lakestep.__version__,
+                    "pyspark": pyspark.__version__, "pyarrow": pa.__version__},
+        "params": params, "sink": {}, "kafka": {}, "barrier": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="lakestep-bench-stream-") as tmp:
+        root = Path(tmp)
+        spark = make_spark(root)
+        try:
+            if "a" in args.only:
+                for fmt in ("parquet", "lakestep"):
+                    step(f"(a) sink {fmt}")
+                    r["sink"][fmt] = _attempt(lambda: run_sink(spark, root, fmt, params["rows_per_batch"],
+                                                               params["batches"]))
+            if "b" in args.only:
+                from lakestep.streaming.broker import TansuBroker
+
+                with TansuBroker() as broker:
+                    topic = f"bench-{int(time.time())}"
+                    step(f"(b) producing {params['messages']} messages")
+                    r["kafka"]["produce"] = _attempt(lambda: produce(broker, topic, params["messages"]))
+                    step("(b) kafka-python consumer")
+                    r["kafka"]["kafka-python"] = _attempt(lambda: run_plain_consumer(broker, topic,
+                                                                                     params["messages"]))
+                    step("(b) lakestep-kafka -> lakestep")
+                    r["kafka"]["lakestep"] = _attempt(lambda: run_kafka_lakestep(
+                        spark, root, broker, topic, params["messages"], params["max_offsets_per_trigger"]))
+            if "c" in args.only:
+                step("(c) barrier latency")
+                r["barrier"] = _attempt(lambda: run_barrier_latency(spark, root, params["barriers"]))
+        finally:
+            spark.stop()
+    kl = r["kafka"].get("lakestep", {})
+    checks = [
+        Check("(a) lakestep / parquet rows/s", _ratio(r["sink"].get("lakestep", {}).get("rows_per_s"),
+                                                      r["sink"].get("parquet", {}).get("rows_per_s")),
+              ">=", SINK_TARGET),
+        Check("(b) lakestep-kafka / kafka-python rows/s",
+              _ratio(kl.get("rows_per_s"), r["kafka"].get("kafka-python", {}).get("rows_per_s")), ">=", KAFKA_TARGET),
+        Check("(b) lakestep table rows", kl.get("table_rows"), "==", params["messages"]),
+        Check("(b) distinct (partition, offset)", kl.get("distinct_offsets"), "==", params["messages"]),
+    ]
+    r["checks"] = [c.to_json() for c in checks]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(r, indent=2) + "\n")
+    print(report(r, checks))
+    print(f"\n{sum(c.result == 'PASS' for c in checks)}/{len(checks)} targets met; JSON: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -176,6 +176,8 @@ def commit_guarded(
     guard: Guard,
     *,
     after: Callable[[Connection, list[CommitResult]], None] | None = None,
+    job_id: str | None = None,
+    batch_id: int | None = None,
 ) -> tuple[bool, list[CommitResult]]:
     """Run ``guard`` and commit ``changes`` in one database transaction.
 
@@ -193,7 +195,7 @@ def commit_guarded(
                 stop = guard(conn)
                 if stop is not None:
                     return False, stop
-                results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=None, batch_id=None)
+                results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
                 if after is not None:
                     after(conn, results)
                 return True, results
@@ -312,7 +314,8 @@ class JobBatch:
         changes = [self.tx.changes[k] for k in sorted(self.tx.changes)]
         self.tx.closed = True
         try:
-            committed, results = commit_guarded(self.catalog, changes, self._guard)
+            committed, results = commit_guarded(self.catalog, changes, self._guard,
+                                                job_id=self.tx.job_id, batch_id=self.tx.batch_id)
         except BaseException:
             for c in changes:
                 self.tx._discard_files(c)

@@ -48,12 +48,12 @@ class LakestepDataSource(DataSource):
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
         from .sink import LakestepStreamWriter
 
-        return LakestepStreamWriter(dict(self.options), overwrite)
+        return LakestepStreamWriter(self.options, overwrite)  # case-insensitive keys
 
     def streamReader(self, schema: Any) -> Any:
         from .source import LakestepStreamReader
 
-        return LakestepStreamReader(dict(self.options))
+        return LakestepStreamReader(self.options)
 
 
 def register(spark: Any) -> None:

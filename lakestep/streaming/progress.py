@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from ..barrier import OPEN_EPOCH, JobNotFoundError, Pipeline
 from ..catalog import Catalog
 from ..catalog import schema as S
-from ..catalog.commit import CommitResult
+from ..catalog.commit import CommitResult, find_txn, txn_results
 from ..catalog.files import NewFile
 from ..errors import LakestepError
 
@@ -141,6 +141,13 @@ def commit_batch(
             if dead_letter and dead_letter[1]:
                 tx.add_files(dead_letter[0], dead_letter[1], barrier=OPEN_EPOCH)
         return tx.results
+    # A batch Spark replays after a crash between our commit and its commit log
+    # was committed under (job, batchId): return that, whatever the plan says now.
+    with cat.backend.read() as conn:
+        prior = find_txn(conn, key=(job, int(batch_id)))
+        if prior is not None:
+            log.info("job %s batch %d was committed before: replay", job, batch_id)
+            return txn_results(conn, prior, {})
     start = job_frontier(cat, job)
     hi = last_decision(cat, job, start)
     if hi is None or hi <= start:
@@ -152,7 +159,9 @@ def commit_batch(
     if plan is None or plan.hi != hi:
         raise StreamingJobError(f"job {job!r}: batch {batch_id} read up to barrier {hi}, but the job's next "
                                 f"batch is {None if plan is None else (plan.lo, plan.hi)}")
-    with p.batch(plan) as b:
+    b = p.batch(plan)
+    b.tx.job_id, b.tx.batch_id = job, int(batch_id)  # recorded: a replay finds it (above)
+    with b:
         b.tx.add_files(table, files, mode=mode, barrier=plan.hi)
         if dead_letter and dead_letter[1]:
             b.tx.add_files(dead_letter[0], dead_letter[1], barrier=plan.hi)

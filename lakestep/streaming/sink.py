@@ -90,7 +90,7 @@ def _physical(shape: _TableShape, rows: pa.Table) -> pa.Table:
 
 
 class LakestepStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options: dict[str, str], overwrite: bool) -> None:
+    def __init__(self, options: Any, overwrite: bool) -> None:
         # Runs on the driver side: the only place that reads the catalog.
         self.url = progress.required(options, "catalog")
         cat = progress.open_catalog(self.url)
@@ -144,6 +144,9 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
                 msg.dead_letters += FileWriter(self.dead.location).write_partitioned(
                     rows, list(self.dead.partition_by), prefix=prefix)
         if data.num_rows:
+            if self.dead is not None:  # the dead-letter table's own columns are not the good rows'
+                own = set(self.dead.schema.names) - set(self.shape.schema.names)
+                data = data.drop_columns([c for c in data.column_names if c in own])
             rows = _physical(self.shape, conform(data, self.shape.schema, self.shape.ident))
             msg.files += FileWriter(self.shape.location).write_partitioned(
                 rows, list(self.shape.partition_by), prefix=prefix)
@@ -157,6 +160,9 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
         mode = "overwrite" if self.mode == "complete" else "append"
         results = progress.commit_batch(cat, self.job, batchId, self.shape.ident, files, mode=mode,
                                         dead_letter=(self.dead.ident, dead) if self.dead else None)
+        if results and all(r.replayed for r in results):
+            # Spark replayed a batch that had committed: these files are a second copy
+            self.abort(messages, batchId)
         log.info("job %s batch %d: %s", self.job, batchId, results)
 
     def abort(self, messages: list[FilesWritten | None], batchId: int) -> None:

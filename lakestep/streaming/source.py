@@ -43,7 +43,7 @@ class FilesPartition(InputPartition):
 
 
 class LakestepStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Any) -> None:
         self.url = progress.required(options, "catalog")
         self.table = progress.required(options, "table")
         self.job = progress.required(options, "job")

@@ -1,0 +1,109 @@
+"""The Spark application of the exactly-once crash test (run as a subprocess, killed at random).
+
+Kafka topic -> ``s.raw`` (root job ``ingest``: the lakestep-kafka source and the
+lakestep sink) -> ``s.agg`` (derived job ``agg``: the lakestep source, a
+per-record transformation, the lakestep sink). A barrier coordinator seals
+epochs every ``--interval`` seconds in this driver.
+
+    python -m tests.streaming.pipeline_app --catalog URL --bootstrap HOST:PORT --topic T --checkpoints DIR
+
+The tables and the job ``agg`` must exist (the test creates them). The process
+exits with status 3 when a query fails (e.g. a failpoint killed the Python
+worker of a commit), and prints ``READY`` once both queries run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def transform(df):  # type: ignore[no-untyped-def]
+    """The derived job's function of the root table (the test applies it to s.raw with pyarrow)."""
+    return df.selectExpr("partition", "offset", "key", "upper(value) AS v", "CAST(length(value) AS INT) AS n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--catalog", required=True)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--checkpoints", required=True)
+    # one barrier per derived micro-batch (every barrier a consistent point; maxBarriersPerTrigger is not read
+    # by the source anyway: option names arrive lowercased), so the
+    # seal interval must exceed a micro-batch's duration or the derived job falls further behind forever
+    ap.add_argument("--interval", type=float, default=3.0)
+    ap.add_argument("--trigger", default="500 milliseconds")
+    ap.add_argument("--max-offsets", type=int, default=60)
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+    from pyspark.sql import SparkSession
+
+    from lakestep.barrier import Pipeline
+    from lakestep.streaming import register
+    from lakestep.streaming.progress import open_catalog
+
+    ck = Path(args.checkpoints)
+    log4j = ck / "log4j2.properties"
+    ck.mkdir(parents=True, exist_ok=True)
+    log4j.write_text("status = error\nrootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
+                     "appender.console.type = Console\nappender.console.name = console\n"
+                     "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
+                     "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n")
+    spark = (
+        SparkSession.builder.master("local[2]").appName("lakestep-pipeline-app")
+        .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions",
+                f"-Dlog4j2.configurationFile=file:{log4j} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.sql.streaming.stopTimeout", "10s")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+
+    coord = Pipeline(open_catalog(args.catalog)).coordinator(interval=args.interval, lease_seconds=3.0,
+                                                             retain_count=None)
+    coord.start()
+
+    raw = (spark.readStream.format("lakestep-kafka").option("kafka.bootstrap.servers", args.bootstrap)
+           .option("subscribe", args.topic).option("startingOffsets", "earliest")
+           .option("maxOffsetsPerTrigger", args.max_offsets).load()
+           .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset"))
+    ingest = (raw.writeStream.format("lakestep").option("catalog", args.catalog).option("table", "s.raw")
+              .option("job", "ingest").option("checkpointLocation", str(ck / "ingest")).queryName("ingest")
+              .trigger(processingTime=args.trigger).start())
+    src = (spark.readStream.format("lakestep").option("catalog", args.catalog).option("table", "s.raw")
+           .option("job", "agg").load())
+    agg = (transform(src).writeStream.format("lakestep").option("catalog", args.catalog).option("table", "s.agg")
+           .option("job", "agg").option("checkpointLocation", str(ck / "agg")).queryName("agg")
+           .trigger(processingTime=args.trigger).start())
+    print("READY", flush=True)
+    try:
+        spark.streams.awaitAnyTermination()
+    except Exception as e:  # a failed query: report and die like a crashed driver
+        print(f"QUERY FAILED: {str(e).splitlines()[0][:2000]}", flush=True)
+        for q in (ingest, agg):
+            if q.exception() is not None:
+                print(f"  {q.name}: {str(q.exception())[:3000]}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(3)
+    time.sleep(0.1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""Exactly once across crashes: Kafka -> s.raw (root job) -> s.agg (derived job), killed and restarted.
+
+The Spark application (``pipeline_app.py``) runs as a subprocess in its own
+process group and is killed with SIGKILL (driver, JVM and Python workers at
+once) at random points: after a random delay, inside a sink commit through a
+failpoint (``LAKESTEP_FAILPOINTS``: the Python worker doing the commit exits
+between writing the files and committing them), and right after a commit
+became visible in the catalog (before Spark could record it in its commit
+log). Records are produced before the first start and between restarts. At the
+end the application runs until every record is in, then:
+
+* every Kafka record (partition, offset) is in ``s.raw`` exactly once, with its key and value;
+* at every barrier ``s.agg`` has precommitted, ``s.agg`` at that barrier equals
+  the transformation of ``s.raw`` at that barrier (no loss, no duplicate, no
+  row of a later barrier).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lakestep.barrier import Pipeline
+from lakestep.streaming import register_job
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RAW = pa.schema([("key", pa.string()), ("value", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
+AGG = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.string()), ("v", pa.string()),
+                 ("n", pa.int32())])
+
+
+def transform(rows: list[dict]) -> list[tuple]:  # type: ignore[type-arg]
+    """pipeline_app.transform, in Python."""
+    return sorted((r["partition"], r["offset"], r["key"], r["value"].upper(), len(r["value"])) for r in rows)
+
+
+def agg_rows(rows: list[dict]) -> list[tuple]:  # type: ignore[type-arg]
+    return sorted((r["partition"], r["offset"], r["key"], r["v"], r["n"]) for r in rows)
+
+
+# Test-only hook: after the sink's catalog commit of a batch with rows of job J, write a marker and hang, so that
+# the test kills the app after the catalog commit and before Spark records the batch in its commit log.
+_PAUSE_HOOK = """
+import os
+_spec = os.environ.get("LS_TEST_PAUSE_AFTER_COMMIT")
+try:  # only in the process running the sink's commit (cheap elsewhere: workers start under a timeout)
+    with open("/proc/self/cmdline", "rb") as _f:
+        _sink = b"python_streaming_sink_runner" in _f.read()
+except OSError:
+    _sink = False
+if _spec and _sink:
+    _job, _marker = _spec.split(":", 1)
+    import time
+    import lakestep.streaming.progress as _pr
+    _orig = _pr.commit_batch
+
+    def commit_batch(cat, job, batch_id, table, files, **kw):
+        res = _orig(cat, job, batch_id, table, files, **kw)
+        if job == _job and files:
+            with open(_marker, "w") as f:
+                f.write(f"{job} batch {batch_id}")
+            time.sleep(600)
+        return res
+
+    _pr.commit_batch = commit_batch
+"""
+
+
+class App:
+    """One run of pipeline_app.py in its own process group."""
+
+    def __init__(self, tmp: Path, run: int, args: list[str], failpoints: str | None,
+                 pause_after_commit: str | None = None) -> None:
+        env = dict(os.environ)
+        paths = [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        self.marker = tmp / f"app-{run}.committed"
+        if pause_after_commit:  # every Python process of the app loads the hook (sitecustomize)
+            hook = tmp / "hook"
+            hook.mkdir(exist_ok=True)
+            (hook / "sitecustomize.py").write_text(_PAUSE_HOOK)
+            paths.insert(0, str(hook))
+            env["LS_TEST_PAUSE_AFTER_COMMIT"] = f"{pause_after_commit}:{self.marker}"
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        env.pop("LAKESTEP_FAILPOINTS", None)
+        if failpoints:
+            env["LAKESTEP_FAILPOINTS"] = failpoints
+        self.out = tmp / f"app-{run}.out"
+        self.err = tmp / f"app-{run}.err"
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.streaming.pipeline_app", *args], cwd=REPO_ROOT,
+                                     env=env, stdout=self.out.open("wb"), stderr=self.err.open("wb"),
+                                     start_new_session=True)
+
+    def ready(self) -> bool:
+        return b"READY" in self.out.read_bytes()
+
+    def exited(self) -> int | None:
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        """SIGKILL the application: its process group and every descendant, at once.
+
+        Spark's ``pyspark.daemon`` workers call setsid(), so they are not in the
+        group: the tree is frozen (SIGSTOP, so that nothing forks meanwhile),
+        then every process of it is killed.
+        """
+        pgid = self.proc.pid
+        tree: set[int] = set()
+        for _ in range(3):
+            for pid in _descendants(pgid) - tree:
+                _signal(pid, signal.SIGSTOP)
+                tree.add(pid)
+        tree.add(pgid)
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in tree:
+            _signal(pid, signal.SIGKILL)
+        self.proc.wait(30)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            alive = [pid for pid in tree if _alive(pid)]
+            if not alive:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"processes {alive} of the app survived SIGKILL")
+
+    def tail(self) -> str:
+        return (self.out.read_text(errors="replace")[-1500:] + "\n--- stderr ---\n"
+                + self.err.read_text(errors="replace")[-3000:])
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            kids[ppid].append(int(entry))
+    return kids
+
+
+def _descendants(root: int) -> set[int]:
+    kids, out, todo = _children(), set(), [root]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            if k not in out:
+                out.add(k)
+                todo.append(k)
+    return out
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_for(cond, timeout: float, what: str, app: App | None = None) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        if app is not None and app.exited() is not None:
+            raise AssertionError(f"the app died (status {app.exited()}) while waiting for {what}:\n{app.tail()}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f":\n{app.tail()}" if app else ""))
+
+
+# What each run before the last one does: ("delay", seconds after READY) | ("failpoint", spec)
+# | ("after_commit", table): SIGKILL as soon as a new commit of the table is visible
+# | ("pause_after_commit", job): SIGKILL between the sink's catalog commit and Spark's commit log (a hook).
+# PostgreSQL runs fewer kills: each run costs a Spark start-up (30-60 s on the shared 2-core machine).
+PLANS = {
+    "sqlite": [("delay", None), ("failpoint", "commit.locked=exit"), ("pause_after_commit", "agg"),
+               ("failpoint", "commit.before_db_commit=exit"), ("pause_after_commit", "ingest")],
+    "postgres": [("failpoint", "commit.locked=exit"), ("pause_after_commit", "agg")],
+}
+
+
+def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rnd = random.Random(int(os.environ.get("LAKESTEP_CRASH_SEED", str(time.time_ns()))))
+    started = time.time()
+    cat = catalog_spec.open()
+    cat.create_namespace("s")
+    raw = cat.create_table("s.raw", RAW)
+    agg = cat.create_table("s.agg", AGG)
+    register_job(catalog_spec.url, "agg", sources=["s.raw"], sinks=["s.agg"])
+    topic = kafka_topic_name()
+    kafka_broker.create_topic(topic, 2)
+    produced: dict[tuple[int, int], tuple[str, str]] = {}
+
+    def produce(n: int) -> None:
+        base = len(produced)
+        keys = [f"k{base + i}" for i in range(n)]
+        values = [f"val-{base + i}-" + "x" * rnd.randint(0, 20) for i in range(n)]
+        for i, (p, off) in enumerate(kafka_broker.produce(topic, values, keys=keys)):
+            produced[(p, off)] = (keys[i], values[i])
+
+    args = ["--catalog", catalog_spec.url, "--bootstrap", kafka_broker.bootstrap_servers, "--topic", topic,
+            "--checkpoints", str(tmp_path / "ck")]
+    produce(150)
+    log: list[str] = []
+    run = 0
+    for kind, arg in PLANS[catalog_spec.backend]:
+        run += 1
+        app = App(tmp_path, run, args, arg if kind == "failpoint" else None,
+                  arg if kind == "pause_after_commit" else None)
+        try:
+            wait_for(app.ready, 120, "READY", app)
+            if kind == "delay":
+                delay = rnd.uniform(5.0, 25.0)
+                time.sleep(delay)
+                log.append(f"run {run}: killed {delay:.1f}s after READY")
+            elif kind == "after_commit":
+                n0 = cat.load_table(arg).count()  # a commit with rows: its replay has files to commit
+                wait_for(lambda: cat.load_table(arg).count() > n0, 150, f"a commit of rows to {arg}", app)
+                log.append(f"run {run}: killed right after {arg} v{cat.load_table(arg).version}")
+            elif kind == "pause_after_commit":
+                wait_for(app.marker.exists, 150, f"a commit of job {arg} with rows", app)
+                log.append(f"run {run}: killed after the catalog commit of {app.marker.read_text()}, "
+                           f"before Spark's commit log")
+            else:  # the failpoint kills the Python worker of the first commit: what does Spark do?
+                try:
+                    wait_for(lambda: app.exited() is not None, 60, "the app to fail")
+                    outcome = f"app exited with status {app.exited()}"
+                except AssertionError:
+                    outcome = "app still running after 60s"
+                first = next((ln for ln in app.out.read_text(errors="replace").splitlines()
+                              if ln.startswith("QUERY FAILED")), "")
+                log.append(f"run {run}: failpoint {arg}: {outcome}; {first[:300]}")
+        finally:
+            app.kill()
+        produce(rnd.randint(30, 80))
+
+    # the last run: no faults, until everything is in and the derived job has caught up
+    run += 1
+    app = App(tmp_path, run, args, None)
+    p = Pipeline(cat)
+    try:
+        wait_for(app.ready, 120, "READY", app)
+        wait_for(lambda: raw.count() >= len(produced), 240, f"{len(produced)} rows in s.raw", app)
+        last = max(h.barrier for h in raw.history() if h.barrier is not None and h.added_rows)
+        wait_for(lambda: (p.frontier("s.agg") or 0) >= last, 240, f"s.agg to precommit barrier {last}", app)
+    finally:
+        app.kill()
+    elapsed = time.time() - started
+    print(f"\n[{catalog_spec.backend}] {len(produced)} records, {run} runs, {elapsed:.0f}s\n  " + "\n  ".join(log))
+
+    # every input record exactly once in s.raw
+    rows = raw.to_arrow().to_pylist()
+    counts = collections.Counter((r["partition"], r["offset"]) for r in rows)
+    dupes = {k: n for k, n in counts.items() if n > 1}
+    assert not dupes, f"records in s.raw more than once: {sorted(dupes.items())[:20]}"
+    assert set(counts) == set(produced), (f"missing {sorted(set(produced) - set(counts))[:20]}, "
+                                          f"unexpected {sorted(set(counts) - set(produced))[:20]}")
+    assert all(produced[(r["partition"], r["offset"])] == (r["key"], r["value"]) for r in rows)
+    batches = collections.Counter((h.job_id, h.batch_id) for h in raw.history() if h.added_rows)
+    assert all(n == 1 for n in batches.values()), f"a micro-batch committed twice: {batches}"
+
+    # s.agg is the transformation of s.raw at every barrier it precommitted
+    frontier = p.frontier("s.agg") or 0
+    assert frontier >= last
+    barriers = sorted({h.barrier for h in agg.history() if h.barrier} | {frontier})
+    for b in barriers:
+        if b > frontier:
+            continue
+        want = transform(raw.to_arrow(version=p.version_at("s.raw", b)).to_pylist())
+        got = agg_rows(agg.to_arrow(version=p.version_at("s.agg", b)).to_pylist())
+        if got != want:
+            extra = collections.Counter(got) - collections.Counter(want)
+            missing = collections.Counter(want) - collections.Counter(got)
+            raise AssertionError(f"s.agg != f(s.raw) at barrier {b}: {sum(extra.values())} extra / duplicate "
+                                 f"rows {list(extra)[:10]}, {sum(missing.values())} missing {list(missing)[:10]}")
+    assert len(agg_rows(agg.to_arrow(version=p.version_at("s.agg", frontier)).to_pylist())) == len(produced)
+    cat.close()

@@ -1,12 +1,13 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   the main demo
+#   make demo   the main demo: the streaming shopping pipeline (Kafka -> orders -> aggregates -> dashboard)
 #   make test   the test suite (what CI runs)
+# Also: make tour (a tour of the catalog, no Spark), make bench.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean
+.PHONY: demo tour test venv bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +18,10 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: venv
+	scripts/ensure-services.sh --java-only
+	$(BIN)/python -m examples.shopping
+
+tour: venv
 	$(BIN)/python -m examples.demo
 
 test: venv
@@ -26,6 +31,9 @@ test: venv
 bench: venv
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	$(BIN)/python -m benchmarks.commit
+	$(BIN)/python -m benchmarks.lifecycle
+	$(BIN)/python -m benchmarks.barrier
+	$(BIN)/python -m benchmarks.streaming
 
 clean:
 	rm -rf $(VENV) demo-warehouse .pytest_cache

@@ -19,6 +19,9 @@ if ! command -v java >/dev/null 2>&1; then
 fi
 
 # --- PostgreSQL -------------------------------------------------------------
+if [ "${1:-}" = "--java-only" ]; then
+  exit 0
+fi
 if [ -n "${LAKESTEP_TEST_PG_URL:-}" ]; then
   log "using LAKESTEP_TEST_PG_URL"
   exit 0

@@ -195,8 +195,8 @@ def wait_for(cond, timeout: float, what: str, app: App | None = None) -> None:  
 # | ("pause_after_commit", job): SIGKILL between the sink's catalog commit and Spark's commit log (a hook).
 # PostgreSQL runs fewer kills: each run costs a Spark start-up (30-60 s on the shared 2-core machine).
 PLANS = {
-    "sqlite": [("delay", None), ("failpoint", "commit.locked=exit"), ("pause_after_commit", "agg"),
-               ("failpoint", "commit.before_db_commit=exit"), ("pause_after_commit", "ingest")],
+    "sqlite": [("delay", None), ("pause_after_commit", "agg"), ("failpoint", "commit.before_db_commit=exit"),
+               ("pause_after_commit", "ingest")],
     "postgres": [("failpoint", "commit.locked=exit"), ("pause_after_commit", "agg")],
 }
 

@@ -8,8 +8,8 @@ Levels:
   to them through jobs, ``global`` takes the COMMIT set (``e*`` is then the
   last COMMIT barrier). Derived tables still catching up (topology.py) are
   left out of ``related`` and ``global`` unless queried by name. All facts
-  are read in one database snapshot, in three statements whatever the
-  length of the history.
+  are read in one database snapshot: usually ONE statement (one round trip)
+  whatever the length of the history, else a transaction of a few.
 * ``read_uncommitted`` (weak): every table at its newest version, no alignment;
   ``barrier`` is None.
 * ``repeatable_read``: the newest barrier that is a SNAPSHOT of every queried
@@ -31,9 +31,11 @@ call after a rollback (FLIP-276: read committed is not repeatable read).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -42,10 +44,11 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from ..catalog.lifecycle import VersionLock
 from ..errors import TableNotFoundError
-from .errors import NoSnapshotError
+from .errors import BarrierNotRetainedError, NoSnapshotError
 from .states import (
     Facts,
     catching_up,
+    choice_rows,
     common_snapshot,
     facts,
     facts_ex,
@@ -82,13 +85,20 @@ class TableChoice:
 
 @dataclass(frozen=True)
 class Explanation:
+    """Why a choice is what it is. ``tables`` (built on first access) has every table
+    that took part: the queried ones and the rest of the scope."""
+
     level: Level
     scope: Scope
     barrier: int | None
     open_epoch: int
-    tables: dict[str, TableChoice]
     held_by: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    _build: Callable[[], dict[str, TableChoice]] = field(default=dict, repr=False, compare=False)
+
+    @functools.cached_property
+    def tables(self) -> dict[str, TableChoice]:
+        return self._build()
 
     @property
     def sealed(self) -> int:
@@ -182,15 +192,16 @@ class Resolver:
             self.ids.pop(i, None)
 
 
-def _norm(tables: Sequence["str | Table"]) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def _norm_one(ident: str) -> str:
     from ..catalog import parse_ident
 
-    out = []
-    for t in tables:
-        ident = t if isinstance(t, str) else t.ident
-        ns, name = parse_ident(ident)
-        out.append(f"{ns}.{name}")
-    return list(dict.fromkeys(out))
+    ns, name = parse_ident(ident)
+    return f"{ns}.{name}"
+
+
+def _norm(tables: Sequence["str | Table"]) -> list[str]:
+    return list(dict.fromkeys(_norm_one(t if isinstance(t, str) else t.ident) for t in tables))
 
 
 def choose(
@@ -216,6 +227,10 @@ def choose(
     if level == "repeatable_read":
         return _repeatable(catalog, topology, resolver, idents, scope, locker, lease_seconds,
                            load or (lambda ident, _tid: catalog.load_table(ident)))
+    if level == "read_committed":
+        fast = _committed_fast(catalog, topology, resolver, idents, scope)
+        if fast is not None:
+            return fast
     for attempt in range(2):
         with catalog.backend.read() as conn:
             # One statement reads the generation, the open epoch and the facts;
@@ -255,6 +270,68 @@ def choose(
     raise AssertionError("unreachable")
 
 
+@contextlib.contextmanager
+def _one_statement(catalog: "Catalog") -> Iterator[Connection]:
+    """A connection for one statement, which is a snapshot on its own. On
+    PostgreSQL in autocommit mode: no BEGIN/COMMIT round trips."""
+    if catalog.backend.row_locks:  # a database server
+        with catalog.backend.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+    else:
+        with catalog.backend.read() as conn:
+            yield conn
+
+
+def _committed_fast(catalog: "Catalog", topology: Topology, resolver: Resolver, idents: list[str],
+                    scope: Scope) -> Choice | None:
+    """read_committed in one statement (states.choice_rows); None: take the general path.
+
+    The statement computes e* with SQL; here it is computed again from the
+    returned facts with the rules of states.py and must agree. Anything
+    unusual (a topology change, a rename, a barrier older than a rollback's,
+    pruned records) falls back to the general path, which reads in a
+    transaction and handles it.
+    """
+    graph = topology.cached
+    if graph is None:
+        return None
+    with _one_statement(catalog) as conn:
+        qids = resolver.resolve(conn, idents)
+        q = set(qids.values())
+        scope_ids = _scope(graph, q, scope)
+        got = choice_rows(conn, scope_ids | q, q)
+    if got is None:
+        return None
+    gen, open_, e_sql, rows = got
+    fx = {t: r.facts for t, r in rows.items()}
+    if gen != graph.generation or any(t not in fx or fx[t].ident != i for i, t in qids.items()):
+        return None
+    if any(f.tag is None and f.restore_version is not None for f in fx.values()):
+        return None
+    scope_ids = {t for t in scope_ids if t in q or not catching_up(graph, fx[t], open_)}
+    fr = {t: frontier(graph, fx[t], open_) for t in scope_ids}
+    managed = {t: f for t, f in fr.items() if f is not None}
+    barrier = min(managed.values()) if managed else open_ - 1
+    if barrier != e_sql:
+        return None
+    versions: dict[int, int] = {}
+    for t in q:
+        r = rows[t]
+        if t not in managed:
+            versions[t] = r.facts.head
+            continue
+        if r.m is None or r.dv is None:
+            return None
+        if r.m < r.facts.head and not r.succ:
+            raise BarrierNotRetainedError(r.facts.ident, barrier, None)
+        versions[t] = r.facts.head if r.nxt is None else r.nxt - 1
+    held = tuple(sorted(fx[t].ident for t, f in managed.items() if f == barrier and f < open_ - 1))
+    notes = () if held or not managed else (
+        f"every table is precommitted up to the newest sealed barrier; epoch {open_} is still open",)
+    return _answer(catalog, "read_committed", scope, barrier, idents, qids, versions, graph, fx, scope_ids, open_,
+                   held, notes)
+
+
 def _scope(graph: Graph, q: set[int], scope: Scope) -> set[int]:
     if scope == "query":
         return set(q)
@@ -268,16 +345,20 @@ def _answer(catalog: "Catalog", level: Level, scope: Scope, barrier: int | None,
             scope_ids: set[int], open_: int, held: tuple[str, ...], notes: tuple[str, ...],
             locks: list[VersionLock] | None = None) -> Choice:
     q = set(qids.values())
-    info: dict[str, TableChoice] = {}
-    for tid in sorted(scope_ids | q, key=lambda t: fx[t].ident):
-        f = fx[tid]
-        w = graph.writer(tid)
-        info[f.ident] = TableChoice(
-            table=f.ident, table_id=tid, kind=graph.kind(tid), job=None if w is None else w.job_id,
-            frontier=frontier(graph, f, open_), head=f.head, version=versions.get(tid), queried=tid in q,
-            catching_up=catching_up(graph, f, open_),
-        )
-    expl = Explanation(level, scope, barrier, open_, info, held, notes)
+
+    def build() -> dict[str, TableChoice]:
+        info: dict[str, TableChoice] = {}
+        for tid in sorted(scope_ids | q, key=lambda t: fx[t].ident):
+            f = fx[tid]
+            w = graph.writer(tid)
+            info[f.ident] = TableChoice(
+                table=f.ident, table_id=tid, kind=graph.kind(tid), job=None if w is None else w.job_id,
+                frontier=frontier(graph, f, open_), head=f.head, version=versions.get(tid), queried=tid in q,
+                catching_up=catching_up(graph, f, open_),
+            )
+        return info
+
+    expl = Explanation(level, scope, barrier, open_, held, notes, build)
     return Choice(level, scope, barrier, {i: versions[qids[i]] for i in idents}, expl, locks or [], catalog)
 
 

@@ -15,10 +15,10 @@ cleanly and releases it). The loop, per :meth:`Coordinator.tick`:
    seconds have passed since it opened (database clock, so the cadence
    survives a takeover); ``seal="per_batch"`` when a root table has a commit
    in it (after every root micro-batch);
-3. seal it (epochs.py: fenced by the lease token, waits for root commits in
-   flight);
-4. snapshot the newly committed barriers (every ``snapshot_every``-th), apply
-   retention.
+3. in one transaction (epochs.seal_and_snapshot), fenced by the lease
+   token: snapshot the barriers committed so far (every
+   ``snapshot_every``-th; retention), then seal the open epoch (waits for
+   the root commits in flight).
 
 A :class:`NotCoordinatorError` (the lease was lost, e.g. after a long pause)
 turns the coordinator into a standby; it never seals with a stale lease.
@@ -100,10 +100,8 @@ class Coordinator:
             raise ValueError(f"seal must be 'interval' or 'per_batch', not {seal!r}")
         if interval <= 0 or lease_seconds <= 0 or poll <= 0:
             raise ValueError("interval, lease_seconds and poll must be positive")
-        if snapshot_every is not None and snapshot_every < 1:
-            raise ValueError("snapshot_every is None (no snapshots) or >= 1")
-        if retain_count is not None and retain_count < 1:
-            raise ValueError("retain_count is None (keep all) or >= 1")
+        self.policy = None if snapshot_every is None else epochs.SnapshotPolicy(
+            snapshot_every, retain_count, retain_seconds)  # checks the values
         self.catalog = catalog
         self.interval = float(interval)
         self.mode: SealMode = seal
@@ -150,6 +148,9 @@ class Coordinator:
     def seal(self, *, expected: int | None = None) -> Seal | None:
         """Seal the open epoch now (taking the lease if it is free). Raises
         :class:`NotCoordinatorError` if another coordinator holds the lease."""
+        return self._seal(expected=expected, snapshot=False)[0]
+
+    def _seal(self, *, expected: int | None, snapshot: bool) -> tuple[Seal | None, list[int]]:
         token = self.lease.token if self.lease is not None else -1
         if not self._hold():
             cur = self._read_lease()
@@ -157,7 +158,8 @@ class Coordinator:
                                       current_token=cur.token, expires_at=cur.expires_at)
         assert self.lease is not None
         try:
-            s = epochs.seal(self.catalog, self.lease, self.lease_seconds, expected=expected)
+            s, snaps = epochs.seal_and_snapshot(self.catalog, self.lease, self.lease_seconds, expected=expected,
+                                                topology=self.topology, policy=self.policy if snapshot else None)
         except NotCoordinatorError:
             self.lease = None
             raise
@@ -166,7 +168,7 @@ class Coordinator:
             self.seals.append(s)
             del self.seals[:-1000]
             log.debug("sealed barrier %d", s.barrier)
-        return s
+        return s, snaps
 
     def snapshot(self) -> list[int]:
         """Snapshot the committed barriers not yet snapshotted (every k-th); apply retention."""
@@ -203,8 +205,8 @@ class Coordinator:
             if not self._hold():
                 return Tick(False, next_in=min(self.lease_seconds / 4, 1.0))
             due, wait, open_ = self._due()
-            sealed = self.seal(expected=open_) if due else None
-            snaps = tuple(self.snapshot()) if sealed is not None else ()
+            sealed, made = self._seal(expected=open_, snapshot=True) if due else (None, [])
+            snaps = tuple(made)
             if sealed is not None and self.mode == "interval":
                 wait = self.interval
             lease_left = self.lease_seconds / 3 - (time.monotonic() - self._renewed_at)

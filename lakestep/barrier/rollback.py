@@ -3,18 +3,28 @@
 :func:`rollback` makes every commit with a barrier above ``to`` invisible in
 every table of the topology, in one database transaction:
 
-1. lock the epoch row FOR UPDATE: root commits in flight finish first, new
-   ones wait until the rollback has committed (SQLite: the writer lock);
+1. lock the coordinator lease row FOR UPDATE: no seal and no snapshot of
+   the coordinator runs meanwhile (a snapshot taken between the check of
+   step 4 and the commit would be rolled back);
 2. lock the topology row (shared): no job changes meanwhile;
-3. refuse (:class:`RollbackRefusedError`) when a live snapshot of a topology
+3. lock the rows of every topology table FOR UPDATE, in table-id order:
+   commits in flight on them finish first, new ones (root commits included,
+   on either commit path) wait until the rollback has committed, so every
+   decision below is taken on the final state (SQLite: the writer lock does
+   all three);
+4. refuse (:class:`RollbackRefusedError`) when a live snapshot of a topology
    table carries a barrier above ``to``: snapshots are never rolled back;
-4. for every table of the topology: its version at ``to`` (states.py); a
+5. for every table of the topology: its version at ``to`` (states.py); a
    RESTORE to that version is needed when its rows differ from the head's,
    or, for a derived table, when its frontier is past ``to``;
-5. commit those RESTOREs, each tagged with barrier ``to``: the whole topology
-   rolls back, or none of it;
-6. record the rollback in ``ls_rollback`` and lower the coordinator's
-   snapshot progress to ``to``.
+6. commit those RESTOREs, each tagged with barrier ``to``: the whole topology
+   rolls back, or none of it; record the rollback in ``ls_rollback`` and
+   lower the coordinator's snapshot progress to ``to``.
+
+The epoch row is not locked: root commits take it FOR SHARE before or after
+their table row depending on the commit path, so holding it exclusively
+while locking table rows could deadlock. A root commit that waited for the
+rollback lands after it, in the open epoch, and stays visible.
 
 After it, reads at any barrier ``>= to`` see the rows of ``to`` (the restore
 is the newest commit with a barrier ``<= e``), reads below ``to`` see the
@@ -48,7 +58,14 @@ from .topology import Topology, read_generation
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table
 
-_LOCK_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1).with_for_update()
+_LOCK_LEASE = sa.select(S.coordinator.c.token).where(S.coordinator.c.id == 1).with_for_update()
+_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1)
+_LOCK_TABLES = (
+    sa.select(S.tables.c.table_id)
+    .where(S.tables.c.table_id.in_(sa.bindparam("ids", expanding=True)))
+    .order_by(S.tables.c.table_id)
+    .with_for_update()
+)
 
 
 @dataclass(frozen=True)
@@ -85,13 +102,16 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
     def guard(conn: Connection) -> list[CommitResult] | None:
         changes.clear()
         plan.clear()
-        state["open"] = int(conn.execute(_LOCK_EPOCH).scalar_one())
+        conn.execute(_LOCK_LEASE)
         read_generation(conn, lock="share")
         graph = topology.graph(conn)
         ids = graph.managed
         missing = [t for t in ids if t not in tables or tables[t].table_id != t]
         if missing:  # the topology changed since we looked: start over
             raise _Retry()
+        if catalog.backend.row_locks:
+            conn.execute(_LOCK_TABLES, {"ids": sorted(ids)})
+        state["open"] = int(conn.execute(_EPOCH).scalar_one())
         snap = newest_snapshot(conn, ids)
         if snap is not None and snap[1] > to:
             raise RollbackRefusedError(to_barrier=to, snapshot_barrier=snap[1], table=graph.names[snap[0]])

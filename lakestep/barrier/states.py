@@ -109,6 +109,66 @@ SELECT x.table_id, x.head, x.restore_v, x.m, d.data_version AS dv,
   LEFT JOIN ls_commit s ON s.table_id = x.table_id AND s.version = x.m + 1
 """, {"ids": "bigint[]", "e": "bigint"})
 
+# The whole read_committed choice in ONE statement (one round trip, one
+# snapshot): facts of the scope tables, kinds and joined barriers from the
+# topology tables, e* = min(frontier), and each queried table's version at e*.
+# choose.py recomputes e* from the returned facts with the Python rules and
+# falls back to the multi-statement path on any disagreement.
+_CHOICE = Query("choice", """
+WITH js AS MATERIALIZED (
+    SELECT k.table_id,
+           max(CASE WHEN j.external_input THEN 2 ELSE 1 END) AS kind,
+           max(CASE WHEN j.external_input THEN 0 ELSE j.joined_barrier END) AS joined
+      FROM ls_job_sink k JOIN ls_job j ON j.job_id = k.job_id
+     WHERE j.retired_at IS NULL AND k.table_id IN :ids
+     GROUP BY k.table_id),
+w AS MATERIALIZED (
+    SELECT t.table_id, t.namespace, t.name, t.version AS head,
+           (SELECT max(r.version) FROM ls_commit r
+             WHERE r.table_id = t.table_id AND r.operation = 'RESTORE') AS restore_v,
+           js.kind, js.joined,
+           CASE WHEN t.table_id IN :q THEN 1 ELSE 0 END AS queried
+      FROM ls_table t LEFT JOIN js ON js.table_id = t.table_id
+     WHERE t.table_id IN :ids),
+o AS MATERIALIZED (
+    SELECT ep.open_epoch, g.generation FROM ls_epoch ep CROSS JOIN ls_topology g WHERE ep.id = 1 AND g.id = 1),
+f AS MATERIALIZED (
+    SELECT w.table_id, w.namespace, w.name, w.head, w.restore_v, w.kind, w.joined, w.queried,
+           (SELECT c.barrier FROM ls_commit c
+             WHERE c.table_id = w.table_id AND c.barrier IS NOT NULL AND c.version >= COALESCE(w.restore_v, 0)
+             ORDER BY c.barrier DESC, c.version DESC LIMIT 1) AS tag
+      FROM w),
+fr AS MATERIALIZED (
+    SELECT f.table_id, f.namespace, f.name, f.head, f.restore_v, f.kind, f.joined, f.queried, f.tag,
+           CASE WHEN f.kind = 2 THEN o.open_epoch - 1
+                WHEN f.kind = 1 AND COALESCE(f.tag, 0) < o.open_epoch - 1 THEN COALESCE(f.tag, 0)
+                WHEN f.kind = 1 THEN o.open_epoch - 1 END AS frontier
+      FROM f CROSS JOIN o),
+b AS MATERIALIZED (
+    SELECT COALESCE(min(fr.frontier), (SELECT o.open_epoch - 1 FROM o)) AS e FROM fr
+     WHERE fr.frontier IS NOT NULL
+       AND (fr.queried = 1 OR fr.kind = 2 OR COALESCE(fr.joined, 0) = 0 OR fr.frontier >= fr.joined)),
+x AS MATERIALIZED (
+    SELECT fr.table_id,
+           COALESCE((SELECT c.version FROM ls_commit c
+                      WHERE c.table_id = fr.table_id AND c.barrier <= b.e AND c.version >= COALESCE(fr.restore_v, 0)
+                      ORDER BY c.barrier DESC, c.version DESC LIMIT 1),
+                    CASE WHEN fr.restore_v IS NULL THEN 0 END) AS m
+      FROM fr CROSS JOIN b WHERE fr.queried = 1 AND fr.kind IS NOT NULL)
+SELECT fr.table_id, fr.namespace, fr.name, fr.head, fr.restore_v, fr.tag, o.open_epoch, o.generation, b.e,
+       x.m, d.data_version,
+       CASE WHEN s.version IS NULL THEN NULL
+            WHEN s.data_version > d.data_version THEN s.version
+            ELSE (SELECT n.version FROM ls_commit n
+                   WHERE n.table_id = x.table_id AND n.version > x.m + 1 AND n.data_version > d.data_version
+                   ORDER BY n.version LIMIT 1) END AS nxt,
+       s.version AS succ
+  FROM fr CROSS JOIN o CROSS JOIN b
+  LEFT JOIN x ON x.table_id = fr.table_id
+  LEFT JOIN ls_commit d ON d.table_id = x.table_id AND d.version = x.m
+  LEFT JOIN ls_commit s ON s.table_id = x.table_id AND s.version = x.m + 1
+""", {"ids": "bigint[]", "q": "bigint[]"})
+
 _RESTORES = sa.text(
     "SELECT version, barrier FROM ls_commit WHERE table_id = :t AND operation = 'RESTORE' ORDER BY version DESC"
 )
@@ -213,6 +273,36 @@ def facts_ex(conn: Connection, ids: Iterable[int]) -> tuple[int | None, int | No
     return gen, open_, out
 
 
+@dataclass(frozen=True)
+class ChoiceRow:
+    """One table of :func:`choice_rows`: its facts and, if queried and managed, its
+    version at e* in parts (m, data version of m, next data change, m+1 recorded)."""
+
+    facts: Facts
+    m: int | None
+    dv: int | None
+    nxt: int | None
+    succ: bool
+
+
+def choice_rows(conn: Connection, ids: Iterable[int], queried: Iterable[int]
+                ) -> tuple[int, int, int, dict[int, ChoiceRow]] | None:
+    """(generation, open epoch, e*, rows) in one statement; None if no table exists."""
+    ids = sorted(set(ids))
+    if not ids or len(ids) > _CHUNK:
+        return None
+    out: dict[int, ChoiceRow] = {}
+    head: tuple[int, int, int] | None = None
+    for r in _CHOICE(conn, ids=ids, q=sorted(set(queried))):
+        tid = int(r[0])
+        f = Facts(tid, f"{r[1]}.{r[2]}", int(r[3]), None if r[4] is None else int(r[4]),
+                  None if r[5] is None else int(r[5]))
+        head = (int(r[7]), int(r[6]), int(r[8]))
+        out[tid] = ChoiceRow(f, None if r[9] is None else int(r[9]), None if r[10] is None else int(r[10]),
+                             None if r[11] is None else int(r[11]), r[12] is not None)
+    return None if head is None else (*head, out)
+
+
 def frontier(graph: Graph, f: Facts, open_: int) -> int | None:
     """frontier(t): root O-1, derived its newest tag (0 if none), unmanaged None."""
     kind = graph.kind(f.table_id)
@@ -237,7 +327,11 @@ def commit_set(graph: Graph, fx: dict[int, Facts], open_: int) -> list[int]:
 
 def committed_barrier(conn: Connection, graph: Graph, open_: int) -> int:
     """The newest COMMIT barrier: every table of the COMMIT set has precommitted it."""
-    fx = facts(conn, graph.derived)
+    return committed_from(graph, facts(conn, graph.derived), open_)
+
+
+def committed_from(graph: Graph, fx: dict[int, Facts], open_: int) -> int:
+    """:func:`committed_barrier` from the facts of the derived tables."""
     out = open_ - 1
     for t in commit_set(graph, fx, open_):
         if t in fx:  # roots are at open_ - 1

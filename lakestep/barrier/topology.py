@@ -108,6 +108,7 @@ class Graph:
     names: dict[int, str]  # table id -> "namespace.name", for every table of an active job
     writers: dict[int, tuple[str, ...]] = field(default_factory=dict)
     readers: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    kinds: dict[int, TableKind] = field(default_factory=dict)
 
     @classmethod
     def build(cls, generation: int, jobs: Iterable[Job], names: dict[int, str]) -> "Graph":
@@ -119,15 +120,14 @@ class Graph:
                 writers.setdefault(t, []).append(j.job_id)
             for t in j.source_ids:
                 readers.setdefault(t, []).append(j.job_id)
+        kinds: dict[int, TableKind] = {
+            t: "root" if active[w[0]].external_input else "derived" for t, w in writers.items()}
         return cls(generation, active, names,
                    {k: tuple(sorted(v)) for k, v in writers.items()},
-                   {k: tuple(sorted(v)) for k, v in readers.items()})
+                   {k: tuple(sorted(v)) for k, v in readers.items()}, kinds)
 
     def kind(self, table_id: int) -> TableKind:
-        w = self.writers.get(table_id)
-        if not w:
-            return "unmanaged"
-        return "root" if self.jobs[w[0]].external_input else "derived"
+        return self.kinds.get(table_id, "unmanaged")
 
     @property
     def roots(self) -> list[int]:

@@ -307,6 +307,10 @@ class Sim:
         c = self.p.choose(list(TABLES), scope=scope)  # type: ignore[arg-type]
         bad = self.equations(c.versions)
         assert not bad, f"read_committed at barrier {c.barrier} is inconsistent: {bad}\n{c.explanation}"
+        # a fresh pipeline has no cached topology: its choice takes the general
+        # path (several statements in a transaction) instead of the one-statement one
+        slow = Pipeline(self.catalog).choose(list(TABLES), scope=scope)  # type: ignore[arg-type]
+        assert (slow.barrier, slow.versions) == (c.barrier, c.versions)
         sub = self.p.choose(["s.by_region", "s.orders", "s.users"])  # transitively related, scope query
         assert not self.equations(sub.versions), sub.explanation
         self.stats.strong_checks += 2

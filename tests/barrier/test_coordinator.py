@@ -43,19 +43,22 @@ def test_tick_per_batch_and_interval(catalog: Catalog, pipeline: Pipeline) -> No
     assert per_batch.tick().sealed is None  # no root batch in the open epoch
     catalog.load_table("s.a").append(kv((1, 1)), barrier=OPEN_EPOCH)
     t = per_batch.tick()
-    assert t.leader and t.sealed is not None and t.sealed.barrier == 1 and t.snapshots == (1,)
+    assert t.leader and t.sealed is not None and t.sealed.barrier == 1 and t.snapshots == ()
     assert per_batch.tick().sealed is None
+    catalog.load_table("s.a").append(kv((2, 2)), barrier=OPEN_EPOCH)
+    t = per_batch.tick()  # barrier 1 is committed now: snapshotted in the same transaction as seal 2
+    assert t.sealed is not None and t.sealed.barrier == 2 and t.snapshots == (1,)
     per_batch.release()
     interval = Coordinator(catalog, interval=0.3)
     first = interval.tick()  # the open epoch opened more than 0.3 s ago? maybe not
     if first.sealed is None:
         time.sleep(first.next_in + 0.01)
         first = interval.tick()
-    assert first.sealed is not None and first.sealed.barrier == 2
+    assert first.sealed is not None and first.sealed.barrier == 3
     t = interval.tick()
     assert t.sealed is None and 0.1 < t.next_in <= 0.3
     time.sleep(t.next_in + 0.01)
-    assert interval.tick().sealed.barrier == 3  # type: ignore[union-attr]
+    assert interval.tick().sealed.barrier == 4  # type: ignore[union-attr]
     standby = Coordinator(catalog)
     t = standby.tick()
     assert not t.leader and t.sealed is None

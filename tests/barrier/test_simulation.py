@@ -55,7 +55,7 @@ def decode(roll: int, arg: int) -> tuple[Any, ...]:
 
 
 program = st.lists(
-    st.builds(decode, st.integers(0, 99), st.integers(0, 2**16 - 1)), min_size=10, max_size=40
+    st.builds(decode, st.integers(0, 99), st.integers(0, 2**16 - 1)), min_size=10, max_size=35
 )
 
 

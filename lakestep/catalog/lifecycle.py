@@ -72,10 +72,7 @@ def create_snapshot(
         raise ValueError("a snapshot name is 1 to 256 characters")
     now = _now()
     with table.catalog.backend.write() as conn:
-        head = table._head(conn)[0]
-        v = head if version is None else int(version)
-        if not 0 <= v <= head:
-            raise VersionNotFoundError(table.ident, f"version {v} (newest is {head})")
+        v = _pinnable_version(conn, table, version, now, retained=False)
         existing = conn.execute(
             sa.select(S.snapshots).where(S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name)
         ).mappings().first()
@@ -198,18 +195,25 @@ def lock_version(
         raise ValueError("a locker name is 1 to 256 characters")
     now = _now()
     with table.catalog.backend.write() as conn:
-        head = table._head(conn)[0]
-        v = head if version is None else int(version)
-        if not 0 <= v <= head:
-            raise VersionNotFoundError(table.ident, f"version {v} (newest is {head})")
-        if v < head and not _retained(conn, table, v, now):
-            raise VersionNotFoundError(
-                table.ident, f"version {v} in the retention window any more: it cannot be pinned")
+        v = _pinnable_version(conn, table, version, now, retained=True)
         exp = None if lease_seconds is None else now + lease_seconds
         lock_id = conn.execute(sa.insert(S.locks).values(
             locker=locker, table_id=table.table_id, version=v, kind=kind, created_at=now, expires_at=exp,
         ).returning(S.locks.c.lock_id)).scalar_one()
     return VersionLock(table.catalog, int(lock_id), locker, table.ident, table.table_id, v, kind, exp)
+
+
+def _pinnable_version(conn: sa.Connection, table: "Table", version: int | None, now: float, *,
+                      retained: bool) -> int:
+    """``version`` (default: the newest), checked to exist; with ``retained``, also
+    still guaranteed by cleanup (see :func:`_retained`)."""
+    head = table._head(conn)[0]
+    v = head if version is None else int(version)
+    if not 0 <= v <= head:
+        raise VersionNotFoundError(table.ident, f"version {v} (newest is {head})")
+    if retained and v < head and not _retained(conn, table, v, now):
+        raise VersionNotFoundError(table.ident, f"version {v} in the retention window any more: it cannot be pinned")
+    return v
 
 
 def _retained(conn: sa.Connection, table: "Table", v: int, now: float) -> bool:

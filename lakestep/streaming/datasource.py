@@ -19,7 +19,8 @@ Example (a root job from Kafka, a derived job from it)::
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import pickle
+from typing import Any, Callable, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource
 
@@ -71,31 +72,50 @@ def register_job(url: str, job: str, *, sources: Sequence[str], sinks: Sequence[
     Pipeline(progress.open_catalog(url)).register_job(job, sources=sources, sinks=sinks)
 
 
-def foreach_batch(url: str, table: str, *, job: str, mode: str = "append") -> Any:
+def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "append",
+                  dead_letter_table: str | None = None) -> Callable[[Any, int], None]:
     """A ``foreachBatch`` function with the sink's guarantees, for existing foreachBatch pipelines.
 
-    Each micro-batch is collected to the driver as Arrow and committed in one
-    transaction, idempotent per (job, batchId); a root job's commit takes the
-    open epoch. Use the ``lakestep`` format for large batches: it writes from
-    the executors.
+    Each micro-batch is written by the executors (``mapInArrow``: Parquet files
+    of the table, rows conformed to its schema, ``_ls_error`` rows to
+    ``dead_letter_table``) and published on the driver in one catalog
+    transaction, exactly as the ``lakestep`` sink does: idempotent per
+    ``(job, batch_id)`` (a replayed batch after a crash is not committed
+    twice); a root job's commit takes the open epoch; a derived job's commit
+    (one whose query reads lakestep sources, registered with
+    :func:`register_job`) carries the barrier its sources agreed on, and an
+    empty batch still precommits it.
+
+    ``mode``: ``append``; ``update`` (upsert into a primary-key table; alias
+    ``upsert``); ``complete`` (replace the table's rows; alias ``overwrite``).
+    Files of a batch whose Spark job fails midway are orphans that cleanup
+    removes after the retention window.
 
     Example::
 
-        df.writeStream.foreachBatch(foreach_batch(url, "shop.raw", job="ingest")).start()
+        q = (df.writeStream.foreachBatch(foreach_batch(url, "shop.raw", job="ingest"))
+               .option("checkpointLocation", "/ck/ingest").start())
     """
-    from ..barrier import OPEN_EPOCH
+    from .sink import SinkTarget
 
-    if mode not in ("append", "overwrite", "upsert"):
-        raise ValueError("mode must be append, overwrite or upsert")
-    cat = progress.open_catalog(url)
-    progress.ensure_sink_registered(cat, job, table, None)
+    mode = {"overwrite": "complete", "upsert": "update"}.get(mode, mode)
+    target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table)
 
     def run(df: Any, batch_id: int) -> None:
-        data = df.toArrow()
-        with cat.transaction(job_id=job, batch_id=batch_id) as tx:
-            if mode == "overwrite":
-                tx.overwrite(table, data, barrier=OPEN_EPOCH)
-            else:
-                tx.append(table, data, barrier=OPEN_EPOCH)
+        messages = [pickle.loads(r[0]) for r in df.mapInArrow(_writer(target, batch_id), "m binary").collect()]
+        target.commit(messages, batch_id)
 
     return run
+
+
+def _writer(target: Any, batch_id: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def write(batches: Iterator[Any]) -> Iterator[Any]:  # executors
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        from .sink import task_prefix
+
+        msg = target.files().write(batches, task_prefix(TaskContext.get(), batch_id))
+        yield pa.RecordBatch.from_pydict({"m": [pickle.dumps(msg)]}, pa.schema([("m", pa.binary())]))
+
+    return write

@@ -10,7 +10,8 @@ ready. They agree instead: the ``n``-th call of each source since the job's
 batches reached barrier ``start`` belongs to the same trigger, and all of
 them use the decision recorded under ``(job, start, n)`` in ``ls_job_trigger``.
 The first caller records it (the job's next batch plan, or "nothing new");
-the others read it. The sink commits the batch with the last decision recorded
+the others read it. Decisions of an earlier run of the query are ignored
+(see :func:`decide`). The sink commits the batch with the last decision recorded
 for its ``start`` (no decision is made while a batch runs).
 """
 
@@ -92,19 +93,36 @@ def job_frontier(cat: Catalog, job: str) -> int:
     return min((f if f is not None else 0) for f in fronts) if fronts else 0
 
 
-def decide(cat: Catalog, job: str, start: int, call_no: int, compute: Callable[[], int]) -> int:
-    """The barrier this trigger's batch reads up to (see the module docstring)."""
+def ready_barrier(cat: Catalog, job: str) -> int:
+    """The newest barrier every lakestep source of ``job`` has precommitted (what it could read up to)."""
+    p = Pipeline(cat)
+    fronts = [p.frontier(t) for t in p.topology.job(job).sources]
+    known = [f for f in fronts if f is not None]
+    return min(known) if known else job_frontier(cat, job)
+
+
+def decide(cat: Catalog, job: str, start: int, call_no: int, compute: Callable[[], int], *,
+           since: float = 0.0) -> int:
+    """The barrier this trigger's batch reads up to (see the module docstring).
+
+    ``since``: when the calling source was created. Every source of a query run
+    is created before any of them plans, so a decision recorded before
+    ``since`` was made by an earlier run of the job (a restarted query counts
+    its calls from 0 again) and is replaced, never followed: an availableNow
+    run would otherwise stop at an old "nothing new".
+    """
     t = S.job_triggers
     key = (t.c.job_id == job, t.c.start_barrier == start, t.c.call_no == call_no)
     with cat.backend.read() as conn:
-        row = conn.execute(sa.select(t.c.end_barrier).where(*key)).first()
-    if row is not None:
+        row = conn.execute(sa.select(t.c.end_barrier, t.c.created_at).where(*key)).first()
+    if row is not None and row[1] >= since:
         return int(row[0])
     end = max(start, compute())
     try:
         with cat.backend.write() as conn:
+            conn.execute(sa.delete(t).where(*key, t.c.created_at < since))
             conn.execute(sa.insert(t).values(job_id=job, start_barrier=start, call_no=call_no, end_barrier=end,
-                                             created_at=time.time()))
+                                             created_at=max(time.time(), since)))
             # keep the table small: decisions of batches long done are of no use
             conn.execute(sa.delete(t).where(t.c.job_id == job, t.c.start_barrier < start - 10))
         return end

@@ -89,31 +89,25 @@ def _physical(shape: _TableShape, rows: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(list(dedup.columns) + [flag], schema=shape.physical_schema)
 
 
-class LakestepStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options: Any, overwrite: bool) -> None:
-        # Runs on the driver side: the only place that reads the catalog.
-        self.url = progress.required(options, "catalog")
-        cat = progress.open_catalog(self.url)
-        table = cat.load_table(progress.required(options, "table"))
-        self.job = options.get("job") or f"spark-{table.ident.replace('.', '-')}"
-        mode = options.get("mode") or ("complete" if overwrite else "update" if table.primary_key else "append")
-        if mode not in ("append", "update", "complete"):
-            raise ValueError(f"option mode must be append, update or complete, got {mode!r}")
-        if mode == "update" and not table.primary_key:
-            raise ValueError(f"update mode upserts by primary key, and {table.ident} has none")
-        self.mode = mode
-        self.shape = _TableShape.of(table)
-        dl = options.get("deadLetterTable")
-        self.dead = _TableShape.of(cat.load_table(dl)) if dl else None
-        progress.ensure_sink_registered(cat, self.job, table.ident, self.dead.ident if self.dead else None)
+def task_prefix(ctx: Any, batch: int | None = None) -> str:
+    """``b<batch>-p<partition>-a<attempt>-``: where a staged file came from (ctx: a TaskContext or None)."""
+    if batch is None and ctx is not None:
+        batch = ctx.getLocalProperty("streaming.sql.batchId")
+    return f"b{batch or 'x'}-p{ctx.partitionId() if ctx else 0}-a{ctx.attemptNumber() if ctx else 0}-"
 
-    # ---------------------------------------------------------------- executors
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
-        from pyspark import TaskContext
 
-        ctx = TaskContext.get()
-        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
-        prefix = f"b{batch or 'x'}-p{ctx.partitionId() if ctx else 0}-a{ctx.attemptNumber() if ctx else 0}-"
+class BatchFiles:
+    """Executor side of a micro-batch: Arrow batches in, Parquet files of the table out.
+
+    Rows are conformed to the table's schema (:class:`SchemaMismatchError`
+    otherwise); rows whose ``_ls_error`` is set go to the dead-letter table.
+    Used by the sink's ``write`` and by :func:`lakestep.streaming.foreach_batch`.
+    """
+
+    def __init__(self, shape: _TableShape, dead: _TableShape | None) -> None:
+        self.shape, self.dead = shape, dead
+
+    def write(self, iterator: Iterator[pa.RecordBatch], prefix: str) -> FilesWritten:
         msg = FilesWritten()
         pending: list[pa.RecordBatch] = []
         n = 0
@@ -152,20 +146,8 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
                 rows, list(self.shape.partition_by), prefix=prefix)
             msg.rows += data.num_rows
 
-    # ------------------------------------------------------------------- driver
-    def commit(self, messages: list[FilesWritten | None], batchId: int) -> None:
-        files = [f for m in messages if m is not None for f in m.files]
-        dead = [f for m in messages if m is not None for f in m.dead_letters]
-        cat = progress.open_catalog(self.url)
-        mode = "overwrite" if self.mode == "complete" else "append"
-        results = progress.commit_batch(cat, self.job, batchId, self.shape.ident, files, mode=mode,
-                                        dead_letter=(self.dead.ident, dead) if self.dead else None)
-        if results and all(r.replayed for r in results):
-            # Spark replayed a batch that had committed: these files are a second copy
-            self.abort(messages, batchId)
-        log.info("job %s batch %d: %s", self.job, batchId, results)
-
-    def abort(self, messages: list[FilesWritten | None], batchId: int) -> None:
+    def delete(self, messages: "list[FilesWritten | None]") -> None:
+        """Delete the files of ``messages`` (an aborted batch, or a replay's second copy)."""
         for m in messages:
             if m is None:
                 continue
@@ -174,3 +156,67 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
                     writer = FileWriter(shape.location)
                     for f in files:
                         writer.delete(f.path)
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """Where a streaming job's micro-batches go: made on the driver, pickled to executors."""
+
+    url: str
+    job: str
+    mode: str  # append | update | complete
+    shape: _TableShape
+    dead: _TableShape | None
+
+    @classmethod
+    def open(cls, url: str, table_name: str, *, job: str | None, mode: str | None, overwrite: bool = False,
+             dead_letter: str | None = None) -> "SinkTarget":
+        """Check the options against the table and register the job (driver side only)."""
+        cat = progress.open_catalog(url)
+        table = cat.load_table(table_name)
+        job = job or f"spark-{table.ident.replace('.', '-')}"
+        mode = mode or ("complete" if overwrite else "update" if table.primary_key else "append")
+        if mode not in ("append", "update", "complete"):
+            raise ValueError(f"option mode must be append, update or complete, got {mode!r}")
+        if mode == "update" and not table.primary_key:
+            raise ValueError(f"update mode upserts by primary key, and {table.ident} has none")
+        dead = _TableShape.of(cat.load_table(dead_letter)) if dead_letter else None
+        progress.ensure_sink_registered(cat, job, table.ident, dead.ident if dead else None)
+        return cls(url, job, mode, _TableShape.of(table), dead)
+
+    def files(self) -> BatchFiles:
+        return BatchFiles(self.shape, self.dead)
+
+    def commit(self, messages: "list[FilesWritten | None]", batch_id: int) -> list[Any]:
+        """Publish a micro-batch's files in one catalog transaction (driver side)."""
+        files = [f for m in messages if m is not None for f in m.files]
+        dead = [f for m in messages if m is not None for f in m.dead_letters]
+        cat = progress.open_catalog(self.url)
+        # upserts are appends to a primary-key table: the newest file wins per key
+        mode = "overwrite" if self.mode == "complete" else "append"
+        results = progress.commit_batch(cat, self.job, batch_id, self.shape.ident, files, mode=mode,
+                                        dead_letter=(self.dead.ident, dead) if self.dead else None)
+        if results and all(r.replayed for r in results):
+            # a replay of a batch that had committed: these files are a second copy
+            self.files().delete(messages)
+        log.info("job %s batch %d: %s", self.job, batch_id, results)
+        return results
+
+
+class LakestepStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: Any, overwrite: bool) -> None:
+        # Runs on the driver side: the only place that reads the catalog.
+        self.target = SinkTarget.open(progress.required(options, "catalog"), progress.required(options, "table"),
+                                      job=options.get("job"), mode=options.get("mode"), overwrite=overwrite,
+                                      dead_letter=options.get("deadLetterTable"))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:  # executors
+        from pyspark import TaskContext
+
+        return self.target.files().write(iterator, task_prefix(TaskContext.get()))
+
+    def commit(self, messages: list[FilesWritten | None], batchId: int) -> None:  # driver
+        self.target.commit(messages, batchId)
+
+    def abort(self, messages: list[FilesWritten | None], batchId: int) -> None:
+        self.target.files().delete(messages)

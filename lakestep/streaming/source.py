@@ -10,7 +10,10 @@ make no data version, so compacted rows never come back).
 2. ``latestOffset``: the barrier the job's sources agreed on for this trigger
    (progress.py): the job's next batch, one barrier by default (option
    ``maxBarriersPerTrigger`` for catching up), and only once every source of
-   the job has precommitted it;
+   the job has precommitted it. With ``Trigger.AvailableNow`` the query stops
+   at the newest barrier every source had precommitted when it started (the
+   sources of a job follow one recorded decision per trigger, so they stay
+   aligned even if they froze different targets);
 3. ``partitions``: one Spark partition per data file to read; executors read
    the files (never the catalog database);
 4. ``commit``: pins the version the next batch starts from with a leased
@@ -23,11 +26,13 @@ with its sources and sinks), ``maxBarriersPerTrigger`` (default 1).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from ..catalog.files import resolve_filesystem
 from . import progress
@@ -42,7 +47,7 @@ class FilesPartition(InputPartition):
         self.paths = list(paths)
 
 
-class LakestepStreamReader(DataSourceStreamReader):
+class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Any) -> None:
         self.url = progress.required(options, "catalog")
         self.table = progress.required(options, "table")
@@ -54,6 +59,8 @@ class LakestepStreamReader(DataSourceStreamReader):
         progress.ensure_source_registered(cat, self.job, self.table)
         self.shape = _TableShape.of(cat.load_table(self.table))
         self._calls: dict[int, int] = {}
+        self._born = time.time()  # before any source of this run plans (progress.decide)
+        self._target: int | None = None  # Trigger.AvailableNow: the last barrier to read
 
     def _offset(self, barrier: int) -> dict[str, int]:
         _, dv = progress.data_version_at(progress.open_catalog(self.url), self.table, barrier)
@@ -62,19 +69,29 @@ class LakestepStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, int]:
         return self._offset(progress.job_frontier(progress.open_catalog(self.url), self.job))
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Freeze the barrier an availableNow query reads up to: the newest one
+        every source of the job has precommitted now. The query then runs its
+        batches (one barrier each, or ``maxBarriersPerTrigger``) up to it and stops."""
+        self._target = progress.ready_barrier(progress.open_catalog(self.url), self.job)
+        log.info("job %s: availableNow reads %s up to barrier %d", self.job, self.table, self._target)
+
     def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
         s = int(start["barrier"])
         n = self._calls.get(s, 0)
         self._calls = {s: n + 1}
         cat = progress.open_catalog(self.url)
+        most = self.max_barriers if self._target is None else min(self.max_barriers, self._target - s)
 
         def plan() -> int:
             from ..barrier import Pipeline
 
-            nxt = Pipeline(cat).next_batch(self.job, max_barriers=self.max_barriers)
+            if most < 1:
+                return s
+            nxt = Pipeline(cat).next_batch(self.job, max_barriers=most)
             return nxt.hi if nxt is not None and nxt.lo == s + 1 else s
 
-        end = progress.decide(cat, self.job, s, n, plan)
+        end = progress.decide(cat, self.job, s, n, plan, since=self._born)
         return start if end == s else self._offset(end)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:

@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 _CATALOG = {"Catalog", "Table", "Transaction", "CommitResult", "CommitInfo", "DataFile", "Operation", "Predicate"}
 _ERRORS = {
     "LakestepError", "CatalogError", "CatalogUnavailableError", "CommitConflict", "CommitError",
-    "InvalidIdentifierError", "InvalidLocationError", "SchemaMismatchError", "TableNotFoundError",
+    "InvalidIdentifierError", "InvalidLocationError", "SchemaMismatchError", "SchemaChangedConflict", "TableNotFoundError",
     "VersionNotFoundError",
 }
 

@@ -161,6 +161,7 @@ class CommitConflict(CommitError):
         return (
             _rebuild_conflict,
             (
+                type(self),
                 self.table,
                 self.operation,
                 self.base_version,
@@ -172,9 +173,9 @@ class CommitConflict(CommitError):
 
 
 def _rebuild_conflict(
-    table: str, operation: str, base_version: int, other_version: int, other_operation: str, reason: str
+    cls: type, table: str, operation: str, base_version: int, other_version: int, other_operation: str, reason: str
 ) -> CommitConflict:
-    return CommitConflict(
+    return cls(
         table=table,
         operation=operation,
         base_version=base_version,
@@ -182,6 +183,15 @@ def _rebuild_conflict(
         other_operation=other_operation,
         reason=reason,
     )
+
+
+class SchemaChangedConflict(CommitConflict):
+    """A commit that rewrites files, prepared with a schema older than the table's.
+
+    Columns were added (:meth:`Table.add_columns`) after the writer read the
+    files; rewriting them with the old schema would drop the new columns'
+    values. Reload the table and retry. Appends and upserts never get it.
+    """
 
 
 class TransactionClosedError(CommitError):

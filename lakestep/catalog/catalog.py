@@ -520,6 +520,7 @@ class Transaction:
             raise VersionNotFoundError(t.ident, f"version {version} (newest is {head})")
         self._add(TableChange(
             table_id=t.table_id, ident=t.ident, location=t.location, operation=Operation.RESTORE,
+            schema_id=t.meta.schema_id,
             base_version=int(version), barrier=barrier, retention_seconds=t.retention_seconds,
             summary={"restored_to": int(version)},
         ))

@@ -43,7 +43,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import _failpoints
-from ..errors import CommitConflict, TableNotFoundError
+from ..errors import CommitConflict, SchemaChangedConflict, TableNotFoundError
 from . import schema as S
 from .files import DataFile, NewFile
 from .predicates import Predicate, Verdict
@@ -101,6 +101,8 @@ class TableChange:
     barrier: int | None = None
     retention_seconds: float = 7 * 24 * 3600.0
     summary: dict[str, Any] = field(default_factory=dict)
+    # The table schema the writer read files with (ls_table.schema_id); None: not checked
+    schema_id: int | None = None
     # Called (outside any lock) with the files an OVERWRITE must still rewrite.
     rebase: Callable[["TableChange", list[DataFile]], None] | None = None
 
@@ -196,6 +198,7 @@ class _Head:
     version: int
     data_version: int
     last_commit_at: float
+    schema_id: int = 0
 
 
 @dataclass
@@ -451,7 +454,8 @@ class _Resolver:
 # ---------------------------------------------------------------------------
 # Prebuilt statements: the commit path builds no SQL at run time.
 _LOCK_HEADS = (
-    sa.select(S.tables.c.table_id, S.tables.c.version, S.tables.c.data_version, S.tables.c.last_commit_at)
+    sa.select(S.tables.c.table_id, S.tables.c.version, S.tables.c.data_version, S.tables.c.last_commit_at,
+              S.tables.c.schema_id)
     .where(S.tables.c.table_id.in_(sa.bindparam("ids", expanding=True)))
     .order_by(S.tables.c.table_id)
     .with_for_update()
@@ -494,10 +498,17 @@ _ADVANCE_HEAD = (
 
 def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, _Head]:
     ids = sorted({c.table_id for c in changes})
-    heads = {r[0]: _Head(r[0], r[1], r[2], r[3]) for r in conn.execute(_LOCK_HEADS, {"ids": ids})}
+    heads = {r[0]: _Head(r[0], r[1], r[2], r[3], r[4]) for r in conn.execute(_LOCK_HEADS, {"ids": ids})}
     for c in changes:
-        if c.table_id not in heads:
+        head = heads.get(c.table_id)
+        if head is None:
             raise TableNotFoundError(c.ident)
+        if c.schema_id is not None and not c.blind and c.schema_id != head.schema_id:
+            # Files read with the old schema and rewritten would lose the new columns' values.
+            raise SchemaChangedConflict(
+                table=c.ident, operation=c.operation.value, base_version=c.base_version,
+                other_version=head.version, other_operation="ADD COLUMNS",
+                reason="the table's schema changed after this writer read it; reload the table and retry")
     return heads
 
 

@@ -48,6 +48,9 @@ tables = sa.Table(
     sa.Column("location", sa.Text, nullable=False),
     sa.Column("external", sa.Boolean, nullable=False, default=False),
     sa.Column("schema_ipc", sa.LargeBinary, nullable=False),
+    # Bumped by every schema change (additive evolution: Table.add_columns); a
+    # commit that rewrites files must have read them with the current schema.
+    sa.Column("schema_id", sa.Integer, nullable=False, default=0, server_default="0"),
     sa.Column("partition_by", sa.Text, nullable=False, default="[]"),
     sa.Column("primary_key", sa.Text, nullable=False, default="[]"),
     sa.Column("properties", sa.Text, nullable=False, default="{}"),
@@ -310,11 +313,18 @@ def _v4(conn: Connection) -> None:
     job_triggers.create(conn, checkfirst=True)
 
 
+# --- version 5: ls_table.schema_id (additive schema evolution) -------------------
+def _v5(conn: Connection) -> None:
+    if "schema_id" not in {c["name"] for c in sa.inspect(conn).get_columns("ls_table")}:
+        conn.exec_driver_sql("ALTER TABLE ls_table ADD COLUMN schema_id INTEGER NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
     (3, _v3),
     (4, _v4),
+    (5, _v5),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from functools import cached_property
@@ -13,7 +14,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import sqlalchemy as sa
 
-from ..errors import TableNotFoundError, VersionNotFoundError
+from ..errors import SchemaChangedConflict, SchemaMismatchError, TableNotFoundError, VersionNotFoundError
 from . import cleanup as cleanup_mod
 from . import lifecycle, pk
 from . import schema as S
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from .catalog import Catalog
 
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class TableMeta:
     primary_key: list[str]
     properties: dict[str, str]
     created_at: float
+    schema_id: int = 0
 
     @classmethod
     def from_row(cls, r: Mapping[str, Any]) -> "TableMeta":
@@ -84,6 +87,7 @@ class TableMeta:
             primary_key=json.loads(r["primary_key"]),
             properties=json.loads(r["properties"]),
             created_at=r["created_at"],
+            schema_id=int(r.get("schema_id") or 0),
         )
 
 
@@ -144,6 +148,73 @@ class Table:
     @property
     def retention_seconds(self) -> float:
         return float(self.properties.get("lakestep.retention-seconds", DEFAULT_RETENTION_SECONDS))
+
+    # ------------------------------------------------------------------ schema
+    def add_columns(self, *fields: "pa.Field | tuple[str, pa.DataType]") -> "Table":
+        """Add nullable columns at the end of the schema (additive evolution); returns this handle.
+
+        No file is rewritten: rows written before read null in the new
+        columns, at every version. A column that exists with the same type is
+        kept (so the call is idempotent); one that exists with another type
+        raises :class:`SchemaMismatchError`. Writers holding an older handle
+        may still append and upsert (their rows get nulls), but their
+        rewrites (delete, update, overwrite, compaction) fail with
+        :class:`SchemaChangedConflict` until they reload the table, so no
+        new column's values are lost.
+
+        Example::
+
+            t.add_columns(pa.field("coupon", pa.string()))
+        """
+        from .files import check_identifier
+
+        new = [f if isinstance(f, pa.Field) else pa.field(*f) for f in fields]
+        for f in new:
+            check_identifier(f.name, "column name")
+            if f.name.startswith("_ls_"):
+                raise ValueError(f"column names starting with _ls_ are reserved, got {f.name!r}")
+            if not f.nullable:
+                raise ValueError(f"an added column must be nullable (rows written before have no value): {f}")
+        if len({f.name for f in new}) != len(new):
+            raise ValueError(f"duplicate column names in {[f.name for f in new]}")
+        t = S.tables
+        with self.catalog.backend.write() as conn:
+            row = conn.execute(t.select().where(t.c.table_id == self.table_id).with_for_update()).mappings().first()
+            if row is None:
+                raise TableNotFoundError(self.ident)
+            current = TableMeta.from_row(row).schema
+            problems, add = [], []
+            for f in new:
+                i = current.get_field_index(f.name)
+                if i < 0:
+                    add.append(f)
+                elif not current.field(i).type.equals(f.type):
+                    problems.append(f"column {f.name!r} exists as {current.field(i).type}, not {f.type}")
+            if problems:
+                raise SchemaMismatchError(self.ident, problems)
+            if add:
+                schema = pa.schema(list(current) + add, metadata=current.metadata)
+                conn.execute(sa.update(t).where(t.c.table_id == self.table_id).values(
+                    schema_ipc=schema.serialize().to_pybytes(), schema_id=t.c.schema_id + 1))
+                row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
+        self._set_meta(TableMeta.from_row(row))
+        if add:
+            log.info("%s: added column(s) %s (schema %d)", self.ident, [str(f) for f in add], self.meta.schema_id)
+        return self
+
+    def _set_meta(self, meta: TableMeta) -> None:
+        self.meta = meta
+        self.__dict__.pop("physical_schema", None)  # derived from the schema
+
+    def refresh(self) -> "Table":
+        """Re-read the table's metadata (schema, properties) from the catalog; returns this handle."""
+        t = S.tables
+        with self.catalog.backend.read() as conn:
+            row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().first()
+        if row is None:
+            raise TableNotFoundError(self.ident)
+        self._set_meta(TableMeta.from_row(row))
+        return self
 
     @cached_property
     def _writer(self) -> FileWriter:
@@ -358,8 +429,12 @@ class Table:
     # ------------------------------------------------------------------ writes
     def _one(self, method: str, *args: Any, job_id: str | None = None, batch_id: int | None = None,
              **kwargs: Any) -> CommitResult:
-        with self.catalog.transaction(job_id=job_id, batch_id=batch_id) as tx:
-            getattr(tx, method)(self, *args, **kwargs)
+        try:
+            with self.catalog.transaction(job_id=job_id, batch_id=batch_id) as tx:
+                getattr(tx, method)(self, *args, **kwargs)
+        except SchemaChangedConflict:
+            self.refresh()  # a retry with this handle reads with the new schema
+            raise
         return tx.results[0]
 
     def append(self, data: Any, *, job_id: str | None = None, batch_id: int | None = None,

@@ -125,7 +125,7 @@ def prepare_append(table: "Table", data: Any, *, barrier: int | None, prefix: st
     t = table._physical(conform(data, table.schema, table.ident))
     added = table._writer.write_partitioned(t, table.partition_by, prefix=prefix) if t.num_rows else []
     return TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location,
+        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id,
         operation=Operation.MERGE if table.primary_key else Operation.APPEND, base_version=-1,
         added=added, barrier=barrier,
     )
@@ -134,7 +134,7 @@ def prepare_append(table: "Table", data: Any, *, barrier: int | None, prefix: st
 def _prepare_pk_change(table: "Table", rows: pa.Table, *, barrier: int | None, summary: dict[str, Any]) -> TableChange:
     added = table._writer.write_partitioned(rows, table.partition_by) if rows.num_rows else []
     return TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.MERGE,
+        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.MERGE,
         base_version=-1, added=added, barrier=barrier, summary=summary,
     )
 
@@ -202,7 +202,7 @@ def prepare_overwrite(
             raise DataOutOfRangeError(table.ident, f"{outside} new row(s) fall outside the range this overwrite replaces")
     base, base_dv, live = table._head_and_live()
     change = TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.OVERWRITE, base_version=base,
+        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.OVERWRITE, base_version=base,
         scope=scope, barrier=barrier, summary={"scope": _describe(scope)},
     )
     change.added = (
@@ -220,7 +220,7 @@ def prepare_delete(table: "Table", where: Filter | Predicate, *, barrier: int | 
     pred = Predicate.parse(where, table.schema)
     base, base_dv, live = table._head_and_live()
     change = TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.DELETE, base_version=base,
+        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.DELETE, base_version=base,
         scope=pred, barrier=barrier, isolation=_isolation(table, isolation),
         retention_seconds=table.retention_seconds, summary={"predicate": _describe(pred)},
     )
@@ -262,7 +262,7 @@ def prepare_update(
     pred = Predicate.parse(where, table.schema)
     base, base_dv, live = table._head_and_live()
     change = TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.UPDATE, base_version=base,
+        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.UPDATE, base_version=base,
         scope=pred, barrier=barrier, isolation=_isolation(table, isolation),
         retention_seconds=table.retention_seconds, summary={"predicate": _describe(pred), "set": sorted(set)},
     )
@@ -307,7 +307,7 @@ def prepare_compact(table: "Table", *, target_file_size: int, min_files: int = 2
     """Merge files of each partition into target-size files (see :meth:`Table.compact`)."""
     base, base_dv, live = table._head_and_live()
     change = TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.COMPACT, base_version=base,
+        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.COMPACT, base_version=base,
         base_data_version=base_dv,
     )
     by_part: dict[str, list[DataFile]] = {}
@@ -394,7 +394,7 @@ def prepare_rewrite_file(table: "Table", file: DataFile | int, transform: Any) -
         if flagged.num_rows:
             out = pa.concat_tables([out, flagged])
     change = TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, operation=Operation.UPDATE,
+        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.UPDATE,
         base_version=base, removed=[target], retention_seconds=table.retention_seconds,
         summary={"rewrite_file": target.path, "rows_before": target.record_count, "rows_after": out.num_rows},
     )

@@ -49,7 +49,7 @@ class LakestepDataSource(DataSource):
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
         from .sink import LakestepStreamWriter
 
-        return LakestepStreamWriter(self.options, overwrite)  # case-insensitive keys
+        return LakestepStreamWriter(self.options, overwrite, schema)  # case-insensitive keys
 
     def streamReader(self, schema: Any) -> Any:
         from .source import LakestepStreamReader
@@ -73,7 +73,7 @@ def register_job(url: str, job: str, *, sources: Sequence[str], sinks: Sequence[
 
 
 def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "append",
-                  dead_letter_table: str | None = None) -> Callable[[Any, int], None]:
+                  dead_letter_table: str | None = None, merge_schema: bool = False) -> Callable[[Any, int], None]:
     """A ``foreachBatch`` function with the sink's guarantees, for existing foreachBatch pipelines.
 
     Each micro-batch is written by the executors (``mapInArrow``: Parquet files
@@ -88,6 +88,9 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
 
     ``mode``: ``append``; ``update`` (upsert into a primary-key table; alias
     ``upsert``); ``complete`` (replace the table's rows; alias ``overwrite``).
+    ``merge_schema``: columns of a batch the table lacks are added to it as
+    nullable columns (default: the batch is refused with
+    :class:`~lakestep.errors.SchemaMismatchError` before anything is written).
     Files of a batch whose Spark job fails midway are orphans that cleanup
     removes after the retention window.
 
@@ -102,6 +105,10 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
     target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table)
 
     def run(df: Any, batch_id: int) -> None:
+        nonlocal target
+        if target.lacks(df.columns):  # new columns: refused, or added (merge_schema)
+            target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table,
+                                     schema=df.schema, merge_schema=merge_schema)
         messages = [pickle.loads(r[0]) for r in df.mapInArrow(_writer(target, batch_id), "m binary").collect()]
         target.commit(messages, batch_id)
 

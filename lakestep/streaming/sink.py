@@ -24,7 +24,17 @@ Protocol of one micro-batch (numbered as it runs):
 Options: ``catalog`` (database URL, required), ``table`` (required), ``job``
 (default: ``spark-<table>``), ``mode`` (``append`` | ``update`` (upsert,
 primary-key tables) | ``complete`` (overwrite); default from Spark's output
-mode and the table), ``deadLetterTable``.
+mode and the table), ``deadLetterTable``, ``mergeSchema`` (``true``: columns
+the table lacks are added to it as nullable columns when the query starts;
+default: such a query is refused before it writes anything).
+
+Output modes: Spark 4 hands a Python sink only the append and complete
+output modes (``outputMode("update")`` fails with "lakestep does not support
+Update mode": Spark requires a JVM-only capability for it). Upserts therefore
+come two ways: rows streamed in append output mode into a primary-key table
+(``mode`` defaults to ``update`` there), and stateful aggregations in update
+output mode through :func:`lakestep.streaming.foreach_batch` with
+``mode="update"``.
 """
 
 from __future__ import annotations
@@ -170,22 +180,35 @@ class SinkTarget:
 
     @classmethod
     def open(cls, url: str, table_name: str, *, job: str | None, mode: str | None, overwrite: bool = False,
-             dead_letter: str | None = None) -> "SinkTarget":
-        """Check the options against the table and register the job (driver side only)."""
+             dead_letter: str | None = None, schema: Any = None, merge_schema: bool = False) -> "SinkTarget":
+        """Check the options against the table and register the job (driver side only).
+
+        ``schema``: the Spark schema of the rows to come. Columns the table
+        lacks are refused here, before any file is written, unless
+        ``merge_schema``: then they are added to the table as nullable columns.
+        """
         cat = progress.open_catalog(url)
         table = cat.load_table(table_name)
+        dead_table = cat.load_table(dead_letter) if dead_letter else None
+        if schema is not None:
+            _evolve(table, schema, dead_table, merge_schema)
         job = job or f"spark-{table.ident.replace('.', '-')}"
         mode = mode or ("complete" if overwrite else "update" if table.primary_key else "append")
         if mode not in ("append", "update", "complete"):
             raise ValueError(f"option mode must be append, update or complete, got {mode!r}")
         if mode == "update" and not table.primary_key:
             raise ValueError(f"update mode upserts by primary key, and {table.ident} has none")
-        dead = _TableShape.of(cat.load_table(dead_letter)) if dead_letter else None
+        dead = _TableShape.of(dead_table) if dead_table is not None else None
         progress.ensure_sink_registered(cat, job, table.ident, dead.ident if dead else None)
         return cls(url, job, mode, _TableShape.of(table), dead)
 
     def files(self) -> BatchFiles:
         return BatchFiles(self.shape, self.dead)
+
+    def lacks(self, columns: Any) -> list[str]:
+        """The ``columns`` of a batch the table has no place for."""
+        own = set(self.shape.schema.names) | {ERROR_COL} | (set(self.dead.schema.names) if self.dead else set())
+        return [c for c in columns if c not in own]
 
     def commit(self, messages: "list[FilesWritten | None]", batch_id: int) -> list[Any]:
         """Publish a micro-batch's files in one catalog transaction (driver side)."""
@@ -203,12 +226,38 @@ class SinkTarget:
         return results
 
 
+def _evolve(table: Any, spark_schema: Any, dead: Any, merge: bool) -> None:
+    """Refuse, or with ``merge`` add (nullable), the columns of ``spark_schema`` that ``table`` lacks."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ..errors import SchemaMismatchError
+
+    skip = {ERROR_COL} | (set(dead.schema.names) - set(table.schema.names) if dead is not None else set())
+    extra = [f for f in to_arrow_schema(spark_schema, timezone="UTC")
+             if table.schema.get_field_index(f.name) < 0 and f.name not in skip]
+    if not extra:
+        return
+    if not merge:
+        raise SchemaMismatchError(table.ident, [
+            f"columns not in the table: {[f.name for f in extra]} (option mergeSchema=true adds them as "
+            "nullable columns)"])
+    table.add_columns(*(f.with_nullable(True) for f in extra))
+
+
+def _flag(value: Any) -> bool:
+    v = str(value or "false").strip().lower()
+    if v not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return v == "true"
+
+
 class LakestepStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options: Any, overwrite: bool) -> None:
+    def __init__(self, options: Any, overwrite: bool, schema: Any = None) -> None:
         # Runs on the driver side: the only place that reads the catalog.
         self.target = SinkTarget.open(progress.required(options, "catalog"), progress.required(options, "table"),
                                       job=options.get("job"), mode=options.get("mode"), overwrite=overwrite,
-                                      dead_letter=options.get("deadLetterTable"))
+                                      dead_letter=options.get("deadLetterTable"), schema=schema,
+                                      merge_schema=_flag(options.get("mergeSchema")))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:  # executors
         from pyspark import TaskContext

@@ -195,3 +195,39 @@ def test_foreach_batch_root_and_derived(spark, catalog_spec, tmp_path) -> None: 
         foreach_batch(url, "s.copy", job="copy", mode="upsert")
     coord.release()
     cat.close()
+
+
+def test_sink_schema_evolution_is_opt_in(spark, catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A query with a column the table lacks is refused before it writes anything, unless
+    mergeSchema=true: then the column is added (nullable) and older rows read null in it."""
+    cat, p, coord, orders = _setup(catalog_spec, pk=False)
+    out = cat.create_table("s.out", pa.schema([pa.field("id", pa.int64(), nullable=False), ("customer", pa.string())]))
+    register_job(catalog_spec.url, "enrich", sources=["s.orders"], sinks=["s.out"])
+    register(spark)
+    url, ck = catalog_spec.url, str(tmp_path / "ck")
+    orders.append({"id": [1], "customer": ["ann"], "amount": [3]}, barrier=OPEN_EPOCH)
+    coord.seal()
+    src = _source(spark, url, "s.orders", "enrich")
+    _run_available_now(spark, src.select("id", "customer"), ck, catalog=url, table="s.out", job="enrich")
+    orders.append({"id": [2], "customer": ["bob"], "amount": [4]}, barrier=OPEN_EPOCH)
+    coord.seal()
+
+    wider = _source(spark, url, "s.orders", "enrich").select("id", "customer", "amount")
+    with pytest.raises(Exception, match="mergeSchema"):
+        _run_available_now(spark, wider, ck, catalog=url, table="s.out", job="enrich")
+    assert cat.load_table("s.out").schema.names == ["id", "customer"] and p.frontier("s.out") == 1
+
+    _run_available_now(spark, _source(spark, url, "s.orders", "enrich").select("id", "customer", "amount"), ck,
+                       catalog=url, table="s.out", job="enrich", mergeSchema="true")
+    out = cat.load_table("s.out")
+    assert out.schema.field("amount").nullable and p.frontier("s.out") == 2
+    assert _rows(out) == [{"id": 1, "customer": "ann", "amount": None}, {"id": 2, "customer": "bob", "amount": 4}]
+
+    # foreach_batch: the same rule per batch
+    extra = spark.createDataFrame([(3, "cy", 5, "vip")], "id long, customer string, amount long, tier string")
+    with pytest.raises(Exception, match="tier"):
+        foreach_batch(url, "s.orders", job="feed")(extra, 0)
+    foreach_batch(url, "s.orders", job="feed", merge_schema=True)(extra, 0)
+    assert cat.load_table("s.orders").to_arrow(where=[("tier", "=", "vip")]).column("id").to_pylist() == [3]
+    coord.release()
+    cat.close()

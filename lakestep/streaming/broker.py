@@ -28,8 +28,10 @@ What is not:
   high watermark (it returns the base offset of the last record batch + 1).
   :mod:`lakestep.streaming.kafka` works around that.
 
-Only the standard library and :mod:`lakestep.errors` are imported at module
-import time; kafka-python is imported lazily by the helpers that need it.
+Only the standard library, :mod:`lakestep.errors` and the stdlib-only
+:mod:`lakestep.streaming.kafka._kafka_python` are imported at module import
+time (importing the ``lakestep.streaming.kafka`` package loads neither pyspark
+nor kafka-python); kafka-python is imported lazily by the helpers that need it.
 """
 
 from __future__ import annotations
@@ -40,10 +42,8 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-import warnings
 import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -51,6 +51,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
 from lakestep.errors import LakestepError
+from lakestep.streaming.kafka._kafka_python import import_kafka_python as _import_kafka_python
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
@@ -61,17 +62,6 @@ logger = logging.getLogger(__name__)
 
 #: Environment variable that may point at an explicit ``tansu`` executable.
 TANSU_BIN_ENV = "LAKESTEP_TANSU_BIN"
-
-
-def _import_kafka_python() -> None:
-    """Import kafka-python once with its import-time DeprecationWarning silenced
-    (kafka-python 3 loads its protocol schemas with ``importlib.resources.read_text``,
-    which warns on Python 3.11+ and fails test suites that turn warnings into errors)."""
-    if "kafka.consumer" in sys.modules:
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import kafka  # noqa: F401
 
 
 class TansuBrokerError(LakestepError, RuntimeError):

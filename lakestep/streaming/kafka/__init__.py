@@ -1,0 +1,234 @@
+"""A Kafka source for Spark Structured Streaming written in Python.
+
+``lakestep-kafka`` is a `Python Data Source
+<https://spark.apache.org/docs/latest/api/python/tutorial/sql/python_data_source.html>`_
+built on kafka-python. It stands in for Spark's own ``kafka`` source when the
+``spark-sql-kafka`` connector jar is not on the classpath::
+
+    from lakestep.streaming.kafka import register_kafka_source
+
+    register_kafka_source(spark)
+    df = (spark.readStream.format("lakestep-kafka")
+          .option("kafka.bootstrap.servers", "host:9092")
+          .option("subscribe", "orders,payments")
+          .option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", 100_000)
+          .load())
+
+Schema (identical to Spark's Kafka source; every column nullable)::
+
+    key binary, value binary, topic string, partition int, offset long,
+    timestamp timestamp, timestampType int [, headers array<struct<key string, value binary>>]
+
+``headers`` is only present with ``includeHeaders=true``.
+
+Options (names are case-insensitive, like every Spark option):
+
+=================================  ==========================================================
+``kafka.bootstrap.servers``        required; comma-separated ``host:port`` list.
+``subscribe``                      required; comma-separated topic names. ``assign`` and
+                                   ``subscribePattern`` are not supported.
+``startingOffsets``                ``latest`` (default, as in Spark), ``earliest``, or JSON
+                                   ``{"topic": {"0": 23, "1": -2}}`` naming *every*
+                                   partition of the subscribed topics (-2 = earliest,
+                                   -1 = latest). Only used when a query starts without a
+                                   checkpoint.
+``maxOffsetsPerTrigger``           cap on records per micro-batch, spread over partitions in
+                                   proportion to their backlog (Spark's algorithm). Also
+                                   honoured by ``trigger(availableNow=True)``.
+``includeHeaders``                 ``false`` (default) / ``true``.
+``failOnDataLoss``                 only ``true`` (the default) is supported: offsets that
+                                   vanished from the log fail the query.
+``kafkaConsumer.pollTimeoutMs``    executor-side: fail a task whose partition makes no
+                                   progress for this long (default 120000).
+``fetchOffset.timeoutMs``          driver-side: bound on each metadata / offset lookup
+                                   (default 60000).
+``rowFormat``                      ``arrow`` (default: ``read()`` yields
+                                   ``pyarrow.RecordBatch``) or ``tuples`` (one Python tuple
+                                   per record; slower, kept for diagnosis).
+``kafka.*``                        passed to kafka-python's ``KafkaConsumer``, see
+                                   :func:`kafka_consumer_config` for the name mapping.
+=================================  ==========================================================
+
+Guarantees:
+
+* Offsets live only in Spark's checkpoint. The offset JSON is
+  ``{"topic": {"partition": next_offset_to_read}}`` (topics and partitions in
+  sorted order). No consumer group is joined and nothing is committed to Kafka
+  (``assign()`` + ``seek()`` only).
+* Each micro-batch reads exactly the half-open range ``[start, end)`` of every
+  partition, one Spark input partition per Kafka partition with new data, so a
+  batch replayed after a failure or a restart from the checkpoint yields the
+  same records: combined with an idempotent/transactional sink this is
+  exactly-once.
+* The end of a partition is the *high watermark reported in a Fetch response*,
+  not ListOffsets(latest): some brokers (tansu 0.6) answer the latter with the
+  base offset of the last record batch + 1, which would silently hold back the
+  tail of the log.
+* Every wait on the broker is bounded (``fetchOffset.timeoutMs`` on the driver,
+  ``kafkaConsumer.pollTimeoutMs`` of no progress on executors).
+
+Not guaranteed / not supported:
+
+* ``read_committed`` reads: ``kafka.isolation.level`` may be set, but the end
+  offset is the high watermark, so with open transactions a task can wait for
+  records that are not yet readable until ``kafkaConsumer.pollTimeoutMs``.
+* Batch queries (``spark.read``), ``endingOffsets``, ``minPartitions``,
+  ``assign``, ``subscribePattern``, ``failOnDataLoss=false``.
+* Partitions added to a topic while a query runs are discovered at most every
+  30 seconds and are read from their earliest offset (as Spark does).
+* ``startingOffsets=latest`` is resolved when the query first asks for it; if
+  the query dies before its first batch is committed, a restart resolves it
+  again (Spark's own Kafka source keeps its initial offsets in the checkpoint;
+  a Python data source is not given the checkpoint directory).
+* Large backlogs are not split: one Spark task reads a partition's whole range
+  in a batch. Bound batches with ``maxOffsetsPerTrigger``.
+
+Performance: decoding in kafka-python dominates (~10 µs per small record and
+core). Installing the ``crc32c`` package (``kafka-python[crc32c]``) makes
+kafka-python's CRC checks native, about 1.5x faster overall;
+``kafka.check.crcs=false`` skips them. Each micro-batch also costs the Spark
+scheduling overhead of about a second in local mode.
+
+Needs pyspark >= 4.2 (admission control: ``latestOffset(start, limit)``).
+
+Modules: ``options`` (option parsing), ``offsets`` (offset JSON, rate limit,
+driver-side offset client), ``reader`` (executor side), ``source`` (the Spark
+data source), ``schema``, ``errors``. Every name below is importable from this
+package; they are loaded on first use, so importing the package itself needs
+neither pyspark nor kafka-python.
+"""
+
+# ruff: noqa: F401
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # re-exports for type checkers; loaded lazily by __getattr__ at run time
+    from ._kafka_python import import_kafka_python as _import_kafka_python
+    from .errors import (
+        KafkaDataLossError,
+        KafkaSourceError,
+        KafkaSourceTimeoutError,
+        KafkaTopicNotFoundError,
+    )
+    from .offsets import (
+        _consumer,
+        _OffsetClient,
+        _ProbeStalled,
+        offsets_from_json,
+        offsets_to_json,
+        rate_limit,
+    )
+    from .options import (
+        EARLIEST,
+        FORMAT_NAME,
+        LATEST,
+        TP,
+        KafkaSourceOptions,
+        Offsets,
+        StartingOffsets,
+        kafka_consumer_config,
+        parse_starting_offsets,
+        redact,
+    )
+    from .reader import read_partition_range
+    from .schema import arrow_schema, kafka_schema
+    from .source import KafkaDataSource, KafkaInputPartition, KafkaStreamReader, register_kafka_source
+
+__all__ = [
+    "FORMAT_NAME",
+    "KafkaDataLossError",
+    "KafkaDataSource",
+    "KafkaInputPartition",
+    "KafkaSourceError",
+    "KafkaSourceOptions",
+    "KafkaSourceTimeoutError",
+    "KafkaStreamReader",
+    "KafkaTopicNotFoundError",
+    "arrow_schema",
+    "kafka_consumer_config",
+    "kafka_schema",
+    "parse_starting_offsets",
+    "rate_limit",
+    "register_kafka_source",
+]
+
+#: Where each name lives (module-level names of the former single-module kafka.py).
+_EXPORTS: dict[str, str] = {
+    "_import_kafka_python": "_kafka_python:import_kafka_python",
+    **dict.fromkeys(
+        ["KafkaSourceError", "KafkaTopicNotFoundError", "KafkaDataLossError", "KafkaSourceTimeoutError"],
+        "errors",
+    ),
+    **dict.fromkeys(
+        ["kafka_schema", "arrow_schema", "_HEADERS_ARROW_TYPE", "_TIMESTAMP_ARROW_TYPE"], "schema"
+    ),
+    **dict.fromkeys(
+        [
+            "FORMAT_NAME",
+            "EARLIEST",
+            "LATEST",
+            "TP",
+            "Offsets",
+            "StartingOffsets",
+            "KafkaSourceOptions",
+            "kafka_consumer_config",
+            "parse_starting_offsets",
+            "redact",
+            "_parse_bool",
+            "_parse_jaas",
+            "_positive_int",
+            "_SECRET_KEYS",
+            "_RENAMED",
+            "_GROUP_KEYS",
+            "_REFUSED",
+            "_NOT_STRING_SETTABLE",
+            "_INT_WITHOUT_DEFAULT",
+            "_JAAS_MODULES",
+            "_JAAS_RE",
+            "_JAAS_ARG_RE",
+            "_KNOWN_OPTIONS",
+            "_UNSUPPORTED_OPTIONS",
+        ],
+        "options",
+    ),
+    **dict.fromkeys(
+        [
+            "offsets_to_json",
+            "offsets_from_json",
+            "rate_limit",
+            "_consumer",
+            "_OffsetClient",
+            "_ProbeStalled",
+            "_PARTITION_DISCOVERY_INTERVAL_S",
+            "_PROBE_FETCH_WAIT_MS",
+            "_PROBE_PARTITION_FETCH_BYTES",
+            "_PROBE_MAX_RECORDS",
+            "_PROBE_STALL_S",
+        ],
+        "offsets",
+    ),
+    **dict.fromkeys(
+        ["read_partition_range", "_records_to_batch", "_record_to_tuple", "_ARROW_BATCH_ROWS", "_EPOCH"],
+        "reader",
+    ),
+    **dict.fromkeys(
+        ["KafkaInputPartition", "KafkaStreamReader", "KafkaDataSource", "register_kafka_source"], "source"
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module_name, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(f"{__name__}.{module_name}"), attr or name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

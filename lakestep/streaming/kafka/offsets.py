@@ -1,0 +1,285 @@
+"""Offsets: their JSON form in the checkpoint, ``maxOffsetsPerTrigger``, and the
+driver-side client that looks up partitions, earliest offsets and high watermarks."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._kafka_python import import_kafka_python as _import_kafka_python
+from .errors import KafkaDataLossError, KafkaSourceTimeoutError, KafkaTopicNotFoundError
+from .options import TP, Offsets
+
+if TYPE_CHECKING:
+    from kafka import KafkaConsumer, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+_PARTITION_DISCOVERY_INTERVAL_S = 30.0
+_PROBE_FETCH_WAIT_MS = 10  # tansu never answers a Fetch with max_wait 0 (kafka-python gets nothing)
+_PROBE_PARTITION_FETCH_BYTES = 8 * 1024
+_PROBE_MAX_RECORDS = 1_000_000  # drain a probe's fetches at once (records are dropped)
+_PROBE_STALL_S = 5.0
+
+
+def offsets_to_json(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
+    """Canonical offset dict for Spark: topics and partitions sorted, partition keys as str.
+
+    Spark compares offsets by their JSON text, so the order must be stable.
+    """
+    result: dict[str, dict[str, int]] = {}
+    for topic, partition in sorted(offsets):
+        result.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    return result
+
+
+def offsets_from_json(data: Mapping[str, Mapping[str, Any]] | None) -> Offsets:
+    """Inverse of :func:`offsets_to_json`."""
+    result: Offsets = {}
+    for topic, parts in (data or {}).items():
+        for partition, offset in parts.items():
+            result[(topic, int(partition))] = int(offset)
+    return result
+
+
+def rate_limit(start: Mapping[TP, int], until: Mapping[TP, int], limit: int) -> Offsets:
+    """Spark's ``maxOffsetsPerTrigger`` split of ``limit`` records over partitions.
+
+    Each partition with a backlog gets ``limit * backlog / total_backlog``
+    records, rounded down, except that shares below one record are rounded up
+    so that small partitions are not starved (the total can therefore exceed
+    ``limit`` by at most the number of partitions). ``start`` must contain every
+    key of ``until``.
+    """
+    sizes = {tp: end - start[tp] for tp, end in until.items() if end - start[tp] > 0}
+    total = float(sum(sizes.values()))
+    if total < 1:
+        return dict(until)
+    result: Offsets = {}
+    for tp, end in until.items():
+        size = sizes.get(tp)
+        if size is None:
+            result[tp] = end
+            continue
+        prorate = limit * (size / total)
+        share = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        result[tp] = min(end, start[tp] + int(share))
+    return result
+
+
+# ============================================================================ kafka access
+
+
+def _consumer(config: Mapping[str, Any], *, timeout_ms: int, **overrides: Any) -> KafkaConsumer:
+    """A group-less, non-committing kafka-python consumer.
+
+    ``timeout_ms`` bounds the initial bootstrap (connection + metadata) unless
+    the user set ``kafka.bootstrap.timeout.ms``.
+    """
+    _import_kafka_python()
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+
+    settings = dict(config)
+    settings.update(overrides)
+    settings.setdefault("bootstrap_timeout_ms", min(30_000, timeout_ms))
+    settings.update(
+        group_id=None,
+        enable_auto_commit=False,
+        allow_auto_create_topics=False,
+        auto_offset_reset="none",  # never move silently: out-of-range is data loss
+    )
+    try:
+        return KafkaConsumer(**settings)
+    except KafkaError as exc:
+        raise KafkaSourceTimeoutError(
+            f"cannot connect to Kafka at {','.join(settings['bootstrap_servers'])}: {exc!r}"
+        ) from exc
+
+
+class _ProbeStalled(Exception):
+    """A high-watermark probe got no answer in time (internal)."""
+
+
+class _OffsetClient:
+    """Driver-side metadata and offset lookups.
+
+    Holds two kafka-python consumers for the life of the stream reader: one for
+    metadata and ListOffsets(earliest), one for high-watermark probes (see
+    :meth:`high_watermarks`), so an idle query does not open a connection (and
+    a TLS/SASL handshake) per trigger.
+    """
+
+    def __init__(self, config: Mapping[str, Any], timeout_ms: int) -> None:
+        self._config = dict(config)
+        self._timeout_ms = timeout_ms
+        self._consumer = _consumer(config, timeout_ms=timeout_ms)
+        self._probe: KafkaConsumer | None = None
+        self._partitions: dict[str, list[int]] = {}
+        self._refreshed_at = -math.inf
+
+    def close(self) -> None:
+        for consumer in (self._probe, self._consumer):
+            if consumer is None:
+                continue
+            try:
+                consumer.close(autocommit=False, timeout_ms=2000)
+            except Exception:  # closing is best effort
+                logger.debug("closing a driver consumer failed", exc_info=True)
+        self._probe = None
+
+    def partitions(self, topics: Sequence[str], *, force: bool = False) -> list[TP]:
+        """All partitions of ``topics``; metadata is refreshed at most every 30 s
+        unless ``force``.
+
+        Raises:
+            KafkaTopicNotFoundError: a topic does not exist (after ~1 s of retries).
+        """
+        stale = time.monotonic() - self._refreshed_at > _PARTITION_DISCOVERY_INTERVAL_S
+        if force or stale or any(t not in self._partitions for t in topics):
+            deadline = time.monotonic() + 1.0
+            while True:
+                self._consumer.topics()  # forces a Metadata round trip
+                found = {t: sorted(self._consumer.partitions_for_topic(t) or ()) for t in topics}
+                missing = [t for t, parts in found.items() if not parts]
+                if not missing or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            if missing:
+                raise KafkaTopicNotFoundError(
+                    f"option 'subscribe': topic(s) {', '.join(map(repr, missing))} do not exist "
+                    f"on {','.join(self._consumer.config['bootstrap_servers'])}"
+                )
+            for topic, parts in found.items():
+                known = self._partitions.get(topic)
+                if known is not None and len(parts) > len(known):
+                    logger.info("topic %r grew from %d to %d partitions", topic, len(known), len(parts))
+                self._partitions[topic] = parts
+            self._refreshed_at = time.monotonic()
+        return [(t, p) for t in topics for p in self._partitions[t]]
+
+    def earliest(self, tps: Sequence[TP]) -> Offsets:
+        """Log start offsets (ListOffsets earliest)."""
+        if not tps:
+            return {}
+        _import_kafka_python()
+        from kafka import TopicPartition
+        from kafka.errors import KafkaTimeoutError
+
+        try:
+            found = self._consumer.beginning_offsets(
+                [TopicPartition(t, p) for t, p in tps], timeout_ms=self._timeout_ms
+            )
+        except KafkaTimeoutError as exc:
+            raise KafkaSourceTimeoutError(
+                f"no earliest offsets for {sorted(tps)} within {self._timeout_ms} ms"
+            ) from exc
+        return {(tp.topic, tp.partition): int(off) for tp, off in found.items()}
+
+    def high_watermarks(self, positions: Mapping[TP, int]) -> Offsets:
+        """The high watermark of each partition, read from a Fetch response.
+
+        ``positions`` must be offsets in the log or equal to its end; the fetch
+        starts there and the records it returns are decoded and dropped, so
+        passing the last known end keeps a probe cheap (it then only carries
+        what was appended since). ListOffsets(latest) is not used on purpose,
+        see the module docstring.
+
+        A returned value is never above the true high watermark and never below
+        the given position. It can lag by the few milliseconds between a fetch
+        and this call (a response to a fetch sent by the previous probe from
+        the same position may be used).
+
+        Raises:
+            KafkaDataLossError: a position is beyond the end of the log.
+            KafkaSourceTimeoutError: no answer within ``fetchOffset.timeoutMs``.
+        """
+        if not positions:
+            return {}
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        for attempt in (1, 2):
+            if self._probe is None:
+                self._probe = _consumer(
+                    self._config,
+                    timeout_ms=self._timeout_ms,
+                    fetch_max_wait_ms=_PROBE_FETCH_WAIT_MS,
+                    max_partition_fetch_bytes=_PROBE_PARTITION_FETCH_BYTES,
+                    fetch_min_bytes=1,
+                    # KIP-227 incremental fetch sessions leave partitions whose state
+                    # did not change out of the response: a re-probe would never see
+                    # their high watermark. Full Fetch requests answer for all.
+                    enable_incremental_fetch_sessions=False,
+                )
+            # The first attempt gets a short leash: a healthy broker answers in
+            # milliseconds, and a wedged consumer is replaced by a fresh one.
+            until = min(deadline, time.monotonic() + _PROBE_STALL_S) if attempt == 1 else deadline
+            try:
+                return self._probe_once(self._probe, positions, until)
+            except _ProbeStalled as stalled:
+                probe, self._probe = self._probe, None
+                try:
+                    probe.close(autocommit=False, timeout_ms=1000)
+                except Exception:
+                    logger.debug("closing a stalled probe consumer failed", exc_info=True)
+                if attempt == 2 or time.monotonic() >= deadline:
+                    raise KafkaSourceTimeoutError(
+                        f"no Fetch response with a high watermark for {stalled.args[0]} within "
+                        f"{self._timeout_ms} ms (option fetchOffset.timeoutMs)"
+                    ) from None
+                logger.warning(
+                    "high-watermark probe stalled on %s; retrying with a new consumer", stalled.args[0]
+                )
+        raise AssertionError("unreachable")
+
+    def _probe_once(self, consumer: KafkaConsumer, positions: Mapping[TP, int], until: float) -> Offsets:
+        _import_kafka_python()
+        from kafka import TopicPartition
+        from kafka.errors import OffsetOutOfRangeError
+
+        wanted = {TopicPartition(t, p): off for (t, p), off in positions.items()}
+        result: Offsets = {}
+        pending = set(wanted)
+        # Never pause() partitions here: kafka-python parks the buffered data of
+        # paused partitions and, after unsubscribe()/assign(), may then never
+        # fetch them again.
+        consumer.assign(list(wanted))  # assignment is empty: fresh state, highwater() is None
+        try:
+            for tp, off in wanted.items():
+                consumer.seek(tp, off)
+            while pending:
+                try:
+                    consumer.poll(timeout_ms=_PROBE_FETCH_WAIT_MS, max_records=_PROBE_MAX_RECORDS)
+                except OffsetOutOfRangeError as exc:
+                    self._handle_out_of_range(consumer, exc, wanted)
+                for tp in list(pending):
+                    hw = consumer.highwater(tp)
+                    if hw is not None:
+                        result[(tp.topic, tp.partition)] = int(hw)
+                        pending.discard(tp)
+                if pending and time.monotonic() > until:
+                    raise _ProbeStalled(sorted((tp.topic, tp.partition) for tp in pending))
+        finally:
+            consumer.unsubscribe()
+        return result
+
+    def _handle_out_of_range(
+        self, consumer: KafkaConsumer, exc: Exception, wanted: dict[TopicPartition, int]
+    ) -> None:
+        bad = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+        if not bad:
+            raise KafkaDataLossError(f"offset out of range while probing: {exc!r}") from exc
+        earliest = self.earliest([(tp.topic, tp.partition) for tp in bad])
+        for tp, off in bad.items():
+            start = earliest[(tp.topic, tp.partition)]
+            if off < start:  # deleted by retention: the end is still after it
+                consumer.seek(tp, start)
+                wanted[tp] = start
+            else:
+                raise KafkaDataLossError(
+                    f"{tp.topic}-{tp.partition}: offset {off} is beyond the end of the log; the "
+                    "topic was deleted and recreated, or the broker lost data"
+                ) from exc
+

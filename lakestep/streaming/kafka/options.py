@@ -1,0 +1,383 @@
+"""Option parsing: Spark's ``kafka.*`` options to kafka-python settings, and the
+source's own options (pure functions, no network)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+from ._kafka_python import import_kafka_python as _import_kafka_python
+
+logger = logging.getLogger(__name__)
+
+FORMAT_NAME = "lakestep-kafka"
+EARLIEST = -2
+LATEST = -1
+
+#: A Kafka partition as ``(topic, partition)``.
+TP = tuple[str, int]
+#: Offsets per partition.
+Offsets = dict[TP, int]
+#: ``startingOffsets``: ``"earliest"``, ``"latest"`` or explicit offsets (-2/-1 allowed).
+StartingOffsets = Union[Literal["earliest", "latest"], Offsets]
+
+_SECRET_KEYS = frozenset({"sasl_plain_password", "ssl_password"})
+
+#: Java-client / librdkafka option names whose kafka-python name is not simply
+#: the dotted name with dots replaced by underscores.
+_RENAMED: dict[str, str] = {
+    "ssl.key.password": "ssl_password",
+    "ssl.cipher.suites": "ssl_ciphers",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.crl.location": "ssl_crlfile",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "socket.receive.buffer.bytes": "receive_buffer_bytes",
+    "socket.send.buffer.bytes": "send_buffer_bytes",
+    "receive.buffer.bytes": "receive_buffer_bytes",
+    "send.buffer.bytes": "send_buffer_bytes",
+    "max.poll.records": "max_poll_records",
+}
+
+_GROUP_KEYS = {
+    "group.id",
+    "group.instance.id",
+    "enable.auto.commit",
+    "auto.commit.interval.ms",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "partition.assignment.strategy",
+}
+
+#: Options refused with an explanation, by Java/dotted name.
+_REFUSED: dict[str, str] = {
+    **{
+        key: "the source never joins a consumer group nor commits offsets to Kafka "
+        "(offsets live in the Spark checkpoint)"
+        for key in _GROUP_KEYS
+    },
+    "auto.offset.reset": "use the startingOffsets option instead",
+    "key.deserializer": "key and value are always returned as binary",
+    "value.deserializer": "key and value are always returned as binary",
+    "allow.auto.create.topics": "the source never creates topics",
+    "consumer.timeout.ms": "use kafkaConsumer.pollTimeoutMs instead",
+    "ssl.truststore.location": "kafka-python cannot read JKS/PKCS12 stores; convert it to PEM and "
+    "pass kafka.ssl.cafile",
+    "ssl.truststore.password": "kafka-python cannot read JKS/PKCS12 stores; use kafka.ssl.cafile",
+    "ssl.truststore.type": "kafka-python cannot read JKS/PKCS12 stores; use kafka.ssl.cafile",
+    "ssl.keystore.location": "kafka-python cannot read JKS/PKCS12 stores; convert it to PEM and "
+    "pass kafka.ssl.certfile and kafka.ssl.keyfile",
+    "ssl.keystore.password": "kafka-python cannot read JKS/PKCS12 stores; use kafka.ssl.keyfile "
+    "and kafka.ssl.password",
+    "ssl.keystore.type": "kafka-python cannot read JKS/PKCS12 stores; use kafka.ssl.certfile",
+}
+
+#: kafka-python parameters that are not plain values and cannot come from a string option.
+_NOT_STRING_SETTABLE = frozenset(
+    {
+        "kafka_client",
+        "selector",
+        "socket_options",
+        "metric_reporters",
+        "default_offset_commit_callback",
+        "sasl_oauth_token_provider",
+        "ssl_context",
+        "partition_assignment_strategy",
+    }
+)
+
+_INT_WITHOUT_DEFAULT = frozenset({"receive_buffer_bytes", "send_buffer_bytes"})
+
+_JAAS_MODULES = {
+    "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+_JAAS_RE = re.compile(r"^\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\s+(.*?);?\s*$", re.S)
+_JAAS_ARG_RE = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _parse_bool(option: str, value: str) -> bool:
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(f"option {option!r} must be true or false, got {value!r}")
+
+
+def _parse_jaas(value: str) -> dict[str, str]:
+    match = _JAAS_RE.match(value)
+    if not match or match.group(1) not in _JAAS_MODULES:
+        raise ValueError(
+            "option 'kafka.sasl.jaas.config' is only understood for PlainLoginModule and "
+            "ScramLoginModule (username=\"...\" password=\"...\"); set "
+            "kafka.sasl.plain.username / kafka.sasl.plain.password instead"
+        )
+    args = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _JAAS_ARG_RE.findall(match.group(3))}
+    if "username" not in args or "password" not in args:
+        raise ValueError(
+            "option 'kafka.sasl.jaas.config' must contain username=\"...\" and password=\"...\""
+        )
+    return {"sasl_plain_username": args["username"], "sasl_plain_password": args["password"]}
+
+
+def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Map the ``kafka.*`` Spark options to kafka-python ``KafkaConsumer`` keyword args.
+
+    Pure function (no network). Keys are matched case-insensitively; other
+    options (not starting with ``kafka.``) are ignored. The mapping:
+
+    * ``kafka.a.b.c`` → ``a_b_c`` when that is a ``KafkaConsumer`` parameter,
+      e.g. ``kafka.bootstrap.servers`` → ``bootstrap_servers``,
+      ``kafka.security.protocol`` → ``security_protocol``,
+      ``kafka.sasl.mechanism`` → ``sasl_mechanism``,
+      ``kafka.sasl.plain.username`` → ``sasl_plain_username``,
+      ``kafka.ssl.cafile`` → ``ssl_cafile``, ``kafka.request.timeout.ms`` →
+      ``request_timeout_ms``, ``kafka.isolation.level`` → ``isolation_level``.
+    * Java / librdkafka names with another kafka-python name: ``ssl.key.password``
+      → ``ssl_password``, ``ssl.cipher.suites`` → ``ssl_ciphers``,
+      ``ssl.ca.location`` / ``ssl.certificate.location`` / ``ssl.key.location`` /
+      ``ssl.crl.location`` → ``ssl_cafile`` / ``ssl_certfile`` / ``ssl_keyfile`` /
+      ``ssl_crlfile``, ``sasl.username`` / ``sasl.password`` →
+      ``sasl_plain_username`` / ``sasl_plain_password``,
+      ``[socket.]receive|send.buffer.bytes`` → ``receive|send_buffer_bytes``.
+    * ``ssl.endpoint.identification.algorithm`` → ``ssl_check_hostname``
+      (``https`` → True, empty → False).
+    * ``sasl.jaas.config`` with Kafka's ``PlainLoginModule`` / ``ScramLoginModule``
+      → ``sasl_plain_username`` + ``sasl_plain_password``.
+    * ``api.version`` ``"2.8.0"`` → ``api_version=(2, 8, 0)``.
+
+    Values are converted to the type of kafka-python's default (int, bool).
+
+    Raises:
+        ValueError: naming the option, for unknown names, consumer-group settings
+            (``group.id``, ``enable.auto.commit``...), ``auto.offset.reset``,
+            deserializers, JKS key/trust stores, unparsable values, or a missing
+            ``kafka.bootstrap.servers``. Secret values never appear in messages.
+    """
+    _import_kafka_python()
+    from kafka import KafkaConsumer
+
+    defaults = KafkaConsumer.DEFAULT_CONFIG
+    config: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    def put(key: str, value: Any, option: str) -> None:
+        if key in config and sources[key] != option:
+            raise ValueError(f"options {sources[key]!r} and {option!r} both set kafka-python {key!r}")
+        config[key] = value
+        sources[key] = option
+
+    for raw_key, raw_value in options.items():
+        option = str(raw_key)
+        lowered = option.lower()
+        if not lowered.startswith("kafka."):
+            continue
+        name = lowered[len("kafka.") :]
+        value = "" if raw_value is None else str(raw_value)
+        if name in _REFUSED:
+            raise ValueError(f"option {option!r} is not supported: {_REFUSED[name]}")
+        if name == "sasl.jaas.config":
+            for key, val in _parse_jaas(value).items():
+                put(key, val, option)
+            continue
+        if name == "ssl.endpoint.identification.algorithm":
+            put("ssl_check_hostname", value.strip().lower() == "https", option)
+            continue
+        key = _RENAMED.get(name, name.replace(".", "_").replace("-", "_"))
+        if key not in defaults:
+            raise ValueError(
+                f"option {option!r} is not a kafka-python KafkaConsumer setting "
+                f"(it maps to {key!r}); see lakestep.streaming.kafka.kafka_consumer_config"
+            )
+        if key in _NOT_STRING_SETTABLE or key in {
+            "group_id",
+            "group_instance_id",
+            "enable_auto_commit",
+            "auto_offset_reset",
+            "key_deserializer",
+            "value_deserializer",
+            "allow_auto_create_topics",
+            "consumer_timeout_ms",
+        } | {k.replace(".", "_") for k in _GROUP_KEYS}:
+            raise ValueError(f"option {option!r} ({key}) cannot be set on this source")
+        default = defaults[key]
+        shown = "***" if key in _SECRET_KEYS else repr(value)
+        try:
+            converted: Any
+            if isinstance(default, bool):
+                converted = _parse_bool(option, value)
+            elif isinstance(default, int) or key in _INT_WITHOUT_DEFAULT:
+                converted = int(value.strip())
+            elif key == "api_version":
+                converted = tuple(int(part) for part in value.strip().split("."))
+            else:
+                converted = value
+        except ValueError as exc:
+            raise ValueError(f"option {option!r} has an invalid value {shown}: {exc}") from None
+        put(key, converted, option)
+
+    servers = str(config.get("bootstrap_servers", "")).strip()
+    if not servers:
+        raise ValueError("option 'kafka.bootstrap.servers' is required (comma-separated host:port)")
+    config["bootstrap_servers"] = [s.strip() for s in servers.split(",") if s.strip()]
+    return config
+
+
+def redact(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with secrets replaced by ``***`` (for logs)."""
+    return {k: ("***" if k in _SECRET_KEYS and v is not None else v) for k, v in config.items()}
+
+
+def parse_starting_offsets(value: str | None, topics: Sequence[str]) -> StartingOffsets:
+    """Parse ``startingOffsets``: ``earliest``, ``latest`` or Spark's JSON form.
+
+    JSON partitions are not checked against the cluster here (that happens when
+    the query starts: every partition of the subscribed topics must be listed).
+
+    Raises:
+        ValueError: naming ``startingOffsets``.
+    """
+    if value is None or not str(value).strip():
+        return "latest"
+    text = str(value).strip()
+    if text.lower() in ("earliest", "latest"):
+        return "earliest" if text.lower() == "earliest" else "latest"
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(
+            f"option 'startingOffsets' must be 'earliest', 'latest' or JSON like "
+            f'{{"topic": {{"0": 23, "1": -2}}}}, got {text!r}'
+        ) from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise ValueError("option 'startingOffsets' JSON must be a non-empty object of topics")
+    result: Offsets = {}
+    for topic, parts in parsed.items():
+        if topic not in topics:
+            raise ValueError(
+                f"option 'startingOffsets' names topic {topic!r}, which is not subscribed "
+                f"(subscribe={','.join(topics)!r})"
+            )
+        if not isinstance(parts, dict) or not parts:
+            raise ValueError(
+                f"option 'startingOffsets': topic {topic!r} needs an object of partition: offset"
+            )
+        for part, offset in parts.items():
+            try:
+                partition = int(part)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"option 'startingOffsets': partition {part!r} of topic {topic!r} is not "
+                    "an integer"
+                ) from None
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
+                raise ValueError(
+                    f"option 'startingOffsets': offset {offset!r} of {topic}-{partition} must "
+                    "be an integer >= 0, or -2 (earliest) / -1 (latest)"
+                )
+            if partition < 0:
+                raise ValueError(f"option 'startingOffsets': negative partition {partition}")
+            result[(topic, partition)] = offset
+    return result
+
+
+def _positive_int(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"option {name!r} must be a positive integer, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"option {name!r} must be a positive integer, got {raw!r}")
+    return value
+
+
+_KNOWN_OPTIONS = {
+    "subscribe",
+    "startingoffsets",
+    "maxoffsetspertrigger",
+    "includeheaders",
+    "failondataloss",
+    "kafkaconsumer.polltimeoutms",
+    "fetchoffset.timeoutms",
+    "rowformat",
+    "path",
+}
+_UNSUPPORTED_OPTIONS = {
+    "assign": "only 'subscribe' is supported",
+    "subscribepattern": "only 'subscribe' is supported",
+    "endingoffsets": "it is not valid for streaming queries",
+    "endingoffsetsbytimestamp": "it is not valid for streaming queries",
+    "startingoffsetsbytimestamp": "use startingOffsets",
+    "startingtimestamp": "use startingOffsets",
+    "minpartitions": "there is always one Spark partition per Kafka partition",
+    "maxpartitions": "there is always one Spark partition per Kafka partition",
+    "minoffsetspertrigger": "it is not implemented",
+    "groupidprefix": "the source does not use consumer groups",
+}
+
+
+@dataclass(frozen=True)
+class KafkaSourceOptions:
+    """Validated source options (see the module docstring)."""
+
+    topics: tuple[str, ...]
+    consumer_config: dict[str, Any] = field(repr=False)
+    starting_offsets: StartingOffsets = "latest"
+    max_offsets_per_trigger: int | None = None
+    include_headers: bool = False
+    poll_timeout_ms: int = 120_000
+    fetch_offset_timeout_ms: int = 60_000
+    row_format: Literal["arrow", "tuples"] = "arrow"
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> KafkaSourceOptions:
+        """Validate Spark's (case-insensitive) option map.
+
+        Raises:
+            ValueError: naming the offending option.
+        """
+        opts = {str(k).lower(): v for k, v in options.items()}
+        consumer_config = kafka_consumer_config(opts)
+        for name, why in _UNSUPPORTED_OPTIONS.items():
+            if name in opts:
+                raise ValueError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}")
+        unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in _KNOWN_OPTIONS)
+        if unknown:
+            logger.warning("%s ignores unknown options %s", FORMAT_NAME, unknown)
+
+        subscribe = str(opts.get("subscribe") or "")
+        topics = tuple(dict.fromkeys(t.strip() for t in subscribe.split(",") if t.strip()))
+        if not topics:
+            raise ValueError("option 'subscribe' is required (comma-separated topic names)")
+
+        fail_on_data_loss = _parse_bool("failOnDataLoss", str(opts.get("failondataloss", "true")))
+        if not fail_on_data_loss:
+            raise ValueError(
+                "option 'failOnDataLoss'=false is not supported: lost offsets always fail the query"
+            )
+        row_format = str(opts.get("rowformat", "arrow")).strip().lower()
+        if row_format not in ("arrow", "tuples"):
+            raise ValueError(f"option 'rowFormat' must be 'arrow' or 'tuples', got {row_format!r}")
+
+        return cls(
+            topics=topics,
+            consumer_config=consumer_config,
+            starting_offsets=parse_starting_offsets(opts.get("startingoffsets"), topics),
+            max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger", None),
+            include_headers=_parse_bool("includeHeaders", str(opts.get("includeheaders", "false"))),
+            poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs", 120_000) or 120_000,
+            fetch_offset_timeout_ms=_positive_int(opts, "fetchOffset.timeoutMs", 60_000) or 60_000,
+            row_format="arrow" if row_format == "arrow" else "tuples",
+        )
+

@@ -48,9 +48,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
-from ..catalog.backend import is_transient, unavailable
-from ..catalog.commit import CommitResult, NeedsRebase, TableChange, commit_once, find_txn, new_txn_uuid, txn_results
-from ..errors import CommitConflict
+from ..catalog.commit import CommitResult, TableChange
 from .errors import JobNotFoundError, StaleBatchError
 from .states import At, Facts, facts, first_change, frontier, open_epoch, versions_at
 from .topology import Graph, Job, TableKind, Topology, read_generation
@@ -60,9 +58,6 @@ if TYPE_CHECKING:
     from ..catalog.predicates import Filter, Predicate
 
 log = logging.getLogger(__name__)
-
-MAX_REBASES = 20
-COMMIT_RETRIES = 5
 
 
 @dataclass(frozen=True)
@@ -187,42 +182,7 @@ def commit_guarded(
     (committed, results). Transient database errors are retried; a commit
     that landed before its connection broke is found by its uuid.
     """
-    txn_uuid = new_txn_uuid()
-    attempts = rebases = 0
-    while True:
-        try:
-            with catalog.backend.write() as conn:
-                stop = guard(conn)
-                if stop is not None:
-                    return False, stop
-                results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
-                if after is not None:
-                    after(conn, results)
-                return True, results
-        except NeedsRebase as nr:
-            rebases += 1
-            if rebases > MAX_REBASES or nr.change.rebase is None:
-                raise CommitConflict(
-                    table=nr.change.ident, operation=nr.change.operation.value,
-                    base_version=nr.change.base_version, other_version=-1, other_operation="?",
-                    reason="concurrent commits kept changing the overwritten range") from None
-            nr.change.rebase(nr.change, nr.files)
-        except sa.exc.DBAPIError as e:
-            if not is_transient(e):
-                raise
-            attempts += 1
-            known = False
-            try:
-                with catalog.backend.read() as conn:
-                    prior = find_txn(conn, txn_uuid=txn_uuid)
-                    known = True
-                    if prior is not None:
-                        return True, txn_results(conn, prior, {c.table_id: c.ident for c in changes})
-            except sa.exc.DBAPIError:
-                pass
-            if attempts > COMMIT_RETRIES:
-                raise unavailable(e, outcome_unknown=not known) from e
-            time.sleep(min(2.0, 0.05 * 2 ** attempts))
+    return catalog.commit_guarded(changes, guard=guard, after=after, job_id=job_id, batch_id=batch_id)
 
 
 _LOCK_TABLES = (

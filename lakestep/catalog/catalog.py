@@ -7,7 +7,7 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -325,17 +325,45 @@ class Catalog:
         self, changes: Sequence[TableChange], *, job_id: str | None = None, batch_id: int | None = None
     ) -> list[CommitResult]:
         """Commit prepared changes in one database transaction (see ``commit.py``)."""
+        return self.commit_guarded(changes, job_id=job_id, batch_id=batch_id)[1]
+
+    def commit_guarded(
+        self,
+        changes: Sequence[TableChange],
+        *,
+        guard: "Callable[[sa.Connection], list[CommitResult] | None] | None" = None,
+        after: "Callable[[sa.Connection, list[CommitResult]], None] | None" = None,
+        job_id: str | None = None,
+        batch_id: int | None = None,
+    ) -> tuple[bool, list[CommitResult]]:
+        """Commit ``changes`` in one database transaction; returns (committed, results).
+
+        ``guard`` runs first in that transaction: it returns None to go on, or
+        results to return without committing (a replay); it may fill
+        ``changes`` in (rollback computes them under its locks). ``after``
+        runs in the same transaction, after the commit. An overwrite rebases
+        onto files that landed concurrently; transient database errors are
+        retried, and a commit that landed before its connection broke is found
+        by its uuid; a concurrent commit with the same ``(job_id, batch_id)``
+        returns that one's results (committed=False).
+        """
         txn_uuid = new_txn_uuid()
         attempts = rebases = 0
-        fast = appends.eligible(changes)
+        fast = guard is None and after is None and appends.eligible(changes)
         while True:
             try:
                 if fast:  # one blind append/upsert: the streaming hot path
                     txn = {"txn_uuid": txn_uuid, "job_id": job_id, "committed_at": time.time(),
                            "batch_id": None if job_id is None else int(batch_id or 0)}
-                    return [self.backend.commit_blind(changes[0], txn)]
+                    return True, [self.backend.commit_blind(changes[0], txn)]
                 with self.backend.write() as conn:
-                    return commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
+                    stop = guard(conn) if guard is not None else None
+                    if stop is not None:
+                        return False, stop
+                    results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
+                    if after is not None:
+                        after(conn, results)
+                    return True, results
             except NeedsRebase as nr:
                 rebases += 1
                 if rebases > MAX_REBASES or nr.change.rebase is None:
@@ -354,7 +382,7 @@ class Catalog:
                     prior = find_txn(conn, key=(job_id, int(batch_id or 0)))
                     if prior is None:
                         raise
-                    return txn_results(conn, prior, {c.table_id: c.ident for c in changes})
+                    return False, txn_results(conn, prior, {c.table_id: c.ident for c in changes})
             except sa.exc.DBAPIError as e:
                 if not is_transient(e):
                     raise
@@ -366,7 +394,7 @@ class Catalog:
                         known = True
                         if prior is not None:
                             log.warning("commit landed before the connection broke; returning its result")
-                            return txn_results(conn, prior, {c.table_id: c.ident for c in changes})
+                            return True, txn_results(conn, prior, {c.table_id: c.ident for c in changes})
                 except sa.exc.DBAPIError:
                     pass
                 if attempts > self.commit_retries:

@@ -17,7 +17,8 @@ falls in its range. Cleanup, in order:
 3. deletes files under the table's ``data/`` directory that no file row names
    and that are older than ``R`` (orphans of writers that never committed);
 4. prunes metadata: expired file rows, commit rows below the floor that no
-   snapshot or lock pins, lapsed locks and expired snapshots, and idempotency
+   snapshot or lock pins (except the table's newest commit that carries a
+   barrier: the barrier layer reads a table's progress from it), lapsed locks and expired snapshots, and idempotency
    records older than ``R`` whose commits are gone.
 
 Why concurrent work is safe: a file removed at or before the floor was removed
@@ -172,6 +173,12 @@ def _prune(table: "Table", report: CleanupReport, floor: int, pinned: list[int],
             cond = [c.table_id == tid, c.version < floor]
             if pinned:
                 cond.append(c.version.not_in(pinned))
+            # The newest commit that carries a barrier is what the barrier layer
+            # knows the table's progress by (an idle derived table's frontier).
+            tagged = conn.execute(sa.select(sa.func.max(c.version)).where(
+                c.table_id == tid, c.barrier.is_not(None))).scalar()
+            if tagged is not None:
+                cond.append(c.version != tagged)
             report.pruned_commit_rows = conn.execute(sa.delete(S.commits).where(*cond)).rowcount
         conn.execute(sa.delete(S.locks).where(S.locks.c.expires_at.is_not(None), S.locks.c.expires_at <= now))
         conn.execute(sa.delete(S.snapshots).where(

@@ -257,3 +257,30 @@ def test_choice_follows_renames_and_drops(catalog: Catalog, pipeline: Pipeline, 
         pipeline.choose(["s.b"])
     with pytest.raises(ValueError):
         pipeline.choose(["s.a2"], level="serializable")  # type: ignore[arg-type]
+
+
+def test_cleanup_keeps_the_newest_barrier_of_an_idle_table(catalog: Catalog, pipeline: Pipeline,
+                                                           coordinator: Coordinator) -> None:
+    """A derived table whose job stays idle longer than the retention window keeps its frontier:
+    cleanup never prunes a table's newest commit row that carries a barrier."""
+    make_tables(catalog, "a", "d")
+    p = pipeline
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    coordinator.seal()
+    plan = p.next_batch("copy")
+    assert plan is not None
+    with p.batch(plan) as b:
+        b.append("s.d", kv((1, 1)))
+    d = catalog.load_table("s.d")
+    d.append(kv((2, 2)))  # barrierless commits (a backfill, a compaction) after the tagged one
+    d.append(kv((3, 3)))
+    d.compact()
+    time.sleep(0.01)
+    report = d.cleanup(retention_seconds=0)
+    assert report.pruned_commit_rows > 0
+    assert [h.barrier for h in d.history()].count(1) == 1  # the tagged row is kept
+    assert p.frontier("s.d") == 1
+    coordinator.seal()
+    nxt = p.next_batch("copy")
+    assert nxt is not None and (nxt.lo, nxt.hi) == (2, 2)  # not barrier 1 again

@@ -199,6 +199,15 @@ PLANS = {
                ("pause_after_commit", "ingest")],
     "postgres": [("failpoint", "commit.locked=exit"), ("pause_after_commit", "agg")],
 }
+# The soak variant (LAKESTEP_CRASH_KILLS=N): N runs, each killed in a way drawn at random from these.
+KINDS = [("delay", None), ("after_commit", "s.raw"), ("after_commit", "s.agg"), ("pause_after_commit", "agg"),
+         ("pause_after_commit", "ingest"), ("failpoint", "commit.before_db_commit=exit"),
+         ("failpoint", "commit.locked=exit"), ("failpoint", "commit.after_add=exit")]
+
+
+def _plan(backend: str, rnd: random.Random) -> list[tuple[str, str | None]]:
+    kills = int(os.environ.get("LAKESTEP_CRASH_KILLS", "0"))
+    return [rnd.choice(KINDS) for _ in range(kills)] if kills > 0 else PLANS[backend]
 
 
 def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -225,7 +234,7 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
     produce(150)
     log: list[str] = []
     run = 0
-    for kind, arg in PLANS[catalog_spec.backend]:
+    for kind, arg in _plan(catalog_spec.backend, rnd):
         run += 1
         app = App(tmp_path, run, args, arg if kind == "failpoint" else None,
                   arg if kind == "pause_after_commit" else None)

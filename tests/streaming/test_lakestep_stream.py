@@ -82,12 +82,19 @@ def test_join_of_two_sources_processes_matching_barriers(spark, catalog_spec, tm
         return (spark.readStream.format("lakestep").option("catalog", catalog_spec.url).option("table", table)
                 .option("job", "joined").load())
 
-    joined = read("s.a").join(read("s.b").withColumnRenamed("e", "e_b"), "id")
-    q = (joined.writeStream.format("lakestep").option("catalog", catalog_spec.url).option("table", "s.j")
-         .option("job", "joined").option("checkpointLocation", str(tmp_path / "ck"))
-         .trigger(processingTime="300 milliseconds").start())
+    def start():  # type: ignore[no-untyped-def]
+        joined = read("s.a").join(read("s.b").withColumnRenamed("e", "e_b"), "id")
+        return (joined.writeStream.format("lakestep").option("catalog", catalog_spec.url).option("table", "s.j")
+                .option("job", "joined").option("checkpointLocation", str(tmp_path / "ck"))
+                .trigger(processingTime="300 milliseconds").start())
+
+    q = start()
     try:
         for e in range(1, 5):
+            if e == 3:  # a restarted query (same checkpoint) must not follow the first run's decisions
+                wait_for(lambda: (p.frontier("s.j") or 0) >= 2, what="the join job to reach barrier 2")
+                q.stop()
+                q = start()
             a.append({"id": [e * 100 + i for i in range(3)], "e": [e] * 3}, barrier=OPEN_EPOCH)
             coord.seal()
             time.sleep(1.0)  # the join job may try to run ahead of the slow job here

@@ -545,12 +545,20 @@ class Table:
         return self._one("rewrite_file", file, transform, job_id=job_id, batch_id=batch_id)
 
     def cleanup(self, *, retention_seconds: float | None = None, dry_run: bool = False,
-                orphans: bool = True) -> "cleanup_mod.CleanupReport":
+                orphans: bool = True, force: bool = False) -> "cleanup_mod.CleanupReport":
         """Delete files no retained version needs, and orphans; prune expired metadata.
 
         ``retention_seconds`` defaults to the table's ``lakestep.retention-seconds``
-        (7 days). ``dry_run=True`` only reports what would go and how many bytes.
+        (7 days). A shorter window is refused unless ``force=True``: readers
+        without a version lock, and the commit protocol's undo of compactions,
+        count on the table's window. ``dry_run=True`` only reports what would
+        go and how many bytes.
         """
+        if retention_seconds is not None and retention_seconds < self.retention_seconds and not force:
+            raise ValueError(
+                f"cleanup window {retention_seconds}s is shorter than {self.ident}'s retention "
+                f"({self.retention_seconds}s, property lakestep.retention-seconds): readers and compaction undo "
+                "rely on it; lower the property, or pass force=True")
         return cleanup_mod.cleanup(self, retention_seconds=retention_seconds, dry_run=dry_run, orphans=orphans)
 
     def apply_ttl(self) -> CommitResult | None:

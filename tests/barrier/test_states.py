@@ -221,7 +221,7 @@ def test_snapshots_every_k_retention_and_cleanup(catalog: Catalog, pipeline: Pip
     with pytest.raises(BarrierNotRetainedError):
         p.version_at("s.a", 3)  # older than the oldest retained barrier
     v6 = p.version_at("s.a", 6)
-    report = a.cleanup(retention_seconds=0)  # snapshots protect their files from cleanup
+    report = a.cleanup(retention_seconds=0, force=True)  # snapshots protect their files from cleanup
     assert report.deleted_files and {v4, v6} <= set(report.pinned_versions)
     assert rows(a.to_arrow(version=v4)) == [(3, 3)]
     assert p.version_at("s.a", 6) == v6  # still derived exactly from the pinned records
@@ -277,7 +277,7 @@ def test_cleanup_keeps_the_newest_barrier_of_an_idle_table(catalog: Catalog, pip
     d.append(kv((3, 3)))
     d.compact()
     time.sleep(0.01)
-    report = d.cleanup(retention_seconds=0)
+    report = d.cleanup(retention_seconds=0, force=True)
     assert report.pruned_commit_rows > 0
     assert [h.barrier for h in d.history()].count(1) == 1  # the tagged row is kept
     assert p.frontier("s.d") == 1

@@ -112,3 +112,16 @@ def test_metadata_is_pruned(table) -> None:  # type: ignore[no-untyped-def]
         n_txn = conn.execute(sa.select(sa.func.count()).select_from(S.txns)).scalar()
     assert n_commits == 1 and n_files == len(table.files()) == 1 and n_txn <= 1
     assert sorted(table.to_arrow().column("id").to_pylist()) == list(range(30))
+
+
+def test_a_shorter_window_than_the_tables_needs_force(catalog) -> None:  # type: ignore[no-untyped-def]
+    catalog.create_namespace("w")
+    t = catalog.create_table("w.t", pa.schema([("id", pa.int64())]), properties={"lakestep.retention-seconds": "60"})
+    t.append({"id": [1]})
+    t.overwrite({"id": [2]})
+    with pytest.raises(ValueError, match="shorter than"):
+        t.cleanup(retention_seconds=0)
+    assert t.to_arrow(version=1).column("id").to_pylist() == [1]  # nothing went
+    t.cleanup(retention_seconds=120)  # longer is always fine
+    time.sleep(0.01)
+    assert len(t.cleanup(retention_seconds=0, force=True).deleted_files) == 1

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import decode as _decode
 from ._kafka_python import import_kafka_python as _import_kafka_python
 from .errors import KafkaDataLossError, KafkaSourceTimeoutError
 from .offsets import _consumer
@@ -17,6 +18,8 @@ from .options import KafkaSourceOptions
 from .schema import _HEADERS_ARROW_TYPE, _TIMESTAMP_ARROW_TYPE, arrow_schema
 
 _ARROW_BATCH_ROWS = 10_000
+#: Decode record batches column-wise when kafka-python allows it (tests switch it off).
+_SEGMENTED_READS = True
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -88,6 +91,9 @@ def read_partition_range(
     tp = TopicPartition(topic, partition)
     consumer = _consumer(options.consumer_config, timeout_ms=options.poll_timeout_ms)
     arrow = options.row_format == "arrow"
+    # Arrow: poll() yields undecoded record batches, decoded column-wise (decode.py),
+    # unless kafka-python's internals are not the expected ones.
+    segmented = arrow and _SEGMENTED_READS and _decode.install(consumer)
     headers = options.include_headers
     timeout_s = options.poll_timeout_ms / 1000
     try:
@@ -95,6 +101,7 @@ def read_partition_range(
         consumer.seek(tp, start)
         position = start
         pending: list[Any] = []
+        pending_rows = 0
         last_progress = time.monotonic()
         while position < end:
             try:
@@ -105,11 +112,12 @@ def read_partition_range(
                     "more (retention, topic recreated, or broker data loss)"
                 ) from exc
             records = polled.get(tp, ())
-            if records and (records[0].offset < position or records[-1].offset >= end):
-                records = [r for r in records if position <= r.offset < end]
             new_position = max(position, consumer.position(tp))
-            if records:
-                new_position = max(new_position, records[-1].offset + 1)
+            if not segmented:  # (segments may reach past `end`: they are trimmed when decoded)
+                if records and (records[0].offset < position or records[-1].offset >= end):
+                    records = [r for r in records if position <= r.offset < end]
+                if records:
+                    new_position = max(new_position, records[-1].offset + 1)
             if new_position > position:
                 position = new_position
                 last_progress = time.monotonic()
@@ -121,16 +129,29 @@ def read_partition_range(
                 )
             if not records:
                 continue
-            if arrow:
+            if segmented:
+                for segment in records:
+                    pending.append(segment)
+                    pending_rows += segment.count
+                    if pending_rows >= _ARROW_BATCH_ROWS:
+                        batch = _decode.to_record_batch(pending, topic, partition, start, end, headers)
+                        if batch is not None:
+                            yield batch
+                        pending, pending_rows = [], 0
+            elif arrow:
                 pending.extend(records)
-                if len(pending) >= _ARROW_BATCH_ROWS:
+                pending_rows += len(records)
+                if pending_rows >= _ARROW_BATCH_ROWS:
                     yield _records_to_batch(pending, topic, partition, headers)
-                    pending = []
+                    pending, pending_rows = [], 0
             else:
                 for record in records:
                     yield _record_to_tuple(record, headers)
-        if pending:
+        if pending and segmented:
+            batch = _decode.to_record_batch(pending, topic, partition, start, end, headers)
+            if batch is not None:
+                yield batch
+        elif pending:
             yield _records_to_batch(pending, topic, partition, headers)
     finally:
         consumer.close(autocommit=False, timeout_ms=2000)
-

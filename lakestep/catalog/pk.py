@@ -91,13 +91,35 @@ def merge(table: "Table", files: Sequence[DataFile], *, keep_tombstones: bool = 
         columns=list(schema.names) + ["__fragment_index"]
     )
     seqs = pa.array([f.seq for f in files], pa.int64())
-    raw = raw.append_column(_SEQ, seqs.take(raw.column("__fragment_index"))).drop_columns(["__fragment_index"])
+    frag = raw.column("__fragment_index")
+    raw = raw.append_column(_SEQ, seqs.take(frag)).drop_columns(["__fragment_index"])
     if len(files) > 1:
-        raw = last_per_key(raw, table.primary_key, order=_SEQ)
+        big = max(range(len(files)), key=lambda i: files[i].record_count)
+        raw = _newest_per_key(raw, pc.equal(frag, big), files[big].seq, list(table.primary_key))
     raw = raw.drop_columns([_SEQ])
     if not keep_tombstones:
         raw = raw.filter(pc.invert(raw.column(DELETED)))
     return raw
+
+
+def _newest_per_key(raw: pa.Table, in_big: pa.ChunkedArray, big_seq: int, keys: list[str]) -> pa.Table:
+    """The newest row per key of ``raw`` (rows of several files, each one row per key).
+
+    The largest file (typically a compacted base) is not sorted: the other
+    files' rows are resolved by sorting (they are usually few), then two hash
+    anti-joins settle who wins between them and the big file, by ``_SEQ``.
+    """
+    big = raw.filter(in_big)
+    rest = raw.filter(pc.invert(in_big))
+    rest = last_per_key(rest, keys, order=_SEQ)
+    newer_mask = pc.greater(rest.column(_SEQ), big_seq)
+    newer, older = rest.filter(newer_mask), rest.filter(pc.invert(newer_mask))
+    names = raw.column_names
+    if newer.num_rows and big.num_rows:
+        big = big.join(newer.select(keys), keys=keys, join_type="left anti").select(names).cast(raw.schema)
+    if older.num_rows and big.num_rows:
+        older = older.join(big.select(keys), keys=keys, join_type="left anti").select(names).cast(raw.schema)
+    return pa.concat_tables([big, newer, older]).combine_chunks() if raw.num_rows else raw
 
 
 def read(table: "Table", files: Sequence[DataFile], *, columns: Sequence[str] | None,

@@ -215,38 +215,57 @@ class BatchIterator:
 # ============================================================================ decoding
 
 
-def _record_bounds(body: bytes, count: int, base: int, starts: list[int], ends: list[int]) -> None:
-    """Append where each record's fields start and where the record ends (positions
-    in ``body`` + ``base``). The one per-record Python loop of the decoder."""
+def _zigzag(raw: int) -> int:
+    return (raw >> 1) ^ -(raw & 1)
+
+
+def _step_table() -> list[int]:
+    """For the two bytes at a record's start (little-endian), the record's size
+    including its length varint, when that varint is 1 or 2 bytes long (records
+    under 8 KiB); 0 otherwise."""
+    table = [0] * 65536
+    for pair in range(65536):
+        b0, b1 = pair & 0xFF, pair >> 8
+        if b0 < 0x80:
+            length, width = _zigzag(b0), 1
+        elif b1 < 0x80:
+            length, width = _zigzag((b0 & 0x7F) | (b1 << 7)), 2
+        else:
+            continue
+        if length > 0:
+            table[pair] = length + width
+    return table
+
+
+_STEP = _step_table()
+
+
+def _record_starts(body: bytes, count: int, base: int, starts: list[int]) -> None:
+    """Append where each record (its length varint) starts, as positions in
+    ``body`` + ``base``. The one per-record Python loop of the decoder; records
+    are contiguous, so each one ends where the next starts."""
     pos = 0
+    step_table = _STEP
     try:
         for _ in range(count):
-            b = body[pos]
-            if b < 0x80:
-                raw = b
-                pos += 1
-            else:
-                b1 = body[pos + 1]
-                if b1 < 0x80:
-                    raw = (b & 0x7F) | (b1 << 7)
-                    pos += 2
-                else:
-                    raw, shift, pos = b & 0x7F, 7, pos + 1
-                    while True:
-                        b = body[pos]
-                        raw |= (b & 0x7F) << shift
-                        pos += 1
-                        if b < 0x80:
-                            break
-                        shift += 7
-                        if shift > 28:
-                            raise _corrupt("record length varint is too long")
-            length = (raw >> 1) ^ -(raw & 1)
-            if length <= 0:
-                raise _corrupt(f"invalid record length {length}")
+            step = step_table[body[pos] | (body[pos + 1] << 8)]
+            if not step:  # a record of 8 KiB or more (or a corrupt length)
+                raw, shift, at = 0, 0, pos
+                while True:
+                    b = body[at]
+                    raw |= (b & 0x7F) << shift
+                    at += 1
+                    if b < 0x80:
+                        break
+                    shift += 7
+                    if shift > 28:
+                        raise _corrupt("record length varint is too long")
+                length = _zigzag(raw)
+                if length <= 0:
+                    raise _corrupt(f"invalid record length {length}")
+                step = at - pos + length
             starts.append(base + pos)
-            pos += length
-            ends.append(base + pos)
+            pos += step
     except IndexError:
         raise _corrupt("record batch ends inside a record") from None
     if pos != len(body):
@@ -278,46 +297,50 @@ def _varints(data: np.ndarray, pos: np.ndarray, limit: np.ndarray) -> tuple[np.n
     return values, width
 
 
-def _binary_column(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.Array:
-    """A binary array of ``data[start:start+length]`` per row, null where ``length < 0``."""
+def _binary_column(data: pa.Buffer, start: np.ndarray, length: np.ndarray) -> pa.Array:
+    """A binary array of ``data[start:start+length]`` per row, null where ``length < 0``.
+
+    The rows' byte ranges are disjoint and ascending, so ``data`` cut at every
+    range's start and end is a valid binary array whose even elements are the
+    rows: Arrow's ``take`` copies them out in C++."""
     n = len(start)
+    if n == 0:
+        return pa.array([], pa.binary())
     valid = length >= 0
     size = np.where(valid, length, 0)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(size, out=offsets[1:])
-    total = int(offsets[-1])
-    if total > np.iinfo(np.int32).max:
-        raise ValueError("more than 2 GiB of keys or values in one Arrow batch")
-    if total:
-        # mark the bytes to keep: +1 where a value starts, -1 where it ends
-        marks = np.zeros(len(data) + 1, dtype=np.int8)
-        marks[start] += 1  # starts are distinct, and so are ends: plain fancy indexing is exact
-        marks[start + size] -= 1
-        keep = np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
-        payload = data[keep]
-    else:
-        payload = np.zeros(0, dtype=np.uint8)
+    cuts = np.empty(2 * n, dtype=np.int64)
+    cuts[0::2] = start
+    cuts[1::2] = start + size
+    if cuts[-1] > np.iinfo(np.int32).max:
+        raise ValueError("more than 2 GiB of records in one Arrow batch")
+    pieces = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(cuts.astype(np.int32)), data])
+    rows = pieces.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
     null_count = int(n - np.count_nonzero(valid))
-    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
-    return pa.Array.from_buffers(
-        pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(payload)], null_count
-    )
+    if not null_count:
+        return rows
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    _, offsets, payload = rows.buffers()
+    return pa.Array.from_buffers(pa.binary(), n, [validity, offsets, payload], null_count, rows.offset)
 
 
 def _decode_raw(batches: Sequence[RawBatch]) -> tuple[dict[str, Any], np.ndarray]:
     """Decode v2 batches column-wise: (columns, row mask of the records to keep)."""
     starts: list[int] = []
-    ends: list[int] = []
     bodies: list[bytes] = []
     base = 0
     for b in batches:
-        _record_bounds(b.body, b.count, base, starts, ends)
+        _record_starts(b.body, b.count, base, starts)
         bodies.append(b.body)
         base += len(b.body)
     data = np.frombuffer(b"".join(bodies), dtype=np.uint8)
-    start = np.asarray(starts, dtype=np.int64)
-    end = np.asarray(ends, dtype=np.int64)
     counts = [b.count for b in batches]
+    begin = np.asarray(starts, dtype=np.int64)  # of each record's length varint
+    end = np.empty_like(begin)  # records are contiguous within a batch...
+    end[:-1] = begin[1:]
+    last = np.cumsum(counts) - 1  # ...and the last record of a batch ends with it
+    end[last] = np.cumsum([len(body) for body in bodies])
+    _, width = _varints(data, begin, end)
+    start = begin + width  # of each record's fields
 
     def per_record(values: list[int], dtype: Any = np.int64) -> np.ndarray:
         return np.repeat(np.asarray(values, dtype=dtype), counts)
@@ -427,6 +450,7 @@ def _raw_to_batch(batches: Sequence[RawBatch], topic: str, partition: int, start
     offset = columns["offset"]
     keep &= (offset >= start) & (offset < end)
     data = columns["data"]
+    buffer = pa.py_buffer(data)
     header_pos, record_end, plain = columns["headers_at"]
     headers = None
     if include_headers or not plain.all():
@@ -440,8 +464,8 @@ def _raw_to_batch(batches: Sequence[RawBatch], topic: str, partition: int, start
     value_start, value_len = columns["value"]
     n = len(offset) if rows is None else len(rows)
     arrays = [
-        _binary_column(data, pick(key_start), pick(key_len)),
-        _binary_column(data, pick(value_start), pick(value_len)),
+        _binary_column(buffer, pick(key_start), pick(key_len)),
+        _binary_column(buffer, pick(value_start), pick(value_len)),
         _constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(pick(offset)),

@@ -29,6 +29,7 @@ from lakestep.streaming.kafka import (
     rate_limit,
     read_partition_range,
     register_kafka_source,
+    split_ranges,
 )
 from lakestep.streaming.kafka._kafka_python import import_kafka_python
 
@@ -159,6 +160,8 @@ def test_source_options_validation() -> None:
         ({**base, "failOnDataLoss": "false"}, "failOnDataLoss"),
         ({**base, "startingOffsets": "yesterday"}, "'startingOffsets'"),
         ({**base, "rowFormat": "csv"}, "'rowFormat'"),
+        ({**base, "minPartitions": "-1"}, "'minPartitions' must be a positive integer"),
+        ({**base, "maxPartitions": "3"}, "'maxpartitions' is not supported"),
     ]
     for options, message in bad:
         with pytest.raises(ValueError, match=message):
@@ -202,6 +205,24 @@ def test_rate_limit_spreads_like_spark() -> None:
         ("t", 1): 1,
     }
     assert rate_limit(start, start, 5) == start
+
+
+def test_split_ranges_like_spark_min_partitions() -> None:
+    a, b, c = ("t", 0), ("t", 1), ("u", 0)
+    ranges = [(a, 1, 501), (b, 1, 2), (c, 7, 7)]
+    assert split_ranges(ranges, None) == ranges[:2]  # empty ranges are dropped
+    assert split_ranges(ranges, 2) == ranges[:2]  # enough ranges already
+    # a small range stays whole; the large one gets the other pieces (Spark's skew case)
+    assert split_ranges(ranges, 3) == [(a, 1, 251), (a, 251, 501), (b, 1, 2)]
+    # an inexact split: the last piece takes the remainder
+    assert split_ranges([(a, 1, 11)], 3) == [(a, 1, 4), (a, 4, 7), (a, 7, 11)]
+    # more pieces than offsets: pieces are never empty
+    assert split_ranges([(a, 0, 2)], 5) == [(a, 0, 1), (a, 1, 2)]
+    pieces = split_ranges([(a, 0, 1000), (b, 0, 3000)], 8)
+    assert [(tp, s, e) for tp, s, e in pieces if tp == a] == [(a, 0, 500), (a, 500, 1000)]
+    assert len(pieces) == 8 and sum(e - s for _, s, e in pieces) == 4000
+    opts = KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "a:1", "subscribe": "t", "minPartitions": "4"})
+    assert opts.min_partitions == 4
 
 
 def test_arrow_schema_is_what_pyspark_expects() -> None:
@@ -542,7 +563,10 @@ def test_available_now_reads_every_record_exactly_once(
     expected[(2, 1)] = None  # type: ignore[assignment]
     before = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(minutes=5)
 
-    df = _stream(kafka_spark, kafka_broker, topic3, startingOffsets="earliest", includeHeaders="true")
+    # minPartitions=4: the 7 records of partition 0 are read by two tasks ([0, 3) and [3, 7))
+    df = _stream(
+        kafka_spark, kafka_broker, topic3, startingOffsets="earliest", includeHeaders="true", minPartitions=4
+    )
     assert df.schema == kafka_schema(include_headers=True)
     query, name = _memory_query(df, availableNow=True)
     _await(query)

@@ -36,6 +36,12 @@ Options (names are case-insensitive, like every Spark option):
 ``maxOffsetsPerTrigger``           cap on records per micro-batch, spread over partitions in
                                    proportion to their backlog (Spark's algorithm). Also
                                    honoured by ``trigger(availableNow=True)``.
+``minPartitions``                  split the offset ranges of a micro-batch into at least
+                                   this many Spark tasks when there are fewer Kafka
+                                   partitions with data (Spark's algorithm: large ranges
+                                   are cut in proportion to their size), so that a topic
+                                   with few partitions still uses every core. Default: one
+                                   task per Kafka partition.
 ``includeHeaders``                 ``false`` (default) / ``true``.
 ``failOnDataLoss``                 only ``true`` (the default) is supported: offsets that
                                    vanished from the log fail the query.
@@ -57,8 +63,8 @@ Guarantees:
   sorted order). No consumer group is joined and nothing is committed to Kafka
   (``assign()`` + ``seek()`` only).
 * Each micro-batch reads exactly the half-open range ``[start, end)`` of every
-  partition, one Spark input partition per Kafka partition with new data, so a
-  batch replayed after a failure or a restart from the checkpoint yields the
+  partition (one Spark input partition per Kafka partition with new data, or
+  several consecutive sub-ranges with ``minPartitions``), so a batch replayed after a failure or a restart from the checkpoint yields the
   same records: combined with an idempotent/transactional sink this is
   exactly-once.
 * The end of a partition is the *high watermark reported in a Fetch response*,
@@ -81,8 +87,9 @@ Not guaranteed / not supported:
   the query dies before its first batch is committed, a restart resolves it
   again (Spark's own Kafka source keeps its initial offsets in the checkpoint;
   a Python data source is not given the checkpoint directory).
-* Large backlogs are not split: one Spark task reads a partition's whole range
-  in a batch. Bound batches with ``maxOffsetsPerTrigger``.
+* Without ``minPartitions`` large backlogs are not split: one Spark task reads
+  a partition's whole range in a batch. Bound batches with
+  ``maxOffsetsPerTrigger``.
 
 Performance: with ``rowFormat=arrow`` executors do not let kafka-python decode
 records one by one (~8-10 µs per small record and core, most of a Kafka
@@ -129,6 +136,7 @@ if TYPE_CHECKING:  # re-exports for type checkers; loaded lazily by __getattr__ 
         offsets_from_json,
         offsets_to_json,
         rate_limit,
+        split_ranges,
     )
     from .options import (
         EARLIEST,
@@ -208,6 +216,7 @@ _EXPORTS: dict[str, str] = {
             "offsets_to_json",
             "offsets_from_json",
             "rate_limit",
+            "split_ranges",
             "_consumer",
             "_OffsetClient",
             "_ProbeStalled",

@@ -70,6 +70,39 @@ def rate_limit(start: Mapping[TP, int], until: Mapping[TP, int], limit: int) -> 
     return result
 
 
+def split_ranges(ranges: Sequence[tuple[TP, int, int]], min_partitions: int | None
+                 ) -> list[tuple[TP, int, int]]:
+    """Spark's ``minPartitions`` split of the non-empty offset ranges ``(tp, start, end)``.
+
+    With ``min_partitions`` unset or not more than the number of ranges, every
+    range stays whole. Otherwise ranges whose proportional share of
+    ``min_partitions`` rounds to one stay whole, and the others are cut into
+    ``round(size / their_total * (min_partitions - whole_ranges))`` (at least
+    one) consecutive pieces of nearly equal size, in order.
+    """
+    ranges = [r for r in ranges if r[2] > r[1]]
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return list(ranges)
+
+    def parts(size: int, total: int, wanted: int) -> int:
+        return max(int(math.floor(size / total * wanted + 0.5)), 1)  # Scala's math.round
+
+    total = sum(end - start for _, start, end in ranges)
+    whole = [parts(end - start, total, min_partitions) == 1 for _, start, end in ranges]
+    split_total = total - sum(end - start for (_, start, end), w in zip(ranges, whole) if w)
+    split_wanted = max(min_partitions - sum(whole), 1)
+    result: list[tuple[TP, int, int]] = []
+    for (tp, start, end), keep_whole in zip(ranges, whole):
+        count = 1 if keep_whole else parts(end - start, split_total, split_wanted)
+        remaining, first = end - start, start
+        for part in range(count):
+            size = remaining // (count - part)
+            remaining -= size
+            result.append((tp, first, min(first + size, end)))
+            first = min(first + size, end)
+    return [r for r in result if r[2] > r[1]]
+
+
 # ============================================================================ kafka access
 
 

@@ -306,6 +306,7 @@ _KNOWN_OPTIONS = {
     "subscribe",
     "startingoffsets",
     "maxoffsetspertrigger",
+    "minpartitions",
     "includeheaders",
     "failondataloss",
     "kafkaconsumer.polltimeoutms",
@@ -320,8 +321,7 @@ _UNSUPPORTED_OPTIONS = {
     "endingoffsetsbytimestamp": "it is not valid for streaming queries",
     "startingoffsetsbytimestamp": "use startingOffsets",
     "startingtimestamp": "use startingOffsets",
-    "minpartitions": "there is always one Spark partition per Kafka partition",
-    "maxpartitions": "there is always one Spark partition per Kafka partition",
+    "maxpartitions": "use minPartitions (ranges are split, never merged)",
     "minoffsetspertrigger": "it is not implemented",
     "groupidprefix": "the source does not use consumer groups",
 }
@@ -335,6 +335,7 @@ class KafkaSourceOptions:
     consumer_config: dict[str, Any] = field(repr=False)
     starting_offsets: StartingOffsets = "latest"
     max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
     fetch_offset_timeout_ms: int = 60_000
@@ -375,6 +376,7 @@ class KafkaSourceOptions:
             consumer_config=consumer_config,
             starting_offsets=parse_starting_offsets(opts.get("startingoffsets"), topics),
             max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger", None),
+            min_partitions=_positive_int(opts, "minPartitions", None),
             include_headers=_parse_bool("includeHeaders", str(opts.get("includeheaders", "false"))),
             poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs", 120_000) or 120_000,
             fetch_offset_timeout_ms=_positive_int(opts, "fetchOffset.timeoutMs", 60_000) or 60_000,

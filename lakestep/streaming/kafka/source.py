@@ -25,7 +25,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed pyspa
     ) from _exc
 
 from .errors import KafkaDataLossError
-from .offsets import _OffsetClient, offsets_from_json, offsets_to_json, rate_limit
+from .offsets import _OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from .options import EARLIEST, FORMAT_NAME, LATEST, TP, KafkaSourceOptions, Offsets, redact
 from .reader import read_partition_range
 from .schema import kafka_schema
@@ -38,7 +38,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class KafkaInputPartition(InputPartition):
-    """The offsets ``[start, end)`` of one Kafka partition: one Spark task."""
+    """The offsets ``[start, end)`` of one Kafka partition (all of a batch's, or a piece
+    with ``minPartitions``): one Spark task."""
 
     topic: str
     partition: int
@@ -160,22 +161,25 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(self._known_end) if self._known_end else None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One input partition per Kafka partition with offsets in ``[start, end)``."""
+        """One input partition per Kafka partition with offsets in ``[start, end)``
+        (or consecutive pieces of it, see ``minPartitions``)."""
         begin = offsets_from_json(start)
         until = offsets_from_json(end)
         new = [tp for tp in until if tp not in begin]
         if new:
             begin.update(self.client.earliest(new))
-        result: list[InputPartition] = []
+        ranges: list[tuple[TP, int, int]] = []
         for tp in sorted(until):
             first, stop = begin[tp], until[tp]
             if stop < first:
                 raise KafkaDataLossError(
                     f"{tp[0]}-{tp[1]}: batch end {stop} is before its start {first}"
                 )
-            if stop > first:
-                result.append(KafkaInputPartition(tp[0], tp[1], first, stop))
-        return result
+            ranges.append((tp, first, stop))
+        return [
+            KafkaInputPartition(tp[0], tp[1], first, stop)
+            for tp, first, stop in split_ranges(ranges, self.options.min_partitions)
+        ]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint only."""

@@ -7,13 +7,19 @@ connection (``= ANY($1)`` with an array, so one plan serves any number of
 tables) and run with ``EXECUTE``: the statements of a version choice are
 planned once per connection instead of once per call, which is most of
 their cost (with ``plan_cache_mode = force_generic_plan`` for the
-transaction: these statements seek indexes whatever the values). Prepared statements outlive transactions (PostgreSQL does not
-roll them back) and die with the connection.
+transaction: these statements seek indexes whatever the values). Prepared
+statements outlive transactions (PostgreSQL does not roll them back) and die
+with the connection.
+
+Behind a pooler that hands each transaction another server connection
+(pgbouncer's transaction pooling), session-level prepared statements break:
+set ``LAKESTEP_PG_PREPARED=0`` and every statement is sent as plain SQL.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from typing import Any, Unpack
 
@@ -22,6 +28,10 @@ from sqlalchemy.engine import Connection, CursorResult
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _GENERIC = "SET LOCAL plan_cache_mode = force_generic_plan; "
+
+
+def prepared_enabled() -> bool:
+    return os.environ.get("LAKESTEP_PG_PREPARED", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 class Query:
@@ -55,7 +65,7 @@ class Query:
         self._execute = f"EXECUTE {self.name} ({', '.join(['%s'] * len(order))})"
 
     def __call__(self, conn: Connection, **params: Any) -> CursorResult[Unpack[tuple[Any, ...]]]:
-        if conn.dialect.name != "postgresql":
+        if conn.dialect.name != "postgresql" or not prepared_enabled():
             return conn.execute(self._text, params)
         prepared = conn.connection.info.setdefault("lakestep_prepared", set())
         if self.name not in prepared:

@@ -122,7 +122,11 @@ def two_components(catalog: Catalog, p: Pipeline, coord: Coordinator) -> None:
             process(p, "c1", copy_of("s.r1"), catalog)
 
 
-def test_levels_scopes_and_explanations(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+@pytest.mark.parametrize("prepared", ["1", "0"])
+def test_levels_scopes_and_explanations(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator,
+                                        prepared: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on PostgreSQL with prepared statements and without (LAKESTEP_PG_PREPARED=0, for pgbouncer)."""
+    monkeypatch.setenv("LAKESTEP_PG_PREPARED", prepared)
     p = pipeline
     two_components(catalog, p, coordinator)
     c = p.choose(["s.r1", "s.d1"])
@@ -154,6 +158,9 @@ def test_levels_scopes_and_explanations(catalog: Catalog, pipeline: Pipeline, co
     catalog.load_table("s.dim").append(kv((7, 7)))
     c = p.choose(["s.r1", "s.dim"])
     assert c.versions["s.dim"] == 1 and c.explanation.tables["s.dim"].kind == "unmanaged"
+    with catalog.backend.read() as conn:
+        assert bool(conn.connection.info.get("lakestep_prepared")) == (
+            prepared == "1" and conn.dialect.name == "postgresql")
 
 
 def test_a_new_job_catches_up_without_pulling_commit_back(catalog: Catalog, pipeline: Pipeline,

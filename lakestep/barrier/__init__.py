@@ -16,7 +16,6 @@ How states are derived from commits and seals: states.py.
 
 from ..catalog.commit import OPEN_EPOCH
 from .choose import Choice, Explanation, Level, Scope, TableChoice
-from .coordinator import Coordinator, Tick
 from .epochs import Lease, Seal
 from .errors import (
     BarrierError,
@@ -68,3 +67,13 @@ __all__ = [
     "StaleBatchError",
     "TopologyError",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Imported on first use, so that ``python -m lakestep.barrier.coordinator``
+    # does not find its own module already imported by the package.
+    if name in ("Coordinator", "Tick"):
+        from . import coordinator
+
+        return getattr(coordinator, name)
+    raise AttributeError(name)

@@ -33,7 +33,6 @@ import sqlalchemy as sa
 from ..catalog import schema as S
 from ..errors import VersionNotFoundError
 from .choose import Choice, Level, Resolver, Scope, _norm, choose
-from .coordinator import Coordinator
 from .epochs import Seal
 from .errors import BarrierNotRetainedError
 from .jobs import BatchPlan, JobBatch, plan_batch
@@ -52,6 +51,7 @@ from .states import (
 from .topology import Job, Topology
 
 if TYPE_CHECKING:
+    from .coordinator import Coordinator
     from ..catalog import Catalog, Table
 
 
@@ -100,8 +100,10 @@ class Pipeline:
         with self.catalog.backend.read() as conn:
             return epoch_row(conn)[1]
 
-    def coordinator(self, **kwargs: Any) -> Coordinator:
+    def coordinator(self, **kwargs: Any) -> "Coordinator":
         """A :class:`Coordinator` for this catalog (not started)."""
+        from .coordinator import Coordinator
+
         return Coordinator(self.catalog, **kwargs)
 
     def seals(self, *, since: int = 0) -> list[Seal]:

@@ -166,6 +166,8 @@ class BatchIterator:
                 if decoded is not None:
                     yield decoded
                 continue
+            if len(view) < _V2_HEADER.size:
+                raise _corrupt(f"Record batch of {len(view)} bytes is shorter than its header")
             (base_offset, _length, leader_epoch, _magic, crc, attributes, last_offset_delta, first_ts, max_ts,
              _pid, _epoch, _seq, count) = _V2_HEADER.unpack_from(view)
             if self.check_crcs and calc_crc32c(view[_CRC_COVERED_FROM:]) != crc:
@@ -173,7 +175,7 @@ class BatchIterator:
             self.leader_epoch = leader_epoch
             next_offset = base_offset + last_offset_delta + 1
             if attributes & _CONTROL_MASK:  # transaction markers are not records
-                self.next_fetch_offset = next_offset
+                self.next_fetch_offset = max(self.next_fetch_offset, next_offset)
                 continue
             body: Any = view[_V2_HEADER.size:]
             codec = attributes & _CODEC_MASK
@@ -388,22 +390,27 @@ def _headers(data: np.ndarray, pos: np.ndarray, end: np.ndarray, plain: np.ndarr
     raw = data.tobytes() if not plain.all() else b""
     for i in np.flatnonzero(~plain).tolist():
         p, stop = int(pos[i]), int(end[i])
-        count, p = decode_varint(raw, p)
-        if count < 0:
-            raise _corrupt(f"Found invalid number of record headers {count}")
-        items = []
-        for _ in range(count):
-            key_len, p = decode_varint(raw, p)
-            if key_len < 0:
-                raise _corrupt(f"Invalid negative header key size {key_len}")
-            key = raw[p:p + key_len].decode("utf-8")
-            p += key_len
-            value_len, p = decode_varint(raw, p)
-            value = None
-            if value_len >= 0:
-                value = raw[p:p + value_len]
-                p += value_len
-            items.append((key, value))
+        try:
+            count, p = decode_varint(raw, p)
+            if count < 0:
+                raise _corrupt(f"Found invalid number of record headers {count}")
+            items = []
+            for _ in range(count):
+                key_len, p = decode_varint(raw, p)
+                if key_len < 0:
+                    raise _corrupt(f"Invalid negative header key size {key_len}")
+                key = raw[p:p + key_len].decode("utf-8")
+                p += key_len
+                value_len, p = decode_varint(raw, p)
+                value = None
+                if value_len >= 0:
+                    value = raw[p:p + value_len]
+                    p += value_len
+                items.append((key, value))
+        except (IndexError, ValueError) as exc:  # ValueError: also UnicodeDecodeError, as kafka-python
+            if isinstance(exc, UnicodeDecodeError):
+                raise
+            raise _corrupt(f"Found invalid record structure: {exc!r}") from None
         if p != stop:
             raise _corrupt(f"Invalid record size: the record ends at {stop}, its fields at {p}")
         result[i] = items

@@ -148,6 +148,7 @@ def main(seconds: float = 25.0) -> None:
                     f"{'ok' if strong_ok else 'WRONG'}  (truth {truth.get(who, 0):7.2f})")
         finally:
             coord.stop()
+            spark.sparkContext.setLogLevel("OFF")  # stopping a query cancels its running tasks: not errors
             for q in queries:
                 q.stop()
             spark.stop()

@@ -33,6 +33,7 @@ from .predicates import Filter, Predicate
 from .table import Table, TableMeta
 from .writes import (
     PartitionSpec,
+    change_of,
     prepare_append,
     prepare_compact,
     prepare_delete,
@@ -546,10 +547,8 @@ class Transaction:
         head = t.version
         if not 0 <= int(version) <= head:
             raise VersionNotFoundError(t.ident, f"version {version} (newest is {head})")
-        self._add(TableChange(
-            table_id=t.table_id, ident=t.ident, location=t.location, operation=Operation.RESTORE,
-            schema_id=t.meta.schema_id,
-            base_version=int(version), barrier=barrier, retention_seconds=t.retention_seconds,
+        self._add(change_of(
+            t, operation=Operation.RESTORE, base_version=int(version), barrier=barrier, retention_seconds=t.retention_seconds,
             summary={"restored_to": int(version)},
         ))
 

@@ -18,8 +18,9 @@ falls in its range. Cleanup, in order:
    and that are older than ``R`` (orphans of writers that never committed);
 4. prunes metadata: expired file rows, commit rows below the floor that no
    snapshot or lock pins (except the table's newest commit that carries a
-   barrier: the barrier layer reads a table's progress from it), lapsed locks and expired snapshots, and idempotency
-   records older than ``R`` whose commits are gone.
+   barrier: the barrier layer reads a table's progress from it), lapsed locks
+   and expired snapshots, and idempotency records older than ``R`` whose
+   commits are gone.
 
 Why concurrent work is safe: a file removed at or before the floor was removed
 by a commit older than ``R``; a DELETE/UPDATE only undoes (re-adds the inputs

@@ -124,17 +124,14 @@ def prepare_append(table: "Table", data: Any, *, barrier: int | None, prefix: st
     """A blind append; on a primary-key table a blind upsert (a MERGE of the given rows)."""
     t = table._physical(conform(data, table.schema, table.ident))
     added = table._writer.write_partitioned(t, table.partition_by, prefix=prefix) if t.num_rows else []
-    return TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id,
-        operation=Operation.MERGE if table.primary_key else Operation.APPEND, base_version=-1,
-        added=added, barrier=barrier,
-    )
+    return change_of(table, operation=Operation.MERGE if table.primary_key else Operation.APPEND, base_version=-1,
+                     added=added, barrier=barrier)
 
 
 def _prepare_pk_change(table: "Table", rows: pa.Table, *, barrier: int | None, summary: dict[str, Any]) -> TableChange:
     added = table._writer.write_partitioned(rows, table.partition_by) if rows.num_rows else []
-    return TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.MERGE,
+    return change_of(
+        table, operation=Operation.MERGE,
         base_version=-1, added=added, barrier=barrier, summary=summary,
     )
 
@@ -201,8 +198,8 @@ def prepare_overwrite(
         if outside:
             raise DataOutOfRangeError(table.ident, f"{outside} new row(s) fall outside the range this overwrite replaces")
     base, base_dv, live = table._head_and_live()
-    change = TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.OVERWRITE, base_version=base,
+    change = change_of(
+        table, operation=Operation.OVERWRITE, base_version=base,
         scope=scope, barrier=barrier, summary={"scope": _describe(scope)},
     )
     change.added = (
@@ -219,8 +216,8 @@ def prepare_delete(table: "Table", where: Filter | Predicate, *, barrier: int | 
                    isolation: str | None = None) -> TableChange:
     pred = Predicate.parse(where, table.schema)
     base, base_dv, live = table._head_and_live()
-    change = TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.DELETE, base_version=base,
+    change = change_of(
+        table, operation=Operation.DELETE, base_version=base,
         scope=pred, barrier=barrier, isolation=_isolation(table, isolation),
         retention_seconds=table.retention_seconds, summary={"predicate": _describe(pred)},
     )
@@ -261,8 +258,8 @@ def prepare_update(
             raise ValueError(f"update cannot change partition column {col!r}; delete and append instead")
     pred = Predicate.parse(where, table.schema)
     base, base_dv, live = table._head_and_live()
-    change = TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.UPDATE, base_version=base,
+    change = change_of(
+        table, operation=Operation.UPDATE, base_version=base,
         scope=pred, barrier=barrier, isolation=_isolation(table, isolation),
         retention_seconds=table.retention_seconds, summary={"predicate": _describe(pred), "set": sorted(set)},
     )
@@ -306,8 +303,8 @@ def _evaluate_set(rows: pa.Table, set: Mapping[str, Any], schema: pa.Schema) -> 
 def prepare_compact(table: "Table", *, target_file_size: int, min_files: int = 2, major: bool = False) -> TableChange:
     """Merge files of each partition into target-size files (see :meth:`Table.compact`)."""
     base, base_dv, live = table._head_and_live()
-    change = TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.COMPACT, base_version=base,
+    change = change_of(
+        table, operation=Operation.COMPACT, base_version=base,
         base_data_version=base_dv,
     )
     by_part: dict[str, list[DataFile]] = {}
@@ -365,6 +362,12 @@ def _compaction_runs(table: "Table", members: list[DataFile], target: int, min_f
     return runs
 
 
+def change_of(table: "Table", **fields: Any) -> TableChange:
+    """A :class:`TableChange` of ``table``, stamped with the schema its writer read (``schema_id``)."""
+    return TableChange(table_id=table.table_id, ident=table.ident, location=table.location,
+                       schema_id=table.meta.schema_id, **fields)
+
+
 def _isolation(table: "Table", explicit: str | None) -> Any:
     iso = explicit or table.properties.get("lakestep.isolation", "snapshot")
     if iso not in ("snapshot", "serializable"):
@@ -393,8 +396,8 @@ def prepare_rewrite_file(table: "Table", file: DataFile | int, transform: Any) -
         flagged = rows.filter(rows.column(pk.DELETED))
         if flagged.num_rows:
             out = pa.concat_tables([out, flagged])
-    change = TableChange(
-        table_id=table.table_id, ident=table.ident, location=table.location, schema_id=table.meta.schema_id, operation=Operation.UPDATE,
+    change = change_of(
+        table, operation=Operation.UPDATE,
         base_version=base, removed=[target], retention_seconds=table.retention_seconds,
         summary={"rewrite_file": target.path, "rows_before": target.record_count, "rows_after": out.num_rows},
     )

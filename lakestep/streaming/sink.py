@@ -207,8 +207,7 @@ class SinkTarget:
 
     def lacks(self, columns: Any) -> list[str]:
         """The ``columns`` of a batch the table has no place for."""
-        own = set(self.shape.schema.names) | {ERROR_COL} | (set(self.dead.schema.names) if self.dead else set())
-        return [c for c in columns if c not in own]
+        return _unplaced(columns, self.shape.schema, self.dead.schema if self.dead else None)
 
     def commit(self, messages: "list[FilesWritten | None]", batch_id: int) -> list[Any]:
         """Publish a micro-batch's files in one catalog transaction (driver side)."""
@@ -226,15 +225,20 @@ class SinkTarget:
         return results
 
 
+def _unplaced(columns: Any, schema: pa.Schema, dead: pa.Schema | None) -> list[str]:
+    """The ``columns`` that are neither the table's, nor the dead-letter table's, nor ``_ls_error``."""
+    own = set(schema.names) | {ERROR_COL} | (set(dead.names) if dead is not None else set())
+    return [c for c in columns if c not in own]
+
+
 def _evolve(table: Any, spark_schema: Any, dead: Any, merge: bool) -> None:
     """Refuse, or with ``merge`` add (nullable), the columns of ``spark_schema`` that ``table`` lacks."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from ..errors import SchemaMismatchError
 
-    skip = {ERROR_COL} | (set(dead.schema.names) - set(table.schema.names) if dead is not None else set())
-    extra = [f for f in to_arrow_schema(spark_schema, timezone="UTC")
-             if table.schema.get_field_index(f.name) < 0 and f.name not in skip]
+    arrow = to_arrow_schema(spark_schema, timezone="UTC")
+    extra = [arrow.field(n) for n in _unplaced(arrow.names, table.schema, dead.schema if dead is not None else None)]
     if not extra:
         return
     if not merge:

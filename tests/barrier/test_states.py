@@ -60,14 +60,20 @@ def test_next_barrier_waits_for_every_source(catalog: Catalog, pipeline: Pipelin
     assert p.frontier("s.j") == 3 and p.frontier("s.a") == 3 and p.frontier("s.j2") == 0
 
 
-def test_replay_and_empty_batches(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+def _copy_job_first_batch(catalog: Catalog, p: Pipeline, coordinator: Coordinator):  # type: ignore[no-untyped-def]
+    """s.a (root, job ingest) -> s.d (derived, job copy); barrier 1 sealed; the copy job's first plan."""
     make_tables(catalog, "a", "d")
-    p = pipeline
     p.register_job("ingest", sinks=["s.a"], external_input=True)
     p.register_job("copy", sources=["s.a"], sinks=["s.d"])
     coordinator.seal()
     plan = p.next_batch("copy")
     assert plan is not None
+    return plan
+
+
+def test_replay_and_empty_batches(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+    p = pipeline
+    plan = _copy_job_first_batch(catalog, p, coordinator)
     with p.batch(plan):  # no output: an empty commit still precommits the barrier
         pass
     d = catalog.load_table("s.d")
@@ -270,13 +276,8 @@ def test_cleanup_keeps_the_newest_barrier_of_an_idle_table(catalog: Catalog, pip
                                                            coordinator: Coordinator) -> None:
     """A derived table whose job stays idle longer than the retention window keeps its frontier:
     cleanup never prunes a table's newest commit row that carries a barrier."""
-    make_tables(catalog, "a", "d")
     p = pipeline
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
-    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
-    coordinator.seal()
-    plan = p.next_batch("copy")
-    assert plan is not None
+    plan = _copy_job_first_batch(catalog, p, coordinator)
     with p.batch(plan) as b:
         b.append("s.d", kv((1, 1)))
     d = catalog.load_table("s.d")

@@ -3,28 +3,21 @@
 No pyspark here (it runs in Spark's driver-side Python workers, and is tested
 without a JVM too).
 
-**Alignment.** Every lakestep source of a job decides, in ``latestOffset``,
-up to which barrier the next micro-batch reads. The sources run in separate
-processes, one after the other, so each could see a different barrier become
-ready. They agree instead: the ``n``-th call of each source since the job's
-batches reached barrier ``start`` belongs to the same trigger, and all of
-them use the decision recorded under ``(job, start, n)`` in ``ls_job_trigger``.
-The first caller records it (the job's next batch plan, or "nothing new");
-the others read it. Decisions of an earlier run of the query are ignored
-(see :func:`decide`). The sink commits the batch with the last decision recorded
-for its ``start`` (no decision is made while a batch runs).
+**Alignment.** The lakestep sources of a job agree on the barrier each
+trigger reads up to, and the sink commits its batch with the barriers of the
+decision the batch was planned from: the protocol is in
+:mod:`lakestep.barrier.triggers`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import sqlalchemy as sa
 
-from ..barrier import OPEN_EPOCH, JobNotFoundError, Pipeline
+from ..barrier import OPEN_EPOCH, JobNotFoundError, Pipeline, triggers
 from ..catalog import Catalog
 from ..catalog import schema as S
 from ..catalog.commit import CommitResult, find_txn, txn_results
@@ -101,44 +94,6 @@ def ready_barrier(cat: Catalog, job: str) -> int:
     return min(known) if known else job_frontier(cat, job)
 
 
-def decide(cat: Catalog, job: str, start: int, call_no: int, compute: Callable[[], int], *,
-           since: float = 0.0) -> int:
-    """The barrier this trigger's batch reads up to (see the module docstring).
-
-    ``since``: when the calling source was created. Every source of a query run
-    is created before any of them plans, so a decision recorded before
-    ``since`` was made by an earlier run of the job (a restarted query counts
-    its calls from 0 again) and is replaced, never followed: an availableNow
-    run would otherwise stop at an old "nothing new".
-    """
-    t = S.job_triggers
-    key = (t.c.job_id == job, t.c.start_barrier == start, t.c.call_no == call_no)
-    with cat.backend.read() as conn:
-        row = conn.execute(sa.select(t.c.end_barrier, t.c.created_at).where(*key)).first()
-    if row is not None and row[1] >= since:
-        return int(row[0])
-    end = max(start, compute())
-    try:
-        with cat.backend.write() as conn:
-            conn.execute(sa.delete(t).where(*key, t.c.created_at < since))
-            conn.execute(sa.insert(t).values(job_id=job, start_barrier=start, call_no=call_no, end_barrier=end,
-                                             created_at=max(time.time(), since)))
-            # keep the table small: decisions of batches long done are of no use
-            conn.execute(sa.delete(t).where(t.c.job_id == job, t.c.start_barrier < start - 10))
-        return end
-    except sa.exc.IntegrityError:  # another source of the job decided first
-        with cat.backend.read() as conn:
-            return int(conn.execute(sa.select(t.c.end_barrier).where(*key)).scalar_one())
-
-
-def last_decision(cat: Catalog, job: str, start: int) -> int | None:
-    t = S.job_triggers
-    with cat.backend.read() as conn:
-        row = conn.execute(sa.select(t.c.end_barrier).where(t.c.job_id == job, t.c.start_barrier == start)
-                           .order_by(t.c.call_no.desc()).limit(1)).first()
-    return None if row is None else int(row[0])
-
-
 def commit_batch(
     cat: Catalog,
     job: str,
@@ -167,7 +122,7 @@ def commit_batch(
             log.info("job %s batch %d was committed before: replay", job, batch_id)
             return txn_results(conn, prior, {})
     start = job_frontier(cat, job)
-    hi = last_decision(cat, job, start)
+    hi = triggers.batch_end(cat, job, start)
     if hi is None or hi <= start:
         if files:
             raise StreamingJobError(f"job {job!r}: batch {batch_id} wrote rows but its sources agreed on no "
@@ -197,8 +152,8 @@ def data_version_at(cat: Catalog, table: str, barrier: int) -> tuple[int, int]:
     return v, int(dv or 0)
 
 
-def added_files(cat: Catalog, table: str, from_dv: int, to_dv: int) -> list[tuple[str, int]]:
-    """(path, rows) of the files whose rows a stream emits for data versions ``(from_dv, to_dv]``.
+def added_files(cat: Catalog, table: str, from_dv: int, to_dv: int) -> list[tuple[str, int, int]]:
+    """(path, rows, bytes) of the files whose rows a stream emits for data versions ``(from_dv, to_dv]``.
 
     Appends and upserts emit their files; an overwrite emits its new rows (not
     the rows it kept by rewriting). Compactions have no data version, and the
@@ -208,11 +163,11 @@ def added_files(cat: Catalog, table: str, from_dv: int, to_dv: int) -> list[tupl
     t = cat.load_table(table)
     f, c = S.files.c, S.commits.c
     q = (
-        sa.select(f.path, f.record_count)
+        sa.select(f.path, f.record_count, f.file_size)
         .select_from(S.files.join(S.commits, sa.and_(c.table_id == f.table_id, c.version == f.added_version)))
         .where(f.table_id == t.table_id, c.data_version > from_dv, c.data_version <= to_dv,
                c.operation.in_(["APPEND", "MERGE", "OVERWRITE"]), f.source_ids.is_(None))
         .order_by(f.file_id)
     )
     with cat.backend.read() as conn:
-        return [(r[0], int(r[1])) for r in conn.execute(q)]
+        return [(r[0], int(r[1]), int(r[2])) for r in conn.execute(q)]

@@ -8,14 +8,16 @@ make no data version, so compacted rows never come back).
 1. ``initialOffset``: where the job's sinks are (a restarted job with a fresh
    checkpoint continues from the catalog, not from zero);
 2. ``latestOffset``: the barrier the job's sources agreed on for this trigger
-   (progress.py): the job's next batch, one barrier by default (option
+   (:mod:`lakestep.barrier.triggers`): the job's next batch, one barrier by default (option
    ``maxBarriersPerTrigger`` for catching up), and only once every source of
    the job has precommitted it. With ``Trigger.AvailableNow`` the query stops
    at the newest barrier every source had precommitted when it started (the
    sources of a job follow one recorded decision per trigger, so they stay
    aligned even if they froze different targets);
-3. ``partitions``: one Spark partition per data file to read; executors read
-   the files (never the catalog database);
+3. ``partitions``: one Spark partition per data file to read, carrying the
+   file's recorded size and row count; executors read the files (never the
+   catalog database), checked against those (a changed or missing file
+   fails the task with :class:`DataFileCorruptError`, see catalog/reader.py);
 4. ``commit``: pins the version the next batch starts from with a leased
    version lock, so cleanup keeps its files while the stream is behind.
 
@@ -26,25 +28,35 @@ with its sources and sinks), ``maxBarriersPerTrigger`` (default 1).
 from __future__ import annotations
 
 import logging
-import time
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from ..catalog.files import resolve_filesystem
+from ..barrier import triggers
+from ..catalog import reader
+from ..catalog.files import FileWriter
 from . import progress
 from .sink import _TableShape
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class FileToRead:
+    """A data file as the catalog recorded it: executors check it on read (catalog/reader.py)."""
+
+    path: str
+    record_count: int
+    file_size: int
+
+
 class FilesPartition(InputPartition):
-    def __init__(self, paths: Sequence[str]) -> None:
-        super().__init__(list(paths))
-        self.paths = list(paths)
+    def __init__(self, files: Sequence[FileToRead]) -> None:
+        super().__init__([f.path for f in files])
+        self.files = list(files)
 
 
 class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -59,7 +71,8 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         progress.ensure_source_registered(cat, self.job, self.table)
         self.shape = _TableShape.of(cat.load_table(self.table))
         self._calls: dict[int, int] = {}
-        self._born = time.time()  # before any source of this run plans (progress.decide)
+        # Decisions numbered above the mark are this run's (barrier/triggers.py, step 1).
+        self._mark = triggers.run_mark(cat, self.job)
         self._target: int | None = None  # Trigger.AvailableNow: the last barrier to read
 
     def _offset(self, barrier: int) -> dict[str, int]:
@@ -91,20 +104,18 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             nxt = Pipeline(cat).next_batch(self.job, max_barriers=most)
             return nxt.hi if nxt is not None and nxt.lo == s + 1 else s
 
-        end = progress.decide(cat, self.job, s, n, plan, since=self._born)
+        end = triggers.decide(cat, self.job, s, n, plan, mark=self._mark)
         return start if end == s else self._offset(end)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         if int(end["dv"]) <= int(start["dv"]):
             return []
         files = progress.added_files(progress.open_catalog(self.url), self.table, int(start["dv"]), int(end["dv"]))
-        return [FilesPartition([path]) for path, _ in files]
+        return [FilesPartition([FileToRead(path, rows, size)]) for path, rows, size in files]
 
     def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:  # executors
-        fs, root = resolve_filesystem(self.shape.location)
-        sep = "/" if "://" in self.shape.location else "/"
-        paths = [root.rstrip(sep) + sep + p for p in partition.paths]
-        data = ds.dataset(paths, schema=self.shape.physical_schema, format="parquet", filesystem=fs).to_table()
+        data = reader.read(self.shape.ident, FileWriter(self.shape.location), partition.files,
+                           self.shape.physical_schema)
         if self.shape.primary_key:  # upserted rows; tombstones are not rows
             data = data.filter(pa.compute.invert(data.column("_ls_deleted"))).drop_columns(["_ls_deleted"])
         yield from data.to_batches()

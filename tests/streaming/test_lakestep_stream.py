@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pyarrow as pa
 import pytest
+import sqlalchemy as sa
 
 from lakestep.barrier import OPEN_EPOCH, Pipeline
+from lakestep.catalog import schema as S
 from lakestep.streaming import register, register_job
 
 pytestmark = pytest.mark.spark
 
 
 def wait_for(cond, timeout: float = 120.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         if cond():
             return
         time.sleep(0.3)
@@ -88,6 +89,11 @@ def test_join_of_two_sources_processes_matching_barriers(spark, catalog_spec, tm
                 .option("job", "joined").option("checkpointLocation", str(tmp_path / "ck"))
                 .trigger(processingTime="300 milliseconds").start())
 
+    def decisions() -> int:
+        d = S.trigger_decisions.c
+        with cat.backend.read() as conn:
+            return int(conn.execute(sa.select(sa.func.max(d.decision_id)).where(d.job_id == "joined")).scalar() or 0)
+
     q = start()
     try:
         for e in range(1, 5):
@@ -97,7 +103,9 @@ def test_join_of_two_sources_processes_matching_barriers(spark, catalog_spec, tm
                 q = start()
             a.append({"id": [e * 100 + i for i in range(3)], "e": [e] * 3}, barrier=OPEN_EPOCH)
             coord.seal()
-            time.sleep(1.0)  # the join job may try to run ahead of the slow job here
+            # the join job asks twice while s.b lags: it must not run ahead of the slow job
+            asked = decisions()
+            wait_for(lambda: decisions() >= asked + 2, what="two triggers of the join job")
             plan = p.next_batch("slow")
             assert plan is not None
             rows = a.to_arrow(version=plan.sources["s.a"].to_version,

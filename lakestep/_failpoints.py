@@ -10,6 +10,8 @@ Actions:
     ``exit``        the process dies at once (``os._exit(137)``), like SIGKILL
     ``raise``       :class:`FailpointError` is raised
     ``sleep:SECS``  the step waits, widening a race window
+    ``disconnect``  :class:`~lakestep.errors.CatalogUnavailableError` is raised, as
+                    when the connection to the catalog database breaks at that step
     a callable      (in-process only) called with the failpoint's name
 
 Disarmed, a failpoint costs one dictionary lookup.
@@ -60,6 +62,10 @@ def hit(name: str) -> None:
         os._exit(137)
     elif action == "raise":
         raise FailpointError(f"failpoint {name!r}")
+    elif action == "disconnect":
+        from .errors import CatalogUnavailableError
+
+        raise CatalogUnavailableError(f"failpoint {name!r}: the connection to the catalog database broke")
     elif action.startswith("sleep:"):
         time.sleep(float(action.split(":", 1)[1]))
     else:

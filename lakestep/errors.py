@@ -1,8 +1,11 @@
 """The exceptions lakestep raises.
 
 Everything lakestep raises on purpose derives from :class:`LakestepError`, so
-``except LakestepError`` catches all of it. Plain misuse of an argument (a wrong
-type, an unknown mode) raises :class:`ValueError` or :class:`TypeError` as usual.
+``except LakestepError`` catches all of it. Bad input lakestep can name (an
+out-of-range key, a bad table property, a filter value of the wrong type, a
+ragged batch of rows) raises a :class:`LakestepError` that is also a
+:class:`ValueError`, and its message says what to do; a Python object of the
+wrong type altogether raises :class:`TypeError` as usual.
 Errors carry the facts as attributes (table, versions, the other commit) and
 chain their cause with ``raise ... from``.
 """
@@ -42,6 +45,10 @@ class CatalogUnavailableError(CatalogError):
     def __init__(self, message: str, *, outcome_unknown: bool = False) -> None:
         super().__init__(message)
         self.outcome_unknown = outcome_unknown
+
+
+class CatalogCorruptError(CatalogError):
+    """The catalog database is damaged, or is not a lakestep catalog (nothing was changed)."""
 
 
 class InvalidIdentifierError(LakestepError, ValueError):
@@ -129,7 +136,7 @@ class CommitError(LakestepError):
 
 
 class CommitConflict(CommitError):
-    """The later of two concurrent commits had to fail (DESIGN.md §2).
+    """The later of two concurrent commits had to fail (docs/design.md §2).
 
     Attributes name both commits: ``table``, ``operation`` and ``base_version``
     of the failed one, and ``other_version`` / ``other_operation`` of the commit
@@ -198,6 +205,122 @@ class TransactionClosedError(CommitError):
     """A transaction used after it committed or rolled back."""
 
 
+# ---------------------------------------------------------------- bad input
+class InvalidArgumentError(LakestepError, ValueError):
+    """An argument out of the range lakestep accepts (a batch id beyond int64, a
+    negative barrier). Nothing was read or changed; ``argument`` and ``value``
+    say which."""
+
+    def __init__(self, message: str, *, argument: str, value: Any) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.value = value
+
+
+class InvalidPropertyError(LakestepError, ValueError):
+    """A table property lakestep does not accept: an unknown ``lakestep.*`` key,
+    or a value of the wrong form. Nothing was changed. ``known`` lists the
+    ``lakestep.*`` keys there are."""
+
+    def __init__(self, message: str, *, key: str, value: Any, known: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.key = key
+        self.value = value
+        self.known = known
+
+
+class InvalidSchemaError(LakestepError, ValueError):
+    """A table definition that cannot work (a key on a list column, duplicate
+    names, a partition column of a type files cannot be split by). Nothing was
+    created."""
+
+    def __init__(self, message: str, *, table: str, column: str | None = None) -> None:
+        super().__init__(message)
+        self.table = table
+        self.column = column
+
+
+class InvalidDataError(LakestepError, ValueError):
+    """Input that is not a table at all: columns of different lengths, values
+    pyarrow cannot convert. Nothing was written."""
+
+    def __init__(self, message: str, *, table: str) -> None:
+        super().__init__(message)
+        self.table = table
+
+
+class FilterValueError(InvalidPredicateError):
+    """A filter compares a column with a value of a type it cannot be compared with."""
+
+    def __init__(self, message: str, *, column: str, op: str, value: Any, column_type: str) -> None:
+        super().__init__(message)
+        self.column = column
+        self.op = op
+        self.value = value
+        self.column_type = column_type
+
+
+class NoPrimaryKeyError(LakestepError, ValueError):
+    """An operation by key (``upsert``) on a table created without a primary key."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__(
+            f"table {table!r} has no primary key, so it cannot upsert: use append, or create the table "
+            "with primary_key=[...]")
+        self.table = table
+
+
+class LocationOverlapError(InvalidLocationError):
+    """A table location that would contain, or lie inside, another table's
+    location, the catalog database file or the warehouse root: dropping or
+    cleaning one would delete the other's files. Nothing was created.
+
+    ``other`` says what it overlaps (``"table s.t"``, ``"the catalog file"``,
+    ``"the warehouse root"``), ``other_location`` where that is; both as real
+    paths (symlinks resolved).
+    """
+
+    def __init__(self, message: str, *, location: str, other: str, other_location: str) -> None:
+        super().__init__(message, location=location)
+        self.other = other
+        self.other_location = other_location
+
+
+# ------------------------------------------------------------------ storage
+class StorageError(LakestepError):
+    """Writing or preparing data files failed in storage: disk full, a read-only
+    or unwritable directory. Nothing was committed, and the files this call had
+    written were deleted (best effort). ``path`` is where it failed,
+    ``errno`` the operating system's error number (None if pyarrow gave none).
+    """
+
+    def __init__(self, message: str, *, path: str, errno: int | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
+
+
+class DataFileCorruptError(LakestepError):
+    """A committed data file is not what the catalog recorded: missing, of
+    another size, with another row count in its Parquet footer, or unreadable.
+
+    The file was changed outside lakestep; the catalog is intact. ``table``,
+    ``path`` (relative to the table location), ``problem`` (``"missing"``,
+    ``"size"``, ``"row count"``, ``"unreadable"``), ``expected`` and ``found``.
+    """
+
+    def __init__(self, *, table: str, path: str, problem: str, expected: Any, found: Any) -> None:
+        super().__init__(
+            f"data file {path!r} of table {table!r} is corrupt ({problem}): the catalog recorded {expected}, "
+            f"storage has {found}. It was changed or removed outside lakestep; put the original file back "
+            "(from a backup or a replica) to read the versions that hold it")
+        self.table = table
+        self.path = path
+        self.problem = problem
+        self.expected = expected
+        self.found = found
+
+
 __all__ = [
     "LakestepError",
     "CatalogError",
@@ -217,4 +340,20 @@ __all__ = [
     "CommitError",
     "CommitConflict",
     "TransactionClosedError",
+    "InvalidArgumentError",
+    "InvalidPropertyError",
+    "InvalidSchemaError",
+    "InvalidDataError",
+    "FilterValueError",
+    "NoPrimaryKeyError",
+    "LocationOverlapError",
+    "StorageError",
+    "DataFileCorruptError",
 ]
+
+
+# ----------------------------------------------------------------------- query
+class QueryError(LakestepError, ValueError):
+    """A query lakestep cannot run as written: unparseable SQL, an unknown level or scope,
+    time travel it cannot honour. The message says what to change."""
+

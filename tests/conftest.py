@@ -12,13 +12,17 @@ import contextlib
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
 
 from lakestep import Catalog
+
+if TYPE_CHECKING:
+    from tests.catalog.workers import Worker
+    from tests.pgproxy import PgProxy
 
 PG_URL = os.environ.get("LAKESTEP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -83,6 +87,15 @@ def pg_spec(pg_admin: sa.Engine, tmp_path) -> Iterator[CatalogSpec]:  # type: ig
     """For the few behaviours that exist only with a database server (a dropped connection)."""
     with _pg_spec(pg_admin, str(tmp_path / "warehouse")) as spec:
         yield spec
+
+
+@pytest.fixture
+def pg_proxied(pg_spec: CatalogSpec) -> Iterator[tuple[CatalogSpec, "PgProxy"]]:
+    """The PostgreSQL catalog of ``pg_spec`` reached through a fault-injecting TCP proxy (tests/pgproxy.py)."""
+    from tests.pgproxy import pg_proxy
+
+    with pg_proxy(pg_spec.url) as proxy:
+        yield CatalogSpec("postgres", proxy.url_for(pg_spec.url), pg_spec.warehouse), proxy
 
 
 @pytest.fixture

@@ -42,10 +42,10 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
-import sqlalchemy as sa
 
 from . import epochs
 from .epochs import Lease, Seal
+from ..errors import CatalogUnavailableError
 from .errors import NotCoordinatorError
 from .states import epoch_row
 from .topology import Topology
@@ -228,7 +228,7 @@ class Coordinator:
             try:
                 t = self.tick()
                 backoff = 0.05
-            except sa.exc.DBAPIError as e:  # the database is down or busy: keep trying
+            except CatalogUnavailableError as e:  # the database is down or busy: keep trying
                 log.warning("coordinator %s: database error (%s); retrying in %.2fs", self.holder, e, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.lease_seconds / 4)
@@ -260,7 +260,7 @@ class Coordinator:
         finally:
             try:
                 self.release()
-            except sa.exc.DBAPIError as e:  # the lease then lapses by itself
+            except CatalogUnavailableError as e:  # the lease then lapses by itself
                 log.warning("could not release the coordinator lease: %s", e)
 
     def stop(self, timeout: float | None = 10.0) -> None:
@@ -273,7 +273,14 @@ class Coordinator:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lakestep.barrier.coordinator``: run a coordinator until SIGTERM/SIGINT."""
+    """``python -m lakestep.barrier.coordinator``: run a coordinator until SIGTERM/SIGINT.
+    Errors print one line and exit 1."""
+    from .._cli import run
+
+    return run(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from ..catalog import Catalog
 
     p = argparse.ArgumentParser(prog="python -m lakestep.barrier.coordinator", description=__doc__.split("\n")[0])
@@ -288,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--retain-seconds", type=float, default=None, help="age after which a snapshot expires")
     p.add_argument("--holder", default=None, help="this coordinator's name (default host:pid:random)")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--max-seals", type=int, default=None, help="stop after sealing this many epochs")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -297,24 +305,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         snapshot_every=args.snapshot_every or None, retain_count=args.retain_count or None,
         retain_seconds=args.retain_seconds, holder=args.holder,
     )
-
-    def _stop(signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping", signum)
-        coord._stop.set()
-        coord._wake.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
     log.info("coordinator %s on %s (seal=%s, interval=%.3fs, lease=%.1fs)", coord.holder, catalog, args.seal,
              args.interval, args.lease)
     try:
-        coord.run(duration=args.duration)
+        serve(coord, duration=args.duration, max_seals=args.max_seals)
     finally:
-        try:
-            coord.release()
-        finally:
-            catalog.close()
+        catalog.close()
     return 0
+
+
+def serve(coord: Coordinator, *, duration: float | None = None, max_seals: int | None = None) -> None:
+    """Run ``coord`` in this thread until SIGTERM/SIGINT, ``duration`` seconds or ``max_seals``
+    seals, then release the lease. What ``lakestep coordinator`` and
+    ``python -m lakestep.barrier.coordinator`` run."""
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping", signum)
+        coord.stop()  # run() is in this thread: stop() only tells it to return
+
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        coord.run(duration=duration, max_seals=max_seals)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        coord.release()
 
 
 if __name__ == "__main__":

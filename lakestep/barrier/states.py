@@ -8,7 +8,7 @@ with the number of barriers. ``O`` is the open epoch; ``t`` a table.
 
 * **sealed** ``e``: ``e < O``.
 * **frontier(t)**: root: ``O - 1`` (sealing ``e`` precommits ``e`` for every
-  root, DESIGN.md §3.2); derived: the barrier of its newest commit carrying
+  root, docs/design.md §3.2); derived: the barrier of its newest commit carrying
   one (0 if none), since a derived job commits its barriers in order;
   unmanaged: none (barriers do not apply).
 * **PRECOMMIT(t, e)**: ``e <= frontier(t)``.

@@ -18,7 +18,7 @@ PostgreSQL alike (:data:`DOWNSTREAM_SQL`)::
     )
     SELECT table_name FROM fed ORDER BY table_name;
 
-Kinds of tables (DESIGN.md §1): a **root** is written by a job with external
+Kinds of tables (docs/design.md §1): a **root** is written by a job with external
 input (Kafka, files); a **derived** table by a job reading lakestep tables.
 A table is one or the other; a derived table has exactly one writing job
 (root tables may have several). A table no active job writes is

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from sqlalchemy.engine import Connection
 
 from ..errors import TableNotFoundError
-from .commit import OPEN_EPOCH, CommitResult, TableChange
+from .commit import OPEN_EPOCH, CommitResult, KeyReplayed, TableChange
 
 _FILE_COLS = "table_id, path, added_version, removed_version, record_count, file_size, partition, stats, source_ids, seq"
 
@@ -41,6 +41,11 @@ def _commit_row(c: TableChange, *, version: int, dv: int, at: float, barrier: in
 def sqlite_commit(conn: Connection, c: TableChange, txn: dict[str, Any]) -> CommitResult:
     """Inside the caller's BEGIN IMMEDIATE transaction."""
     cur = conn.exec_driver_sql
+    if txn["job_id"] is not None:  # commit.py step 2b
+        taken = cur("SELECT 1 FROM ls_txn WHERE job_id = ? AND batch_id >= ? LIMIT 1",
+                    (txn["job_id"], txn["batch_id"])).fetchone()
+        if taken:
+            raise KeyReplayed(txn["job_id"], txn["batch_id"])
     if True:
         barrier = c.barrier
         if barrier == OPEN_EPOCH:
@@ -91,10 +96,13 @@ def postgres_commit(conn: Connection, c: TableChange, txn: dict[str, Any]) -> Co
     else:
         barrier_sql = "%(barrier)s::bigint"
         params["barrier"] = c.barrier
+    # commit.py step 2b: no head moves when the key is at or below the job's newest batch
+    replay_guard = ("" if txn["job_id"] is None else
+                    " AND NOT EXISTS (SELECT 1 FROM ls_txn WHERE job_id = %(job)s AND batch_id >= %(batch)s)")
     ctes.append(
         "h AS (UPDATE ls_table SET version = version + 1, data_version = data_version + %(dv_inc)s, "
-        "last_commit_at = GREATEST(last_commit_at + 1e-6, %(now)s) WHERE table_id = %(tid)s "
-        "RETURNING version, data_version, last_commit_at)"
+        "last_commit_at = GREATEST(last_commit_at + 1e-6, %(now)s) WHERE table_id = %(tid)s" + replay_guard +
+        " RETURNING version, data_version, last_commit_at)"
     )
     ctes.append(
         "t AS (INSERT INTO ls_txn (txn_uuid, job_id, batch_id, committed_at) "
@@ -122,6 +130,8 @@ def postgres_commit(conn: Connection, c: TableChange, txn: dict[str, Any]) -> Co
     sql = "WITH " + ", ".join(ctes) + " SELECT h.version, h.data_version, h.last_commit_at, c.barrier FROM h, c"
     row = conn.exec_driver_sql(sql, params).fetchone()
     if row is None:
+        if txn["job_id"] is not None:  # a replay, or a missing table: the caller tells which
+            raise KeyReplayed(txn["job_id"], txn["batch_id"])
         raise TableNotFoundError(c.ident)
     return _commit_row(c, version=int(row[0]), dv=int(row[1]), at=float(row[2]),
                        barrier=None if row[3] is None else int(row[3]))

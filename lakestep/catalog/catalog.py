@@ -10,25 +10,42 @@ import uuid
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import sqlalchemy as sa
 
 from ..errors import (
     CatalogError,
+    CatalogUnavailableError,
     CommitConflict,
+    InvalidArgumentError,
     InvalidIdentifierError,
-    InvalidLocationError,
+    InvalidSchemaError,
     NamespaceAlreadyExistsError,
     NamespaceNotEmptyError,
     NamespaceNotFoundError,
+    NoPrimaryKeyError,
     TableAlreadyExistsError,
     TableNotFoundError,
     TransactionClosedError,
 )
-from . import appends
+from . import appends, locations
+from . import properties as P
 from . import schema as S
-from .backend import Backend, create_backend, is_transient, unavailable
-from .commit import CommitResult, NeedsRebase, Operation, TableChange, commit_once, find_txn, new_txn_uuid, txn_results
-from .files import FileWriter, NewFile, check_identifier, check_relative_path, is_within, normalize_location, resolve_filesystem
+from .. import _failpoints
+from .backend import Backend, DatabaseTimeouts, create_backend
+from .checks import check_barrier, check_batch_id, check_job_id
+from .commit import (
+    CommitResult,
+    KeyReplayed,
+    NeedsRebase,
+    Operation,
+    TableChange,
+    commit_once,
+    find_txn,
+    new_txn_uuid,
+    txn_results,
+)
+from .files import FileWriter, NewFile, check_identifier, check_relative_path, normalize_location, resolve_filesystem
 from .predicates import Filter, Predicate
 from .table import Table, TableMeta
 from .writes import (
@@ -47,6 +64,56 @@ from .writes import (
 log = logging.getLogger(__name__)
 
 MAX_REBASES = 20
+
+
+def _table_schema(ident: str, schema: pa.Schema, partition_by: Sequence[str],
+                  primary_key: Sequence[str]) -> pa.Schema:
+    """The schema a new table stores, or InvalidSchemaError: nothing of a bad definition is created."""
+    if not isinstance(schema, pa.Schema):
+        raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+
+    def refuse(msg: str, column: str | None = None) -> InvalidSchemaError:
+        return InvalidSchemaError(f"table {ident!r}: {msg}", table=ident, column=column)
+
+    if len(schema) == 0:
+        raise refuse("a table needs at least one column")
+    for f in schema:
+        check_identifier(f.name, "column name")
+    if len(set(schema.names)) != len(schema.names):
+        raise refuse(f"duplicate column names in {schema.names}")
+    for what, cols in (("partition_by", partition_by), ("primary_key", primary_key)):
+        if isinstance(cols, str):
+            raise refuse(f"{what} is a list of column names, got the string {cols!r}: write [{cols!r}]")
+        if len(set(cols)) != len(cols):
+            raise refuse(f"{what} names a column twice: {list(cols)}")
+        for col in cols:
+            if schema.get_field_index(col) < 0:
+                raise refuse(f"{what} names {col!r}, which is not a column of the schema ({schema.names})", col)
+    for col in partition_by:
+        t = schema.field(col).type
+        if pa.types.is_nested(t) or pa.types.is_floating(t) or pa.types.is_binary(t):
+            raise refuse(f"cannot partition by {col!r} of type {t}: partition by a string, integer or date "
+                         "column", col)
+    for col in primary_key:
+        t = schema.field(col).type
+        if not _key_type_ok(t):
+            raise refuse(f"primary key column {col!r} is {t}; a key column must be a string, binary, integer, "
+                         "floating point, decimal, boolean, date, time or timestamp column (rows are matched "
+                         "by equality on it)", col)
+    if primary_key and not set(partition_by) <= set(primary_key):
+        raise refuse(f"partition columns {list(partition_by)} must be part of the primary key {list(primary_key)}")
+    if primary_key:
+        schema = pa.schema([f.with_nullable(False) if f.name in primary_key else f for f in schema],
+                           metadata=schema.metadata)
+    return schema
+
+
+def _key_type_ok(t: pa.DataType) -> bool:
+    """Types whose values upserts can match (sort, compare and hash-join kernels all take them)."""
+    T = pa.types
+    return any(f(t) for f in (T.is_integer, T.is_floating, T.is_decimal, T.is_boolean, T.is_string,
+                              T.is_large_string, T.is_binary, T.is_large_binary, T.is_fixed_size_binary,
+                              T.is_date, T.is_time, T.is_timestamp))
 
 
 def parse_ident(ident: str | Sequence[str]) -> tuple[str, str]:
@@ -89,7 +156,10 @@ class Catalog:
         create: bool = True,
         commit_retries: int = 5,
         echo: bool = False,
+        timeouts: DatabaseTimeouts | None = None,
     ) -> None:
+        if warehouse is not None:
+            locations.check_not_under_file(normalize_location(warehouse))
         if url is None:
             if warehouse is None:
                 raise ValueError("Catalog needs a database url, a warehouse, or both")
@@ -97,19 +167,38 @@ class Catalog:
                 raise ValueError("a SQLite catalog needs a local warehouse; give a database url for remote storage")
             wh = normalize_location(warehouse)
             url = f"sqlite:///{os.path.join(wh, 'catalog.db')}"
-        self.url = url
         self.commit_retries = commit_retries
-        self.backend: Backend = create_backend(url, echo=echo)
-        self.warehouse = self._init(warehouse, create)
+        self.backend: Backend = create_backend(url, echo=echo, timeouts=timeouts)
+        try:
+            self.warehouse = self._init(warehouse, create)
+        except BaseException:
+            self.backend.dispose()
+            raise
 
     # ------------------------------------------------------------------ set-up
     def _init(self, warehouse: str | None, create: bool) -> str:
+        """Open (and if needed create or upgrade) the catalog; returns the warehouse.
+
+        A catalog that is current is only read (a read-only catalog opens).
+        lakestep creates its schema only in a database that holds no lakestep
+        objects (and, for SQLite, no tables at all): anything else is refused
+        with :class:`CatalogCorruptError` and left unchanged.
+        """
         try:
+            with self.backend.read() as conn:
+                found = S.current_version(conn)
+                row = None
+                if found:
+                    row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
+            if found == S.LATEST and row is not None:
+                return self._check_warehouse(row[0], warehouse)
             with self.backend.write() as conn:
                 self.backend.catalog_lock(conn)
                 found = S.current_version(conn)
-                if found == 0 and not create:
-                    raise CatalogError(f"no lakestep catalog at {self._safe_url()} (create=False)")
+                if found == 0:
+                    if not create:
+                        raise CatalogError(f"no lakestep catalog at {self.url} (create=False)")
+                    self.backend.check_empty(conn)
                 S.upgrade(conn)
                 row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
                 if row is None:
@@ -120,19 +209,28 @@ class Catalog:
                     wh = normalize_location(warehouse)
                     conn.execute(sa.insert(S.meta).values(key="warehouse", value=wh))
                     return wh
-                stored = row[0]
-                if warehouse is not None and normalize_location(warehouse) != stored:
-                    raise CatalogError(
-                        f"this catalog's warehouse is {stored!r}, not {normalize_location(warehouse)!r}"
-                    )
-                return stored
-        except sa.exc.DBAPIError as e:
-            if is_transient(e):
-                raise unavailable(e) from e
-            raise
+                return self._check_warehouse(row[0], warehouse)
+        except CatalogUnavailableError as e:
+            raise CatalogUnavailableError(f"cannot open the catalog at {self.url}: {e}") from e
+
+    @staticmethod
+    def _check_warehouse(stored: str, given: str | None) -> str:
+        if given is not None and normalize_location(given) != stored:
+            raise CatalogError(f"this catalog's warehouse is {stored!r}, not {normalize_location(given)!r}")
+        return stored
+
+    @property
+    def url(self) -> str:
+        """The catalog database's URL with its password masked: safe to print and log."""
+        return self.backend.engine.url.render_as_string(hide_password=True)
+
+    def connection_url(self) -> str:
+        """The full URL, password included, to hand to another process (a Spark option,
+        a worker). Never log it."""
+        return self.backend.engine.url.render_as_string(hide_password=False)
 
     def _safe_url(self) -> str:
-        return sa.make_url(self.url).render_as_string(hide_password=True)
+        return self.url
 
     def __repr__(self) -> str:
         return f"Catalog({self._safe_url()!r}, warehouse={self.warehouse!r})"
@@ -189,67 +287,110 @@ class Catalog:
 
         Columns of ``partition_by`` split the data into files per value;
         ``primary_key`` columns become non-nullable. A ``location`` outside the
-        warehouse is refused unless ``external=True``.
+        warehouse is refused unless ``external=True``; one that contains or lies
+        inside another table's location, the warehouse root or the catalog file
+        is refused (:class:`LocationOverlapError`, ``locations.py``). Properties
+        are validated (``properties.py``).
+
+        1. what the catalog already answers is refused first (a missing
+           namespace, an existing table, an overlapping location);
+        2. the table's directory is created and a probe file written in it, so
+           an unwritable location fails (:class:`StorageError`) with no row;
+        3. the row is inserted, after step 1's checks again under the catalog
+           lock (two concurrent creates cannot both take overlapping places).
+           Directories step 2 made are removed again if step 3 fails.
         """
         ns, name = parse_ident(ident)
-        if not isinstance(schema, pa.Schema):
-            raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
-        if len(schema) == 0:
-            raise ValueError("a table needs at least one column")
-        for f in schema:
-            check_identifier(f.name, "column name")
-        if len(set(schema.names)) != len(schema.names):
-            raise ValueError(f"duplicate column names in {schema.names}")
-        for col in list(partition_by) + list(primary_key):
-            if schema.get_field_index(col) < 0:
-                raise ValueError(f"{col!r} is not a column of the schema ({schema.names})")
-        for col in partition_by:
-            t = schema.field(col).type
-            if pa.types.is_nested(t) or pa.types.is_floating(t) or pa.types.is_binary(t):
-                raise ValueError(f"cannot partition by {col!r} of type {t}")
-        if primary_key and not set(partition_by) <= set(primary_key):
-            raise ValueError(f"partition columns {list(partition_by)} must be part of the primary key {list(primary_key)}")
-        if primary_key:
-            schema = pa.schema([f.with_nullable(False) if f.name in primary_key else f for f in schema],
-                               metadata=schema.metadata)
-        props = {str(k): str(v) for k, v in (properties or {}).items()}
+        schema = _table_schema(f"{ns}.{name}", schema, partition_by, primary_key)
+        props = P.validate(properties or {}, schema)
         if location is None:
             sep = "/" if "://" in self.warehouse else os.sep
             location = f"{self.warehouse}{sep}{ns}{sep}{name}-{uuid.uuid4().hex[:8]}"
         loc = normalize_location(location)
-        if not external and not is_within(loc, self.warehouse):
-            raise InvalidLocationError(
-                f"location {location!r} is outside the warehouse {self.warehouse!r}; pass external=True "
-                "to create an external table there", location=location)
         resolve_filesystem(loc)  # fail early on a scheme pyarrow cannot open
+        # 1. refuse what the catalog already answers: no directory is made for it
+        with self.backend.read() as conn:
+            existing = self._check_new_table(conn, ns, name, loc, external)
+        if existing is not None:
+            if exist_ok:
+                return Table(self, TableMeta.from_row(existing))
+            raise TableAlreadyExistsError(f"{ns}.{name}")
+        # 2. the directory exists and takes files before any catalog row names it
+        made = self._make_location(loc)
+        # 3. the row, after checking 1 again under the catalog lock
         now = time.time()
-        with self.backend.write() as conn:
-            if conn.execute(sa.select(S.namespaces.c.name).where(S.namespaces.c.name == ns)).first() is None:
-                raise NamespaceNotFoundError(ns)
-            existing = conn.execute(S.tables.select().where(S.tables.c.namespace == ns, S.tables.c.name == name)).mappings().first()
-            if existing is not None:
-                if exist_ok:
-                    return Table(self, TableMeta.from_row(existing))
-                raise TableAlreadyExistsError(f"{ns}.{name}")
-            if not external:
-                clash = conn.execute(sa.select(S.tables.c.table_id).where(S.tables.c.location == loc)).first()
-                if clash:
-                    raise InvalidLocationError(f"location {loc!r} is used by another table", location=loc)
-            table_id = conn.execute(
-                sa.insert(S.tables).values(
-                    namespace=ns, name=name, location=loc, external=external,
-                    schema_ipc=schema.serialize().to_pybytes(),
-                    partition_by=json.dumps(list(partition_by)), primary_key=json.dumps(list(primary_key)),
-                    properties=json.dumps(props), created_at=now, version=0, data_version=0, last_commit_at=now,
-                ).returning(S.tables.c.table_id)
-            ).scalar_one()
-            conn.execute(sa.insert(S.commits).values(
-                table_id=table_id, version=0, data_version=0, operation=Operation.CREATE.value, base_version=0,
-                committed_at=now, summary="{}"))
-            row = conn.execute(S.tables.select().where(S.tables.c.table_id == table_id)).mappings().one()
-        FileWriter(loc).fs.create_dir(resolve_filesystem(loc)[1], recursive=True)
+        try:
+            with self.backend.write() as conn:
+                self.backend.catalog_lock(conn)
+                existing = self._check_new_table(conn, ns, name, loc, external)
+                if existing is not None:
+                    row = existing
+                else:
+                    table_id = conn.execute(
+                        sa.insert(S.tables).values(
+                            namespace=ns, name=name, location=loc, external=external,
+                            schema_ipc=schema.serialize().to_pybytes(),
+                            partition_by=json.dumps(list(partition_by)), primary_key=json.dumps(list(primary_key)),
+                            properties=json.dumps(props), created_at=now, version=0, data_version=0,
+                            last_commit_at=now,
+                        ).returning(S.tables.c.table_id)
+                    ).scalar_one()
+                    conn.execute(sa.insert(S.commits).values(
+                        table_id=table_id, version=0, data_version=0, operation=Operation.CREATE.value,
+                        base_version=0, committed_at=now, summary="{}"))
+                    row = conn.execute(S.tables.select().where(S.tables.c.table_id == table_id)).mappings().one()
+        except BaseException:
+            self._unmake_location(made)
+            raise
+        if existing is not None:  # created concurrently, between 1 and 3
+            self._unmake_location(made)
+            if exist_ok:
+                return Table(self, TableMeta.from_row(existing))
+            raise TableAlreadyExistsError(f"{ns}.{name}")
         log.info("created table %s.%s at %s", ns, name, loc)
         return Table(self, TableMeta.from_row(row))
+
+    def _check_new_table(self, conn: sa.Connection, ns: str, name: str, loc: str,
+                         external: bool) -> "sa.RowMapping | None":
+        """The existing row of ``ns.name`` if any; else refuse a missing namespace or an overlapping location."""
+        if conn.execute(sa.select(S.namespaces.c.name).where(S.namespaces.c.name == ns)).first() is None:
+            raise NamespaceNotFoundError(ns)
+        existing = conn.execute(
+            S.tables.select().where(S.tables.c.namespace == ns, S.tables.c.name == name)).mappings().first()
+        if existing is not None:
+            return existing
+        others = conn.execute(sa.select(S.tables.c.namespace, S.tables.c.name, S.tables.c.location)).all()
+        locations.check_new_location(loc, warehouse=self.warehouse, catalog_file=self._catalog_file(),
+                                     tables=[(f"{r[0]}.{r[1]}", r[2]) for r in others], external=external)
+        return None
+
+    def _catalog_file(self) -> str | None:
+        """The SQLite database file (no table may hold it), or None on a database server."""
+        return self.backend.engine.url.database if self.backend.name == "sqlite" else None
+
+    @staticmethod
+    def _make_location(loc: str) -> list[str]:
+        """Create the table's directory and prove it writable; the local directories it made."""
+        made: list[str] = []
+        if "://" not in loc:
+            d = loc
+            while not os.path.lexists(d) and os.path.dirname(d) != d:
+                made.append(d)
+                d = os.path.dirname(d)
+        try:
+            FileWriter(loc).check_writable()
+        except BaseException:
+            Catalog._unmake_location(made)
+            raise
+        return made
+
+    @staticmethod
+    def _unmake_location(made: list[str]) -> None:
+        for d in made:  # deepest first; only while empty
+            try:
+                os.rmdir(d)
+            except OSError:
+                return
 
     def load_table(self, ident: str | Sequence[str]) -> Table:
         ns, name = parse_ident(ident)
@@ -288,21 +429,66 @@ class Catalog:
         return self.load_table((nns, nname))
 
     def drop_table(self, ident: str | Sequence[str], *, purge: bool = False) -> None:
-        """Remove a table from the catalog; ``purge=True`` also deletes its data files."""
+        """Remove a table from the catalog; ``purge=True`` also deletes its data files.
+
+        A purge deletes the files the catalog recorded for the table and the
+        orphans under its own ``data/`` directory, then the directories that
+        became empty; never anything else under its location, nor anything
+        inside another table's location or the catalog file (``locations.py``).
+        """
         table = self.load_table(ident)
         with self.backend.write() as conn:
             tid = table.table_id
+            recorded = conn.execute(sa.select(S.files.c.path).where(S.files.c.table_id == tid)).scalars().all()
             conn.execute(sa.delete(S.files).where(S.files.c.table_id == tid))
             conn.execute(sa.delete(S.commits).where(S.commits.c.table_id == tid))
             if conn.execute(sa.delete(S.tables).where(S.tables.c.table_id == tid)).rowcount == 0:
                 raise TableNotFoundError(table.ident)
         if purge:
-            fs, path = resolve_filesystem(table.location)
-            try:
-                fs.delete_dir(path)
-            except FileNotFoundError:
-                pass
+            self._purge(table, sorted(set(recorded)))
         log.info("dropped table %s%s", table.ident, " and its files" if purge else "")
+
+    def deletion_guard(self, table: Table, *, dropped: bool = False) -> locations.Deletions:
+        """What a cleanup or purge of ``table`` may delete, given every other table's location now."""
+        with self.backend.read() as conn:
+            q = sa.select(S.tables.c.location)
+            if not dropped:
+                q = q.where(S.tables.c.table_id != table.table_id)
+            others = conn.execute(q).scalars().all()
+        return locations.Deletions.of(table._writer, others=others, catalog_file=self._catalog_file())
+
+    def _purge(self, table: Table, recorded: Sequence[str]) -> None:
+        writer = table._writer
+        guard = self.deletion_guard(table, dropped=True)
+        for rel in recorded:
+            if guard.allows_recorded(writer.full_path(rel)):
+                writer.delete(rel)
+            else:
+                log.warning("purge of %s: kept %s, which resolves outside the table", table.ident, rel)
+        data = writer.full_path("data")
+        try:
+            infos = writer.fs.get_file_info(pafs.FileSelector(data, recursive=True, allow_not_found=True))
+        except OSError as e:
+            log.warning("purge of %s: could not list %s: %s", table.ident, data, e)
+            return
+        for info in infos:
+            if info.type == pafs.FileType.File and guard.allows_orphan(info.path):
+                try:
+                    writer.fs.delete_file(info.path)
+                except FileNotFoundError:
+                    pass
+        if "://" not in table.location:  # empty directories, deepest first; never another table's
+            dirs = [i.path for i in infos if i.type == pafs.FileType.Directory and guard.allows_orphan(i.path)]
+            if not any(locations.inside(guard.data_root, f) for f in guard.foreign):
+                dirs.append(data)
+            if not any(f == guard.root for f in guard.foreign) and not locations.inside(
+                    locations.real(self.warehouse), guard.root):  # never the warehouse root
+                dirs.append(table.location)
+            for d in sorted(dirs, key=lambda d: (d == table.location, -len(d))):
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
 
     # ------------------------------------------------------------ transactions
     def transaction(self, *, job_id: str | None = None, batch_id: int | None = None) -> "Transaction":
@@ -312,11 +498,14 @@ class Catalog:
         returns the first result and changes nothing.
         """
         if job_id is not None:
-            check_identifier(job_id.replace("-", "_").replace(".", "_").replace(":", "_"), "job id")
+            check_job_id(job_id)
             if batch_id is None:
-                raise ValueError("an idempotency key needs batch_id together with job_id")
+                raise InvalidArgumentError("an idempotency key needs batch_id together with job_id",
+                                           argument="batch_id", value=None)
+            batch_id = check_batch_id(batch_id)
         elif batch_id is not None:
-            raise ValueError("batch_id needs job_id")
+            raise InvalidArgumentError("batch_id needs job_id: the idempotency key is (job_id, batch_id)",
+                                       argument="job_id", value=None)
         return Transaction(self, job_id=job_id, batch_id=batch_id)
 
     def _table(self, table: Table | str) -> Table:
@@ -351,12 +540,15 @@ class Catalog:
         txn_uuid = new_txn_uuid()
         attempts = rebases = 0
         fast = guard is None and after is None and appends.eligible(changes)
+        idents = {c.table_id: c.ident for c in changes}
         while True:
             try:
                 if fast:  # one blind append/upsert: the streaming hot path
                     txn = {"txn_uuid": txn_uuid, "job_id": job_id, "committed_at": time.time(),
                            "batch_id": None if job_id is None else int(batch_id or 0)}
-                    return True, [self.backend.commit_blind(changes[0], txn)]
+                    result = self.backend.commit_blind(changes[0], txn)
+                    _failpoints.hit("commit.after_db_commit")
+                    return True, [result]
                 with self.backend.write() as conn:
                     stop = guard(conn) if guard is not None else None
                     if stop is not None:
@@ -364,7 +556,8 @@ class Catalog:
                     results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
                     if after is not None:
                         after(conn, results)
-                    return True, results
+                _failpoints.hit("commit.after_db_commit")
+                return True, results
             except NeedsRebase as nr:
                 rebases += 1
                 if rebases > MAX_REBASES or nr.change.rebase is None:
@@ -374,19 +567,22 @@ class Catalog:
                         reason="concurrent commits kept changing the overwritten range") from None
                 log.info("rebasing %s onto %d concurrently added file(s)", nr.change.ident, len(nr.files))
                 nr.change.rebase(nr.change, nr.files)
-            except sa.exc.IntegrityError:
-                if job_id is None:
-                    raise
-                log.info("transaction (%s, %s) was committed before: returning its result", job_id, batch_id)
-                # A concurrent commit with the same idempotency key won the race.
+            except KeyReplayed as kr:
+                return False, self._replayed(changes, kr)
+            except sa.exc.IntegrityError as e:
                 with self.backend.read() as conn:
-                    prior = find_txn(conn, key=(job_id, int(batch_id or 0)))
-                    if prior is None:
-                        raise
-                    return False, txn_results(conn, prior, {c.table_id: c.ident for c in changes})
-            except sa.exc.DBAPIError as e:
-                if not is_transient(e):
-                    raise
+                    # An earlier attempt of this very transaction landed (its outcome was unknown)?
+                    prior = find_txn(conn, txn_uuid=txn_uuid)
+                    if prior is not None:
+                        log.warning("an earlier attempt of this commit had landed; returning its result")
+                        return True, txn_results(conn, prior, idents, replayed=False)
+                    # A concurrent commit with the same idempotency key won the race.
+                    prior = None if job_id is None else find_txn(conn, key=(job_id, int(batch_id or 0)))
+                if prior is None:
+                    raise CatalogError(f"the catalog database refused the commit: {e.orig}") from e
+                assert job_id is not None
+                return False, self._replayed(changes, KeyReplayed(job_id, int(batch_id or 0)))
+            except CatalogUnavailableError as e:
                 attempts += 1
                 known = False
                 try:  # did it land before the connection broke?
@@ -395,15 +591,47 @@ class Catalog:
                         known = True
                         if prior is not None:
                             log.warning("commit landed before the connection broke; returning its result")
-                            return True, txn_results(conn, prior, {c.table_id: c.ident for c in changes})
-                except sa.exc.DBAPIError:
+                            return True, txn_results(conn, prior, idents, replayed=False)
+                except CatalogUnavailableError:
                     pass
                 if attempts > self.commit_retries:
-                    raise unavailable(e, outcome_unknown=not known) from e
+                    raise CatalogUnavailableError(
+                        f"{e} (gave up after {attempts} attempts; "
+                        + ("the commit did not land" if known else "whether the commit landed is unknown: "
+                           "replaying it with the same (job_id, batch_id) is safe") + ")",
+                        outcome_unknown=not known) from e
                 delay = min(2.0, 0.05 * 2 ** attempts)
-                log.warning("catalog database error (%s); retry %d/%d in %.2fs", type(e.orig).__name__,
-                            attempts, self.commit_retries, delay)
+                log.warning("catalog database unavailable (%s); retry %d/%d in %.2fs", e, attempts,
+                            self.commit_retries, delay)
                 time.sleep(delay)
+
+
+    def _replayed(self, changes: Sequence[TableChange], kr: KeyReplayed) -> list[CommitResult]:
+        """The results of a replayed key (commit.py step 2b): the first commit's, when its
+        record is still there; else each table's current version, marked replayed."""
+        idents = {c.table_id: c.ident for c in changes}
+        with self.backend.read() as conn:
+            prior = find_txn(conn, key=(kr.job_id, kr.batch_id))
+            results = [] if prior is None else txn_results(conn, prior, idents)
+            if results:
+                log.info("transaction (%s, %s) was committed before: returning its result", kr.job_id, kr.batch_id)
+                return results
+            # its record is gone, or kept (a job's newest) while cleanup pruned its commit rows
+            newest = conn.execute(sa.select(sa.func.max(S.txns.c.batch_id)).where(
+                S.txns.c.job_id == kr.job_id)).scalar()
+            heads = {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(
+                sa.select(S.tables.c.table_id, S.tables.c.version, S.tables.c.data_version)
+                .where(S.tables.c.table_id.in_(list(idents))))}
+        if newest is None or int(newest) < kr.batch_id:  # the fast path's head was missing, not a replay
+            missing = next(c for c in changes if c.table_id not in heads)
+            raise TableNotFoundError(missing.ident)
+        log.warning("job %s batch %d is at or below its newest committed batch %s: a replay (its own record was "
+                    "pruned by cleanup); nothing committed. A job id belongs to one stream of batch ids: a new "
+                    "checkpoint needs a new job id", kr.job_id, kr.batch_id, newest)
+        note = {"replay_of_pruned_batch": True, "newest_batch": int(newest)}
+        return [CommitResult(table=c.ident, version=heads[c.table_id][0], data_version=heads[c.table_id][1],
+                             operation=c.operation.value, base_version=heads[c.table_id][0], replayed=True,
+                             summary=note) for c in changes]
 
 
 class Transaction:
@@ -465,12 +693,12 @@ class Transaction:
             )
 
     def append(self, table: Table | str, data: Any, *, barrier: int | None = None, prefix: str = "") -> None:
-        self._check_open()
+        self._check_open(barrier)
         self._add(prepare_append(self.catalog._table(table), data, barrier=barrier, prefix=prefix))
 
     def overwrite(self, table: Table | str, data: Any, *, partitions: PartitionSpec = None,
                   where: Filter | Predicate | None = None, barrier: int | None = None, prefix: str = "") -> None:
-        self._check_open()
+        self._check_open(barrier)
         self._add(prepare_overwrite(self.catalog._table(table), data, partitions=partitions, where=where,
                                     barrier=barrier, prefix=prefix))
 
@@ -483,7 +711,7 @@ class Transaction:
         everything live with these files). The files must lie under the
         table's location and match its schema: whoever wrote them checked that.
         """
-        self._check_open()
+        self._check_open(barrier)
         t = self.catalog._table(table)
         if mode not in ("append", "overwrite"):
             raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
@@ -503,12 +731,12 @@ class Transaction:
     def upsert(self, table: Table | str, data: Any, *, barrier: int | None = None, prefix: str = "") -> None:
         t = self.catalog._table(table)
         if not t.primary_key:
-            raise ValueError(f"{t.ident} has no primary key: use append")
+            raise NoPrimaryKeyError(t.ident)
         self.append(t, data, barrier=barrier, prefix=prefix)
 
     def delete(self, table: Table | str, where: Filter | Predicate, *, isolation: str | None = None,
                barrier: int | None = None) -> None:
-        self._check_open()
+        self._check_open(barrier)
         t = self.catalog._table(table)
         if t.primary_key:  # tombstones, merged on read
             self._add(prepare_pk_delete(t, where, barrier=barrier))
@@ -517,7 +745,7 @@ class Transaction:
 
     def update(self, table: Table | str, set: Mapping[str, Any], where: Filter | Predicate, *,
                isolation: str | None = None, barrier: int | None = None) -> None:
-        self._check_open()
+        self._check_open(barrier)
         t = self.catalog._table(table)
         if t.primary_key:  # the changed rows, upserted
             self._add(prepare_pk_update(t, set, where, barrier=barrier))
@@ -542,7 +770,7 @@ class Transaction:
         """
         from ..errors import VersionNotFoundError
 
-        self._check_open()
+        self._check_open(barrier)
         t = self.catalog._table(table)
         head = t.version
         if not 0 <= int(version) <= head:
@@ -552,9 +780,11 @@ class Transaction:
             summary={"restored_to": int(version)},
         ))
 
-    def _check_open(self) -> None:
+    def _check_open(self, barrier: int | None = None) -> None:
         if self.closed:
             raise TransactionClosedError("transaction already committed or aborted")
+        if barrier is not None:
+            check_barrier(barrier, open_epoch_ok=True)
 
     def commit(self) -> list[CommitResult]:
         self._check_open()
@@ -570,7 +800,7 @@ class Transaction:
                 self._discard_files(c)
             raise
         for c, r in zip(changes, self.results):
-            if r.discarded:
+            if r.discarded or r.replayed:  # files no commit references: a second copy
                 self._discard_files(c)
         self.results = self.results + self.noops
         return self.results

@@ -15,12 +15,14 @@ falls in its range. Cleanup, in order:
 2. deletes the bytes of every expired path that no other file row still uses
    (a compaction undo may have re-added the same path);
 3. deletes files under the table's ``data/`` directory that no file row names
-   and that are older than ``R`` (orphans of writers that never committed);
+   and that are older than ``R`` (orphans of writers that never committed),
+   except those inside another table's location or resolving outside
+   ``data/`` through a symlink (``locations.py`` step 2);
 4. prunes metadata: expired file rows, commit rows below the floor that no
    snapshot or lock pins (except the table's newest commit that carries a
    barrier: the barrier layer reads a table's progress from it), lapsed locks
    and expired snapshots, and idempotency records older than ``R`` whose
-   commits are gone.
+   commits are gone, except each job's newest (exactly once has no window).
 
 Why concurrent work is safe: a file removed at or before the floor was removed
 by a commit older than ``R``; a DELETE/UPDATE only undoes (re-adds the inputs
@@ -150,11 +152,12 @@ def _orphans(table: "Table", report: CleanupReport, cutoff: float, dry_run: bool
         return
     with table.catalog.backend.read() as conn:  # after listing: a file committed meanwhile is known here
         known = set(conn.execute(sa.select(S.files.c.path).where(S.files.c.table_id == table.table_id)).scalars())
+    guard = table.catalog.deletion_guard(table)
     root = writer.full_path("")
     for info in files:
         rel = info.path[len(root):].lstrip("/") if info.path.startswith(root) else info.path
         mtime = info.mtime.timestamp() if isinstance(info.mtime, dt.datetime) else 0.0
-        if rel in known or mtime > cutoff:
+        if rel in known or mtime > cutoff or not guard.allows_orphan(info.path):
             continue
         report.orphan_files.append(rel)
         report.orphan_bytes += info.size or 0
@@ -184,10 +187,14 @@ def _prune(table: "Table", report: CleanupReport, floor: int, pinned: list[int],
         conn.execute(sa.delete(S.locks).where(S.locks.c.expires_at.is_not(None), S.locks.c.expires_at <= now))
         conn.execute(sa.delete(S.snapshots).where(
             S.snapshots.c.table_id == tid, S.snapshots.c.expires_at.is_not(None), S.snapshots.c.expires_at <= now))
-        # Idempotency records outlive their commits by the retention window: a replay
-        # older than that is not a replay any more.
+        # Idempotency records outlive their commits by the retention window, and each
+        # job's newest one lives as long as the catalog: a replay of any batch at or
+        # below it is recognised (commit.py step 2b), however long the job was down.
         orphan_txn = ~sa.exists().where(c.txn_id == t.txn_id)
-        conn.execute(sa.delete(S.txns).where(t.committed_at < cutoff, orphan_txn))
+        newer = S.txns.alias("newer")
+        superseded = sa.exists().where(newer.c.job_id == t.job_id, newer.c.batch_id > t.batch_id)
+        conn.execute(sa.delete(S.txns).where(t.committed_at < cutoff, orphan_txn,
+                                             sa.or_(t.job_id.is_(None), superseded)))
 
 
 # ------------------------------------------------------------------- TTL

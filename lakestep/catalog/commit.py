@@ -8,9 +8,13 @@ The protocol of one catalog transaction (one or several tables):
    a. locks the rows of the tables it changes (PostgreSQL ``FOR UPDATE``,
       in table-id order; SQLite: one writer at a time);
    b. if the transaction carries an idempotency key ``(job_id, batch_id)``
-      already recorded, returns the first result and changes nothing;
+      already recorded, returns the first result and changes nothing; a key
+      at or below the job's newest recorded batch id is a replay too, even
+      when cleanup has pruned its own record (cleanup keeps every job's
+      newest key for as long as the catalog lives): nothing is committed and
+      the tables' current versions are returned, marked replayed;
    c. decides, for every table, the outcome against the commits that landed
-      after ``base_version`` (the matrix of DESIGN.md §2) from metadata only:
+      after ``base_version`` (the matrix of docs/design.md §2) from metadata only:
       file ids, operations and file statistics; no data file is read;
    d. tombstones removed files, records added (and re-added) files, the
       commit row and the new head of each table;
@@ -134,6 +138,16 @@ class CommitResult:
     discarded: bool = False
     replayed: bool = False
     summary: dict[str, Any] = field(default_factory=dict)
+
+
+class KeyReplayed(Exception):
+    """Internal: the transaction's ``(job_id, batch_id)`` is at or below the job's newest
+    recorded batch id: a replay, even when its own record was pruned (step 2b)."""
+
+    def __init__(self, job_id: str, batch_id: int) -> None:
+        super().__init__(f"job {job_id!r} batch {batch_id}: a replay")
+        self.job_id = job_id
+        self.batch_id = batch_id
 
 
 class NeedsRebase(Exception):
@@ -465,6 +479,9 @@ _FIND_BY_KEY = sa.select(S.txns.c.txn_id).where(
 )
 _FIND_BY_UUID = sa.select(S.txns.c.txn_id).where(S.txns.c.txn_uuid == sa.bindparam("uuid"))
 _INSERT_TXN = sa.insert(S.txns).returning(S.txns.c.txn_id)
+# Step 2b: a key at or below the job's newest recorded batch is a replay.
+_KEY_TAKEN = sa.select(sa.literal(1)).where(
+    S.txns.c.job_id == sa.bindparam("job"), S.txns.c.batch_id >= sa.bindparam("batch")).limit(1)
 # FOR SHARE on PostgreSQL (a seal's FOR UPDATE waits for it); SQLite has one writer.
 _READ_OPEN_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1).with_for_update(read=True)
 _INSERT_FILES = sa.insert(S.files)
@@ -520,7 +537,8 @@ def find_txn(conn: Connection, *, txn_uuid: str | None = None, key: tuple[str, i
     return row[0] if row else None
 
 
-def txn_results(conn: Connection, txn_id: int, idents: dict[int, str]) -> list[CommitResult]:
+def txn_results(conn: Connection, txn_id: int, idents: dict[int, str], *, replayed: bool = True) -> list[CommitResult]:
+    """The commits of a recorded transaction; ``replayed``: returned to a replay of it (not its first caller)."""
     q = sa.select(S.commits).where(S.commits.c.txn_id == txn_id).order_by(S.commits.c.table_id)
     out = []
     for r in conn.execute(q).mappings():
@@ -537,7 +555,7 @@ def txn_results(conn: Connection, txn_id: int, idents: dict[int, str]) -> list[C
                 removed_rows=r["removed_rows"],
                 barrier=r["barrier"],
                 committed_at=r["committed_at"],
-                replayed=True,
+                replayed=replayed,
                 summary=json.loads(r["summary"] or "{}"),
             )
         )
@@ -560,6 +578,8 @@ def commit_once(
     ``UPDATE ... RETURNING`` per table both locks the head and advances it.
     """
     now = time.time()
+    if job_id is not None and conn.execute(_KEY_TAKEN, {"job": job_id, "batch": int(batch_id or 0)}).first():
+        raise KeyReplayed(job_id, int(batch_id or 0))
     if any(c.barrier == OPEN_EPOCH for c in changes):
         open_epoch = int(conn.execute(_READ_OPEN_EPOCH).scalar_one())
         changes = [dataclasses.replace(c, barrier=open_epoch) if c.barrier == OPEN_EPOCH else c for c in changes]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import errno as errnos
 import json
 import os
 import posixpath
@@ -29,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..errors import InvalidIdentifierError, InvalidLocationError
+from ..errors import InvalidIdentifierError, InvalidLocationError, StorageError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_IDENT = 128
@@ -76,6 +77,14 @@ def normalize_location(location: str) -> str:
 def is_within(location: str, root: str) -> bool:
     loc, base = normalize_location(location), normalize_location(root)
     return loc == base or loc.startswith(base.rstrip("/") + "/")
+
+
+def file_uri(location: str, rel: str) -> str:
+    """The absolute URI (or local path) of the file ``rel`` of the table at ``location``."""
+    check_relative_path(rel)
+    if "://" in location:
+        return location.rstrip("/") + "/" + rel
+    return os.path.join(location, *rel.split("/"))
 
 
 def resolve_filesystem(location: str) -> tuple[pafs.FileSystem, str]:
@@ -273,6 +282,22 @@ class FileWriter:
         sub = partition_path(part)
         rel = "/".join(p for p in ("data", sub, f"{prefix}{uuid.uuid4().hex}.parquet") if p)
         full = self.full_path(rel)
+        try:
+            size = self._write_file(data, full)
+        except OSError as e:  # disk full, read-only, no permission: the partial file must not stay
+            self._delete_quietly(full)
+            raise storage_error(e, full, "writing a data file") from e
+        return NewFile(
+            path=rel,
+            record_count=data.num_rows,
+            file_size=size,
+            partition_json=json.dumps({k: _encode(v) for k, v in part.items()}, sort_keys=True),
+            stats_json=json.dumps(compute_stats(data), separators=(",", ":")),
+            source_ids=list(source_ids),
+            seq=seq,
+        )
+
+    def _write_file(self, data: pa.Table, full: str) -> int:
         parent = posixpath.dirname(full) if "://" in self.location else os.path.dirname(full)
         if parent not in self._made_dirs:
             self.fs.create_dir(parent, recursive=True)
@@ -290,16 +315,13 @@ class FileWriter:
                 row_group_size=self.row_group_size,
                 write_statistics=True,
             )
-            size = sink.tell()
-        return NewFile(
-            path=rel,
-            record_count=data.num_rows,
-            file_size=size,
-            partition_json=json.dumps({k: _encode(v) for k, v in part.items()}, sort_keys=True),
-            stats_json=json.dumps(compute_stats(data), separators=(",", ":")),
-            source_ids=list(source_ids),
-            seq=seq,
-        )
+            return int(sink.tell())
+
+    def _delete_quietly(self, full: str) -> None:
+        try:
+            self.fs.delete_file(full)
+        except OSError:
+            pass
 
     def write_partitioned(
         self,
@@ -310,11 +332,16 @@ class FileWriter:
         max_rows_per_file: int = 4_000_000,
     ) -> list[NewFile]:
         out: list[NewFile] = []
-        for part, group in split_by_partition(data, partition_by):
-            if group.num_rows == 0:
-                continue
-            for start in range(0, group.num_rows, max_rows_per_file):
-                out.append(self.write(group.slice(start, max_rows_per_file), part, prefix=prefix))
+        try:
+            for part, group in split_by_partition(data, partition_by):
+                if group.num_rows == 0:
+                    continue
+                for start in range(0, group.num_rows, max_rows_per_file):
+                    out.append(self.write(group.slice(start, max_rows_per_file), part, prefix=prefix))
+        except StorageError:  # none of this call's files will be committed: do not leave them behind
+            for f in out:
+                self.delete(f.path)
+            raise
         return out
 
     def delete(self, rel: str) -> None:
@@ -322,3 +349,46 @@ class FileWriter:
             self.fs.delete_file(self.full_path(rel))
         except FileNotFoundError:
             pass
+
+    def check_writable(self) -> None:
+        """Make the location's directory and prove a file can be written there (StorageError if not).
+
+        A probe file at the location's top (never under ``data/``, where
+        cleanup looks for orphans) is written and deleted again.
+        """
+        try:
+            self.fs.create_dir(self.root, recursive=True)
+        except OSError as e:
+            raise storage_error(e, self.root, "creating the table directory") from e
+        probe = self.full_path(f".lakestep-probe-{uuid.uuid4().hex}")
+        try:
+            with self.fs.open_output_stream(probe) as out:
+                out.write(b"lakestep")
+        except OSError as e:
+            self._delete_quietly(probe)
+            raise storage_error(e, self.root, "writing into the table directory") from e
+        self._delete_quietly(probe)
+
+
+_FULL = {errnos.ENOSPC, getattr(errnos, "EDQUOT", -1), errnos.EFBIG}
+_READ_ONLY = {errnos.EROFS, errnos.EACCES, errnos.EPERM}
+
+
+def storage_error(e: OSError, path: str, doing: str) -> StorageError:
+    """A :class:`StorageError` for ``e``, whose message says what to do about it."""
+    code = e.errno
+    if code in _FULL:
+        what = ("the storage is full or the file exceeds a size limit" if code == errnos.EFBIG
+                else "the storage is full (no space left, or over quota)")
+        todo = "free space or raise the quota, or move the warehouse to larger storage, then retry"
+    elif code in _READ_ONLY:
+        what = "the directory is read-only or not writable by this process"
+        todo = "make it writable for this user, or choose another location or warehouse"
+    elif code in (errnos.ENOTDIR, errnos.EEXIST):
+        what = "a file stands where a directory is needed"
+        todo = "move that file away, or choose another location"
+    else:
+        what = "the storage refused the write"
+        todo = "check the storage and retry"
+    return StorageError(f"{doing} at {path!r} failed: {what} ({e}). Nothing was committed; {todo}",
+                        path=path, errno=code)

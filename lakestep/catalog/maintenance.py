@@ -4,8 +4,11 @@ Each round, for each table: (1) apply its TTL, (2) compact (minor; major every
 ``major_every``-th round), (3) clean up. Every step is an ordinary commit or a
 retention-safe cleanup, so the loop can run while streaming jobs append and
 upsert and readers read: a compaction that loses a race is discarded, never
-an ingest (DESIGN.md §2). A failing table is logged and retried next round;
-it does not stop the loop.
+an ingest (docs/design.md §2). A failing table (an invalid property, a corrupt
+data file, a storage error, a bug) is logged with its error and retried next
+round; the other tables of the round still run. A round that cannot even list
+the tables (the catalog database down) is logged and retried after
+``interval``: the loop itself never dies of an error.
 
 Run it in a thread of a driver (:meth:`MaintenanceLoop.start`) or as its own
 process (``python -m lakestep.catalog.maintenance --url ... [--table ns.t]``).
@@ -18,7 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import LakestepError
 from .catalog import Catalog
@@ -91,17 +94,29 @@ class MaintenanceLoop:
             except LakestepError as e:  # one table's trouble must not stop the others
                 log.warning("maintenance of %s failed this round: %s", ident, e)
                 out["error"] = f"{type(e).__name__}: {e}"
+            except Exception as e:  # nor an unexpected one: logged with its traceback
+                log.exception("maintenance of %s failed this round", ident)
+                out["error"] = f"{type(e).__name__}: {e}"
             report.tables[ident] = out
         report.seconds = time.perf_counter() - start
         log.info("maintenance round %d in %.2fs: %s", report.round, report.seconds, report.tables)
         return report
 
-    def run(self, *, max_rounds: int | None = None, duration: float | None = None) -> list[RoundReport]:
+    def run(self, *, max_rounds: int | None = None, duration: float | None = None,
+            on_round: Callable[[RoundReport], None] | None = None) -> list[RoundReport]:
+        """Rounds until :meth:`stop`, ``max_rounds`` or ``duration`` seconds; ``on_round`` sees each report."""
         reports = []
+        first = self.rounds
         deadline = None if duration is None else time.monotonic() + duration
         while not self._stop.is_set():
-            reports.append(self.run_once())
-            if max_rounds is not None and len(reports) >= max_rounds:
+            try:
+                reports.append(self.run_once())
+            except Exception:  # the round itself failed (the catalog unreachable): try again later
+                log.exception("maintenance round %d failed", self.rounds)
+            else:
+                if on_round is not None:
+                    on_round(reports[-1])
+            if max_rounds is not None and self.rounds - first >= max_rounds:
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
@@ -119,7 +134,14 @@ class MaintenanceLoop:
             self._thread.join(timeout)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lakestep.catalog.maintenance``; errors print one line and exit 1."""
+    from .._cli import run
+
+    return run(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> None:
     p = argparse.ArgumentParser(prog="python -m lakestep.catalog.maintenance", description=__doc__.split("\n")[0])
     p.add_argument("--url", required=True, help="catalog database URL")
     p.add_argument("--table", action="append", help="a table to maintain (repeatable; default: all)")
@@ -134,4 +156,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

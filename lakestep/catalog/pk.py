@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
+from . import reader
 from .files import DataFile
 from .predicates import Predicate, Verdict
 
 if TYPE_CHECKING:
+    from .files import FileWriter
     from .table import Table
 
 DELETED = "_ls_deleted"
@@ -82,20 +83,24 @@ def tombstones(table: "Table", keys: pa.Table) -> pa.Table:
 
 def merge(table: "Table", files: Sequence[DataFile], *, keep_tombstones: bool = False) -> pa.Table:
     """Resolve ``files`` to one row per key (newest wins), in physical form."""
-    schema = physical_schema(table.schema, table.primary_key)
+    return merge_files(physical_schema(table.schema, table.primary_key), list(table.primary_key), table.ident,
+                       table._writer, files, keep_tombstones=keep_tombstones)
+
+
+def merge_files(schema: pa.Schema, keys: list[str], ident: str, store: "FileWriter",
+                files: Sequence["reader.Recorded"], *, keep_tombstones: bool = False) -> pa.Table:
+    """The merge itself, with no catalog access (read plans run it on Spark executors):
+    ``files`` (each with a ``seq``) under ``store``, read checked, ``schema`` the physical one."""
     if not files:
         return schema.empty_table()
-    files = sorted(files, key=lambda f: f.seq)
-    paths = [table._writer.full_path(f.path) for f in files]
-    raw = ds.dataset(paths, schema=schema, format="parquet", filesystem=table._writer.fs).to_table(
-        columns=list(schema.names) + ["__fragment_index"]
-    )
-    seqs = pa.array([f.seq for f in files], pa.int64())
-    frag = raw.column("__fragment_index")
-    raw = raw.append_column(_SEQ, seqs.take(frag)).drop_columns(["__fragment_index"])
+    files = sorted(files, key=lambda f: f.seq)  # type: ignore[attr-defined]
+    raw = reader.read(ident, store, files, schema, columns=list(schema.names) + [reader.FRAGMENT_INDEX])
+    seqs = pa.array([f.seq for f in files], pa.int64())  # type: ignore[attr-defined]
+    frag = raw.column(reader.FRAGMENT_INDEX)
+    raw = raw.append_column(_SEQ, seqs.take(frag)).drop_columns([reader.FRAGMENT_INDEX])
     if len(files) > 1:
         big = max(range(len(files)), key=lambda i: files[i].record_count)
-        raw = _newest_per_key(raw, pc.equal(frag, big), files[big].seq, list(table.primary_key))
+        raw = _newest_per_key(raw, pc.equal(frag, big), files[big].seq, keys)  # type: ignore[attr-defined]
     raw = raw.drop_columns([_SEQ])
     if not keep_tombstones:
         raw = raw.filter(pc.invert(raw.column(DELETED)))

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from ..errors import InvalidPredicateError
+from ..errors import FilterValueError, InvalidPredicateError
 from .files import ColumnStats, DataFile
 
 Term = tuple[str, str, Any]
@@ -72,6 +72,8 @@ class Predicate:
                     raise InvalidPredicateError(f"filter names column {col!r}, which the table does not have")
                 if op in ("in", "not in") and (isinstance(val, (str, bytes)) or not isinstance(val, Iterable)):
                     raise InvalidPredicateError(f"operator {op!r} takes a list of values, got {val!r}")
+                if schema is not None:
+                    _check_value(schema, (col, op, val))
         return pred
 
     @classmethod
@@ -153,6 +155,26 @@ def _term_expr(t: Term) -> ds.Expression:
     if op == "not_null":
         return f.is_valid()
     raise InvalidPredicateError(f"unknown operator {op!r}")
+
+
+def _check_value(schema: pa.Schema, t: Term) -> None:
+    """Refuse a value the column cannot be compared with, before any file is read.
+
+    The term is bound against an empty table of the schema: pyarrow then
+    picks the comparison kernel exactly as it would on the rows.
+    """
+    col, op, val = t
+    if op in ("is_null", "not_null"):
+        return
+    field = schema.field(col)
+    try:
+        pa.table({col: pa.array([], field.type)}).filter(_term_expr(t))
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
+        kind = ", ".join(sorted({type(v).__name__ for v in val})) if op in ("in", "not in") else type(val).__name__
+        raise FilterValueError(
+            f"filter ({col!r}, {op!r}, {val!r}) compares column {col!r} of type {field.type} with a value of "
+            f"type {kind}: pass {'values' if op in ('in', 'not in') else 'a value'} of type {field.type} "
+            "(or one pyarrow converts to it)", column=col, op=op, value=val, column_type=str(field.type)) from e
 
 
 def _and(verdicts: Iterable[Verdict]) -> Verdict:

@@ -17,7 +17,7 @@ from typing import Callable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..errors import CatalogVersionError
+from ..errors import CatalogCorruptError, CatalogVersionError
 
 metadata = sa.MetaData()
 
@@ -152,7 +152,7 @@ locks = sa.Table(
     sa.Index("ls_lock_locker", "locker"),
 )
 
-# One row: the open epoch (DESIGN.md §3.1). Root commits read it FOR SHARE in
+# One row: the open epoch (docs/design.md §3.1). Root commits read it FOR SHARE in
 # their commit transaction; sealing updates it FOR UPDATE.
 epoch = sa.Table(
     "ls_epoch",
@@ -319,21 +319,77 @@ def _v5(conn: Connection) -> None:
         conn.exec_driver_sql("ALTER TABLE ls_table ADD COLUMN schema_id INTEGER NOT NULL DEFAULT 0")
 
 
+# --- version 6: trigger decisions numbered in the order they were made -----------
+# A decision belongs to one run of a query: a source counts as its run's the
+# decisions numbered above the newest one of the job when it was created, and
+# a sink finds its batch's decision as the newest one that read anything at the
+# batch's start (lakestep/barrier/triggers.py). Numbers come from the database,
+# never from a clock; SQLite's AUTOINCREMENT never reuses a number. Replaces
+# ls_job_trigger, whose rows (call numbers restarting with each run) are copied
+# over in the order they were made.
+trigger_decisions = sa.Table(
+    "ls_trigger_decision",
+    metadata,
+    sa.Column("decision_id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(256), nullable=False),
+    sa.Column("start_barrier", sa.BigInteger, nullable=False),
+    sa.Column("call_no", sa.Integer, nullable=False),
+    sa.Column("end_barrier", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),  # informational only
+    sa.UniqueConstraint("job_id", "start_barrier", "call_no", name="ls_trigger_decision_call"),
+    sqlite_autoincrement=True,
+)
+
+
+def _v6(conn: Connection) -> None:
+    trigger_decisions.create(conn, checkfirst=True)
+    if sa.inspect(conn).has_table("ls_job_trigger"):
+        old = job_triggers.c
+        rows = conn.execute(sa.select(old.job_id, old.start_barrier, old.call_no, old.end_barrier, old.created_at)
+                            .order_by(old.created_at, old.call_no)).all()
+        if rows:
+            conn.execute(sa.insert(trigger_decisions), [r._asdict() for r in rows])
+        job_triggers.drop(conn)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
     (3, _v3),
     (4, _v4),
     (5, _v5),
+    (6, _v6),
 ]
 LATEST = MIGRATIONS[-1][0]
 
 
 def current_version(conn: Connection) -> int:
+    """The metadata schema version of the database (0: no lakestep catalog yet).
+
+    A ``ls_meta`` table without a readable version is a damaged catalog
+    (:class:`CatalogCorruptError`), never taken for an empty one.
+    """
     if not sa.inspect(conn).has_table("ls_meta"):
         return 0
     row = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).first()
-    return int(row[0]) if row else 0
+    if row is None:
+        raise CatalogCorruptError("the catalog database has an ls_meta table but no schema_version row: it is "
+                                  "damaged or not a lakestep catalog (nothing was changed)")
+    try:
+        version = int(row[0])
+    except (TypeError, ValueError):
+        version = -1
+    if version < 1:
+        raise CatalogCorruptError(f"the catalog's schema_version is {row[0]!r}, not a version number: the "
+                                  "catalog is damaged (nothing was changed)")
+    return version
+
+
+def lakestep_objects(conn: Connection) -> list[str]:
+    """Tables and views named like lakestep's (``ls_*``) in the database."""
+    insp = sa.inspect(conn)
+    names = list(insp.get_table_names()) + list(insp.get_view_names())
+    return sorted(n for n in names if n.lower().startswith("ls_"))
 
 
 def upgrade(conn: Connection, *, target: int = LATEST) -> int:

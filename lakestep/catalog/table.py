@@ -11,14 +11,21 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import sqlalchemy as sa
 
-from ..errors import SchemaChangedConflict, SchemaMismatchError, TableNotFoundError, VersionNotFoundError
+from ..errors import (
+    NoPrimaryKeyError,
+    SchemaChangedConflict,
+    SchemaMismatchError,
+    TableNotFoundError,
+    VersionNotFoundError,
+)
 from . import cleanup as cleanup_mod
-from . import lifecycle, pk
+from . import lifecycle, pk, reader
+from . import properties as P
 from . import schema as S
 from .commit import CommitResult, _FILE_COLS
+from .checks import check_barrier, check_seconds
 from .files import DataFile, FileWriter
 from .predicates import Filter, Predicate, Verdict
 from .writes import (
@@ -32,8 +39,9 @@ from .writes import (
 
 if TYPE_CHECKING:
     from .catalog import Catalog
+    from .plan import ReadPlan
 
-DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
+DEFAULT_RETENTION_SECONDS = P.DEFAULT_RETENTION_SECONDS
 log = logging.getLogger(__name__)
 
 
@@ -112,6 +120,7 @@ class Table:
         self._live: dict[int, DataFile] | None = None  # live files at _live_version (see _live_at_head)
         self._live_version = -1
         self._live_lock = threading.Lock()
+        self._warned: set[tuple[str, str]] = set()  # invalid stored properties already logged
 
     def __repr__(self) -> str:
         return f"Table({self.ident!r}, location={self.location!r})"
@@ -147,7 +156,36 @@ class Table:
 
     @property
     def retention_seconds(self) -> float:
-        return float(self.properties.get("lakestep.retention-seconds", DEFAULT_RETENTION_SECONDS))
+        """``lakestep.retention-seconds`` (7 days if unset; the default, logged, if invalid)."""
+        return float(P.value(self.ident, self.properties, P.RETENTION, warned=self._warned))
+
+    def set_properties(self, updates: Mapping[str, Any] | None = None, *,
+                       remove: Sequence[str] = ()) -> "Table":
+        """Set and remove table properties in one change; returns this handle.
+
+        The resulting properties are validated as at create (``properties.py``):
+        an unknown ``lakestep.*`` key or a bad value raises
+        :class:`InvalidPropertyError` and changes nothing.
+
+        Example::
+
+            t.set_properties({"lakestep.retention-seconds": "86400"})
+        """
+        gone = {remove} if isinstance(remove, str) else set(remove)
+        t = S.tables
+        with self.catalog.backend.write() as conn:
+            row = conn.execute(t.select().where(t.c.table_id == self.table_id).with_for_update()).mappings().first()
+            if row is None:
+                raise TableNotFoundError(self.ident)
+            current = TableMeta.from_row(row)
+            props = {k: v for k, v in current.properties.items() if k not in gone}
+            props.update({str(k): str(v) for k, v in (updates or {}).items()})
+            props = P.validate(props, current.schema)
+            conn.execute(sa.update(t).where(t.c.table_id == self.table_id).values(properties=json.dumps(props)))
+            row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
+        self._set_meta(TableMeta.from_row(row))
+        log.info("%s: properties now %s", self.ident, props)
+        return self
 
     # ------------------------------------------------------------------ schema
     def add_columns(self, *fields: "pa.Field | tuple[str, pa.DataType]") -> "Table":
@@ -354,11 +392,8 @@ class Table:
         return pk.to_physical(self, data) if self.primary_key else data
 
     def _read_physical(self, files: Sequence[DataFile]) -> pa.Table:
-        """The rows stored in ``files``, as stored (tombstones included)."""
-        if not files:
-            return self.physical_schema.empty_table()
-        paths = [self._writer.full_path(f.path) for f in files]
-        return ds.dataset(paths, schema=self.physical_schema, format="parquet", filesystem=self._writer.fs).to_table()
+        """The rows stored in ``files``, as stored (tombstones included), checked (reader.py)."""
+        return reader.read(self.ident, self._writer, files, self.physical_schema)
 
     def _read_files(
         self, files: list[DataFile], *, columns: Sequence[str] | None = None, where: Predicate | None = None
@@ -366,15 +401,8 @@ class Table:
         """The logical rows ``files`` make up (merged on read for primary-key tables)."""
         if self.primary_key:
             return pk.read(self, files, columns=columns, where=where)
-        if not files:
-            t = self.schema.empty_table()
-            return t.select(list(columns)) if columns else t
-        paths = [self._writer.full_path(f.path) for f in files]
-        dataset = ds.dataset(paths, schema=self.schema, format="parquet", filesystem=self._writer.fs)
-        return dataset.to_table(
-            columns=list(columns) if columns else None,
-            filter=where.expression() if where is not None else None,
-        )
+        return reader.read(self.ident, self._writer, files, self.schema, columns=columns,
+                           filter=where.expression() if where is not None else None)
 
     def to_arrow(
         self,
@@ -392,6 +420,37 @@ class Table:
         if pred is not None and not self.primary_key:  # (pk.read prunes what is safe to prune)
             live = [f for f in live if pred.verdict(f) is not Verdict.NONE]
         return self._read_files(live, columns=columns, where=pred)
+
+    def read_plan(
+        self,
+        *,
+        version: int | None = None,
+        data_version: int | None = None,
+        as_of: Any = None,
+        snapshot: str | None = None,
+        where: Filter | Predicate | None = None,
+    ) -> "ReadPlan":
+        """A self-contained plan to read this table at one version (plan.py): absolute
+        file URIs, schema, key, merge order. Readers (Spark executors, DuckDB) use it
+        without the catalog database. ``where`` prunes files by their statistics."""
+        from .files import file_uri
+        from .plan import PlannedFile, ReadPlan
+
+        with self.catalog.backend.read() as conn:
+            v, head = self._resolve(conn, version, data_version, as_of, snapshot)
+            files = self._files_at(conn, v, head=head)
+            dv = conn.execute(sa.select(S.commits.c.data_version).where(
+                S.commits.c.table_id == self.table_id, S.commits.c.version == v)).scalar()
+        plan = ReadPlan(
+            table=self.ident, table_id=self.table_id, version=v, data_version=int(dv or 0), location=self.location,
+            schema_ipc=self.schema.serialize().to_pybytes(),
+            physical_ipc=self.physical_schema.serialize().to_pybytes(),
+            primary_key=tuple(self.primary_key), partition_by=tuple(self.partition_by),
+            files=tuple(PlannedFile(path=f.path, uri=file_uri(self.location, f.path), record_count=f.record_count,
+                                    file_size=f.file_size, seq=f.seq, partition_json=f.partition_json,
+                                    stats_json=f.stats_json) for f in sorted(files, key=lambda f: f.seq)),
+        )
+        return plan.prune(where) if where is not None else plan
 
     def count(self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
               snapshot: str | None = None) -> int:
@@ -450,7 +509,7 @@ class Table:
         last row of a key wins. Upserts never conflict.
         """
         if not self.primary_key:
-            raise ValueError(f"{self.ident} has no primary key: use append, or create it with primary_key=")
+            raise NoPrimaryKeyError(self.ident)
         return self._one("append", data, job_id=job_id, batch_id=batch_id, barrier=barrier)
 
     def overwrite(
@@ -511,6 +570,10 @@ class Table:
     def create_snapshot(self, name: str, *, version: int | None = None, barrier: int | None = None,
                         retain_seconds: float | None = None, exist_ok: bool = False) -> lifecycle.Snapshot:
         """Name a version (default: the newest) so that it stays readable and its files kept."""
+        if barrier is not None:
+            check_barrier(barrier)
+        if retain_seconds is not None:
+            check_seconds(retain_seconds, "retain_seconds")
         return lifecycle.create_snapshot(self, name, version=version, barrier=barrier,
                                          retain_seconds=retain_seconds, exist_ok=exist_ok)
 
@@ -532,6 +595,8 @@ class Table:
             with table.lock(locker="report-42", lease_seconds=600) as pin:
                 rows = table.to_arrow(version=pin.version)   # stays readable meanwhile
         """
+        if lease_seconds is not None:
+            check_seconds(lease_seconds, "lease_seconds")
         return lifecycle.lock_version(self, locker=locker, version=version, kind=kind, lease_seconds=lease_seconds)
 
     # ------------------------------------------------------------- maintenance
@@ -554,6 +619,8 @@ class Table:
         count on the table's window. ``dry_run=True`` only reports what would
         go and how many bytes.
         """
+        if retention_seconds is not None:
+            retention_seconds = check_seconds(retention_seconds, "retention_seconds")
         if retention_seconds is not None and retention_seconds < self.retention_seconds and not force:
             raise ValueError(
                 f"cleanup window {retention_seconds}s is shorter than {self.ident}'s retention "
@@ -562,5 +629,10 @@ class Table:
         return cleanup_mod.cleanup(self, retention_seconds=retention_seconds, dry_run=dry_run, orphans=orphans)
 
     def apply_ttl(self) -> CommitResult | None:
-        """Drop rows older than the TTL (``lakestep.ttl.column`` / ``lakestep.ttl.seconds``)."""
+        """Drop rows older than the TTL (``lakestep.ttl.column`` / ``lakestep.ttl.seconds``).
+
+        None when no TTL is set, or when the stored TTL properties are invalid
+        (logged; ``properties.py`` step 2): an invalid TTL removes no rows."""
+        if P.ttl(self.ident, self.properties, self.schema, warned=self._warned) is None:
+            return None
         return cleanup_mod.apply_ttl(self)

@@ -9,17 +9,19 @@ files whose statistics prove every row matches are dropped without reading.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Sequence, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from ..errors import DataOutOfRangeError, SchemaMismatchError
+from ..errors import DataOutOfRangeError, InvalidArgumentError, InvalidDataError, SchemaMismatchError
 from .commit import Operation, TableChange
 from . import pk
+from . import properties as P
 from .files import DataFile, NewFile
 from .predicates import Filter, Predicate, Verdict
 
@@ -42,20 +44,39 @@ _SAFE_WIDENING = {
 }
 
 
-def to_arrow_table(data: Any) -> pa.Table:
+def to_arrow_table(data: Any, ident: str = "?") -> pa.Table:
+    """``data`` as an Arrow table; input pyarrow cannot make one of raises :class:`InvalidDataError`."""
     if isinstance(data, pa.Table):
         return data
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if isinstance(data, pa.RecordBatchReader):
-        return data.read_all()
-    if isinstance(data, dict):
-        return pa.table(data)
-    if isinstance(data, list) and data and all(isinstance(b, pa.RecordBatch) for b in data):
-        return pa.Table.from_batches(data)
-    if type(data).__name__ == "DataFrame" and hasattr(data, "to_dict"):  # pandas, without importing it
-        return pa.Table.from_pandas(data, preserve_index=False)
+    try:
+        if isinstance(data, pa.RecordBatch):
+            return pa.Table.from_batches([data])
+        if isinstance(data, pa.RecordBatchReader):
+            return data.read_all()
+        if isinstance(data, dict):
+            return _table_of_columns(data, ident)
+        if isinstance(data, list) and data and all(isinstance(b, pa.RecordBatch) for b in data):
+            return pa.Table.from_batches(data)
+        if type(data).__name__ == "DataFrame" and hasattr(data, "to_dict"):  # pandas, without importing it
+            return pa.Table.from_pandas(data, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as e:
+        raise InvalidDataError(f"cannot make rows of the data for {ident!r}: {e}. Pass columns of one length "
+                               "whose values fit the table's types", table=ident) from e
     raise TypeError(f"cannot write {type(data).__name__}: pass a pyarrow Table/RecordBatch, a dict of columns or a pandas DataFrame")
+
+
+def _table_of_columns(data: dict[Any, Any], ident: str) -> pa.Table:
+    lengths = {}
+    for k, v in data.items():
+        try:
+            lengths[k] = len(v)
+        except TypeError:
+            raise InvalidDataError(f"column {k!r} of the data for {ident!r} is {type(v).__name__}, not a list "
+                                   "or an array of values", table=ident) from None
+    if len(set(lengths.values())) > 1:
+        raise InvalidDataError(f"the columns of the data for {ident!r} have different lengths {lengths}: every "
+                               "column needs one value per row (use None for a missing value)", table=ident)
+    return pa.table(data)
 
 
 def conform(data: Any, schema: pa.Schema, ident: str) -> pa.Table:
@@ -64,16 +85,17 @@ def conform(data: Any, schema: pa.Schema, ident: str) -> pa.Table:
     Accepted differences: column order, lossless widening (int32 -> int64, ...)
     and a missing nullable column (filled with nulls). Anything else is refused.
     """
-    t = to_arrow_table(data)
+    t = to_arrow_table(data, ident)
+    names = set(t.column_names)
+    if len(names) != len(t.column_names):
+        dup = sorted({n for n in t.column_names if t.column_names.count(n) > 1})
+        raise SchemaMismatchError(ident, [f"duplicate column names in the data: {dup}"])
     if t.schema.equals(schema, check_metadata=False):
         return t
     problems: list[str] = []
-    names = set(t.column_names)
     extra = [n for n in t.column_names if schema.get_field_index(n) < 0]
     if extra:
         problems.append(f"columns not in the table: {extra}")
-    if len(names) != len(t.column_names):
-        problems.append("duplicate column names in the data")
     cols = []
     for f in schema:
         if f.name not in names:
@@ -148,13 +170,11 @@ def prepare_pk_delete(table: "Table", where: Filter | Predicate, *, barrier: int
 def prepare_pk_update(table: "Table", set: Mapping[str, Any], where: Filter | Predicate, *,
                       barrier: int | None = None) -> TableChange:
     """Primary-key update: the matching rows, changed, upserted."""
-    for col in set:
-        if col in table.primary_key:
-            raise ValueError(f"update cannot change key column {col!r}; delete and upsert instead")
+    _check_set(table, set)
     pred = Predicate.parse(where, table.schema)
     rows = table.to_arrow(where=pred)
     if rows.num_rows:
-        new_values = _evaluate_set(rows, set, table.schema)
+        new_values = _evaluate_set(rows, set, table.schema, table.ident)
         cols = []
         for n in rows.column_names:
             v = new_values.get(n, rows.column(n))
@@ -192,6 +212,8 @@ def prepare_overwrite(
         scope = Predicate.partitions(list(partitions))
     elif where is not None:
         scope = Predicate.parse(where, table.schema)
+    if scope is not None and scope.clauses:
+        scope = Predicate.parse(scope, table.schema)  # partition values of the wrong type, too
     if scope is not None and scope.clauses and t.num_rows:
         inside = scope.mask(t)
         outside = t.num_rows - (pc.sum(inside).as_py() or 0)
@@ -202,12 +224,13 @@ def prepare_overwrite(
         table, operation=Operation.OVERWRITE, base_version=base,
         scope=scope, barrier=barrier, summary={"scope": _describe(scope)},
     )
-    change.added = (
-        table._writer.write_partitioned(table._physical(t), table.partition_by, prefix=prefix) if t.num_rows else []
-    )
-    if scope is not None and scope.clauses:
-        straddling = [f for f in live if scope.verdict(f) is Verdict.SOME]
-        _rewrite_outside(table, change, straddling)
+    with _discard_on_error(table, change):
+        change.added = (
+            table._writer.write_partitioned(table._physical(t), table.partition_by, prefix=prefix) if t.num_rows else []
+        )
+        if scope is not None and scope.clauses:
+            straddling = [f for f in live if scope.verdict(f) is Verdict.SOME]
+            _rewrite_outside(table, change, straddling)
     change.rebase = lambda ch, files: _rewrite_outside(table, ch, files)
     return change
 
@@ -222,21 +245,23 @@ def prepare_delete(table: "Table", where: Filter | Predicate, *, barrier: int | 
         retention_seconds=table.retention_seconds, summary={"predicate": _describe(pred)},
     )
     deleted = 0
-    for f in live:
-        v = pred.verdict(f)
-        if v is Verdict.NONE:
-            continue
-        if v is Verdict.ALL:
+    with _discard_on_error(table, change):
+        for f in live:
+            v = pred.verdict(f)
+            if v is Verdict.NONE:
+                continue
+            if v is Verdict.ALL:
+                change.removed.append(f)
+                deleted += f.record_count
+                continue
+            keep, matched = _keep_unmatched(table, f, pred)
+            if not matched:
+                continue
             change.removed.append(f)
-            deleted += f.record_count
-            continue
-        keep, matched = _keep_unmatched(table, f, pred)
-        if not matched:
-            continue
-        change.removed.append(f)
-        deleted += matched
-        if keep.num_rows:
-            change.added.append(table._writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id], seq=f.seq))
+            deleted += matched
+            if keep.num_rows:
+                change.added.append(table._writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id],
+                                                        seq=f.seq))
     change.summary["deleted_rows"] = deleted
     return change
 
@@ -249,13 +274,7 @@ def prepare_update(
     barrier: int | None = None,
     isolation: str | None = None,
 ) -> TableChange:
-    if not set:
-        raise ValueError("update needs at least one column in set=")
-    for col in set:
-        if table.schema.get_field_index(col) < 0:
-            raise SchemaMismatchError(table.ident, [f"update sets unknown column {col!r}"])
-        if col in table.partition_by:
-            raise ValueError(f"update cannot change partition column {col!r}; delete and append instead")
+    _check_set(table, set)
     pred = Predicate.parse(where, table.schema)
     base, base_dv, live = table._head_and_live()
     change = change_of(
@@ -264,39 +283,66 @@ def prepare_update(
         retention_seconds=table.retention_seconds, summary={"predicate": _describe(pred), "set": sorted(set)},
     )
     updated = 0
-    for f in live:
-        if pred.verdict(f) is Verdict.NONE:
-            continue
-        rows = _read(table, [f])
-        mask = pred.mask(rows)
-        matched = pc.sum(mask).as_py() or 0
-        if not matched:
-            continue
-        new_values = _evaluate_set(rows, set, table.schema)
-        cols = []
-        for name in rows.column_names:
-            if name in new_values:
-                cols.append(pc.if_else(mask, new_values[name], rows.column(name)))
-            else:
-                cols.append(rows.column(name))
-        out = conform(pa.Table.from_arrays(cols, names=rows.column_names), table.schema, table.ident)
-        change.removed.append(f)
-        change.added.append(table._writer.write(out, f.partition, prefix="rw-", source_ids=[f.file_id], seq=f.seq))
-        updated += matched
+    with _discard_on_error(table, change):
+        for f in live:
+            if pred.verdict(f) is Verdict.NONE:
+                continue
+            rows = _read(table, [f])
+            mask = pred.mask(rows)
+            matched = pc.sum(mask).as_py() or 0
+            if not matched:
+                continue
+            new_values = _evaluate_set(rows, set, table.schema, table.ident)
+            cols = []
+            for name in rows.column_names:
+                if name in new_values:
+                    cols.append(pc.if_else(mask, new_values[name], rows.column(name)))
+                else:
+                    cols.append(rows.column(name))
+            out = conform(pa.Table.from_arrays(cols, names=rows.column_names), table.schema, table.ident)
+            change.removed.append(f)
+            change.added.append(table._writer.write(out, f.partition, prefix="rw-", source_ids=[f.file_id], seq=f.seq))
+            updated += matched
     change.summary["updated_rows"] = updated
     return change
 
 
-def _evaluate_set(rows: pa.Table, set: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any]:
+def _check_set(table: "Table", set: Mapping[str, Any]) -> None:
+    """An update's ``set=``, checked before any file is read: known columns, values of their types."""
+    if not set:
+        raise InvalidArgumentError("update needs at least one column in set=", argument="set", value=set)
+    for col in set:
+        if table.schema.get_field_index(col) < 0:
+            raise SchemaMismatchError(table.ident, [f"update sets unknown column {col!r}"])
+        if col in table.primary_key:
+            raise InvalidArgumentError(f"update cannot change key column {col!r}; delete and upsert instead",
+                                       argument="set", value=col)
+        if col in table.partition_by:
+            raise InvalidArgumentError(f"update cannot change partition column {col!r}; delete and append instead",
+                                       argument="set", value=col)
+    _evaluate_set(table.schema.empty_table(), set, table.schema, table.ident)
+
+
+def _evaluate_set(rows: pa.Table, set: Mapping[str, Any], schema: pa.Schema, ident: str = "?") -> dict[str, Any]:
     exprs = {k: v for k, v in set.items() if isinstance(v, ds.Expression)}
     out: dict[str, Any] = {}
+    bad = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError)
     if exprs:
-        evaluated = ds.dataset(rows).to_table(columns=exprs)
-        for k in exprs:
-            out[k] = evaluated.column(k).cast(schema.field(k).type)
+        try:
+            evaluated = ds.dataset(rows).to_table(columns=exprs)
+            for k in exprs:
+                out[k] = evaluated.column(k).cast(schema.field(k).type)
+        except bad as e:
+            raise SchemaMismatchError(ident, [f"update expressions {sorted(exprs)} do not give values of their "
+                                              f"columns' types: {e}"]) from e
     for k, v in set.items():
         if k not in out:
-            out[k] = pa.scalar(v, type=schema.field(k).type)
+            t = schema.field(k).type
+            try:
+                out[k] = pa.scalar(v, type=t)
+            except bad as e:
+                raise SchemaMismatchError(ident, [f"update sets column {k!r} ({t}) to {v!r}, which is not a "
+                                                  f"{t} value"]) from e
     return out
 
 
@@ -311,24 +357,25 @@ def prepare_compact(table: "Table", *, target_file_size: int, min_files: int = 2
     for f in live:
         by_part.setdefault(f.partition_json, []).append(f)
     merged = 0
-    for members in by_part.values():
-        members.sort(key=lambda f: (f.seq, f.file_id))
-        for run in _compaction_runs(table, members, target_file_size, min_files, major):
-            if table.primary_key:
-                data = pk.merge(table, run, keep_tombstones=not major)
-            else:
-                data = _read(table, run)
-            ids = [f.file_id for f in run]
-            size = sum(f.file_size for f in run)
-            rows_per_file = max(1, int(data.num_rows * target_file_size / max(size, 1)))
-            for start in range(0, max(data.num_rows, 1), rows_per_file):
-                if data.num_rows == 0:
-                    break
-                change.added.append(table._writer.write(
-                    data.slice(start, rows_per_file), run[0].partition, prefix="c-", source_ids=ids,
-                    seq=max(f.seq for f in run)))
-            change.removed.extend(run)
-            merged += len(run)
+    with _discard_on_error(table, change):
+        for members in by_part.values():
+            members.sort(key=lambda f: (f.seq, f.file_id))
+            for run in _compaction_runs(table, members, target_file_size, min_files, major):
+                if table.primary_key:
+                    data = pk.merge(table, run, keep_tombstones=not major)
+                else:
+                    data = _read(table, run)
+                ids = [f.file_id for f in run]
+                size = sum(f.file_size for f in run)
+                rows_per_file = max(1, int(data.num_rows * target_file_size / max(size, 1)))
+                for start in range(0, max(data.num_rows, 1), rows_per_file):
+                    if data.num_rows == 0:
+                        break
+                    change.added.append(table._writer.write(
+                        data.slice(start, rows_per_file), run[0].partition, prefix="c-", source_ids=ids,
+                        seq=max(f.seq for f in run)))
+                change.removed.extend(run)
+                merged += len(run)
     change.summary.update({"input_files": merged, "output_files": len(change.added), "major": major})
     return change
 
@@ -362,6 +409,17 @@ def _compaction_runs(table: "Table", members: list[DataFile], target: int, min_f
     return runs
 
 
+@contextlib.contextmanager
+def _discard_on_error(table: "Table", change: TableChange) -> Iterator[None]:
+    """Files a failing prepare already wrote are deleted: a failed write leaves none behind."""
+    try:
+        yield
+    except BaseException:
+        for f in change.added:
+            table._writer.delete(f.path)
+        raise
+
+
 def change_of(table: "Table", **fields: Any) -> TableChange:
     """A :class:`TableChange` of ``table``, stamped with the schema its writer read (``schema_id``)."""
     return TableChange(table_id=table.table_id, ident=table.ident, location=table.location,
@@ -369,10 +427,12 @@ def change_of(table: "Table", **fields: Any) -> TableChange:
 
 
 def _isolation(table: "Table", explicit: str | None) -> Any:
-    iso = explicit or table.properties.get("lakestep.isolation", "snapshot")
-    if iso not in ("snapshot", "serializable"):
-        raise ValueError(f"isolation must be 'snapshot' or 'serializable', got {iso!r}")
-    return iso
+    if explicit is None:
+        return P.value(table.ident, table.properties, P.ISOLATION, warned=table._warned)
+    if explicit not in P.ISOLATIONS:
+        raise InvalidArgumentError(f"isolation must be 'snapshot' or 'serializable', got {explicit!r}",
+                                   argument="isolation", value=explicit)
+    return explicit
 
 
 def _describe(pred: Predicate | None) -> Any:

@@ -110,7 +110,9 @@ def test_metadata_is_pruned(table) -> None:  # type: ignore[no-untyped-def]
         n_files = conn.execute(sa.select(sa.func.count()).select_from(S.files).where(
             S.files.c.table_id == table.table_id)).scalar()
         n_txn = conn.execute(sa.select(sa.func.count()).select_from(S.txns)).scalar()
-    assert n_commits == 1 and n_files == len(table.files()) == 1 and n_txn <= 1
+    # the one commit left is the last compaction (its transaction stays), and job j's newest
+    # key (batch 29) is kept for as long as the catalog lives (exactly once has no window)
+    assert n_commits == 1 and n_files == len(table.files()) == 1 and n_txn == 2
     assert sorted(table.to_arrow().column("id").to_pylist()) == list(range(30))
 
 
@@ -125,3 +127,38 @@ def test_a_shorter_window_than_the_tables_needs_force(catalog) -> None:  # type:
     t.cleanup(retention_seconds=120)  # longer is always fine
     time.sleep(0.01)
     assert len(t.cleanup(retention_seconds=0, force=True).deleted_files) == 1
+
+
+def test_exactly_once_outlives_the_retention_window(catalog) -> None:  # type: ignore[no-untyped-def]
+    """A job down longer than the retention window replays its last batches after cleanup
+    has run: they are recognised as replays (the job's newest key is kept forever), and
+    the rows come out exactly once. A new batch id still commits."""
+    import sqlalchemy as sa
+
+    from lakestep.catalog import schema as S
+    from lakestep.catalog.cleanup import cleanup
+
+    catalog.create_namespace("x")
+    t = catalog.create_table("x.t", pa.schema([("id", pa.int64())]), properties={"lakestep.retention-seconds": "60"})
+    other = catalog.create_table("x.o", pa.schema([("id", pa.int64())]))
+    t.append({"id": [1]}, job_id="ingest", batch_id=0)
+    t.append({"id": [2]}, job_id="ingest", batch_id=1)
+    other.append({"id": [7]}, job_id="side", batch_id=5)
+    t.append({"id": [3]})  # no key
+    cleanup(t, now=time.time() + 3600)  # the window has long passed: every older record may go
+    with catalog.backend.read() as conn:
+        keys = sorted(tuple(r) for r in conn.execute(sa.select(S.txns.c.job_id, S.txns.c.batch_id)).all()
+                      if r[0] is not None)
+    assert keys == [("ingest", 1), ("side", 5)]  # each job's newest key, exactly
+
+    for batch in (1, 0):  # Spark replays the last batch; an older one is a replay as well
+        for _ in range(2):  # twice: the general path's check and the fast path's
+            r = t.append({"id": [2 if batch else 1]}, job_id="ingest", batch_id=batch)
+            assert r.replayed and r.added_rows == 0
+        with catalog.transaction(job_id="ingest", batch_id=batch) as tx:
+            tx.overwrite(t, {"id": [99]})
+        assert all(r.replayed for r in tx.results)
+    assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2, 3]
+    assert not t.append({"id": [4]}, job_id="ingest", batch_id=2).replayed
+    assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2, 3, 4]
+    assert other.append({"id": [7]}, job_id="side", batch_id=5).replayed

@@ -1,4 +1,4 @@
-"""Every cell of the conflict matrix (DESIGN.md §2), raced by two real processes.
+"""Every cell of the conflict matrix (docs/design.md §2), raced by two real processes.
 
 Both processes prepare their change against the same base version; then the
 test lets ``E`` commit first and ``L`` second. Running every ordered pair of

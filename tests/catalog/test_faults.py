@@ -1,0 +1,246 @@
+"""The catalog under database faults: lost answers, killed connections, silent and
+refusing servers, vanished lock files. Every failure is a typed error, nothing is
+committed twice, and the connection pool never leaks.
+
+The PostgreSQL faults are real: connections killed with ``pg_terminate_backend``,
+and a TCP proxy (tests/pgproxy.py) that cuts, stalls or refuses connections.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any, Callable
+
+import pyarrow as pa
+import pytest
+import sqlalchemy as sa
+
+from lakestep import Catalog, _failpoints, errors
+from lakestep.barrier import OPEN_EPOCH, Pipeline
+from lakestep.catalog.backend import DatabaseTimeouts
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+
+
+def ids(cat: Catalog, name: str) -> list[int]:
+    return sorted(cat.load_table(name).to_arrow().column("id").to_pylist())
+
+
+def checked_out(cat: Catalog) -> int:
+    return int(cat.backend.engine.pool.checkedout())  # type: ignore[attr-defined]
+
+
+def in_thread(fn: Callable[[], Any], limit: float = 300.0) -> Any:
+    """Run ``fn``; a call that never returns fails the test (the limit only catches hangs)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(limit)
+    assert not t.is_alive(), f"the call did not return within {limit:g} s: it hangs"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+# ------------------------------------------------------- answers lost after a commit
+def test_answer_lost_after_fast_path_append_lands(pg_proxied) -> None:  # type: ignore[no-untyped-def]
+    """The server commits a blind append, the connection is cut before the answer comes
+    back. The writer must return the landed result (found by its uuid), never commit it
+    twice, and never lose a pooled connection: 25 times, more than the pool holds."""
+    spec, proxy = pg_proxied
+    cat = spec.open()
+    try:
+        cat.create_namespace("s")
+        t = cat.create_table("s.t", SCHEMA)
+        for i in range(1, 26):
+            proxy.cut_after(b"INSERT INTO ls_commit")
+            r = t.append({"id": [i], "v": ["x"]})
+            assert (r.version, r.added_rows, r.replayed) == (i, 1, False)
+        assert proxy.cuts == 25
+        assert ids(cat, "s.t") == list(range(1, 26))
+        assert checked_out(cat) == 0
+    finally:
+        cat.close()
+
+
+def test_answer_lost_after_multi_table_commit_lands(catalog_spec, request) -> None:  # type: ignore[no-untyped-def]
+    """The general commit path: a transaction over two tables lands, then the connection
+    breaks before its COMMIT is acknowledged. lakestep looks it up by uuid and returns it.
+    PostgreSQL: the proxy cuts the connection after COMMIT reached the server; SQLite
+    (no connection to lose): a failpoint raises the lost-connection error right after COMMIT."""
+    proxy = None
+    spec = catalog_spec
+    if catalog_spec.backend == "postgres":
+        spec, proxy = request.getfixturevalue("pg_proxied")
+    cat = spec.open()
+    try:
+        cat.create_namespace("s")
+        a, b = (cat.create_table(f"s.{n}", SCHEMA) for n in ("a", "b"))
+        a.append({"id": [1], "v": ["a"]})
+        b.append({"id": [1], "v": ["b"]})
+        fired: list[str] = []
+
+        def lose_answer(name: str) -> None:
+            fired.append(name)
+            _failpoints.disarm(name)
+            raise errors.CatalogUnavailableError("the connection broke after COMMIT (failpoint)")
+
+        if proxy is not None:
+            proxy.cut_after(b"COMMIT")
+        else:
+            _failpoints.arm("commit.after_db_commit", lose_answer)
+        try:
+            with cat.transaction() as tx:
+                tx.append(a, {"id": [2], "v": ["a"]})
+                tx.delete(b, [("id", "=", 1)])
+        finally:
+            _failpoints.disarm()
+        assert (proxy.cuts if proxy is not None else len(fired)) == 1
+        assert [(r.table, r.version, r.replayed) for r in tx.results] == [("s.a", 2, False), ("s.b", 2, False)]
+        assert ids(cat, "s.a") == [1, 2] and ids(cat, "s.b") == []
+        assert [h.operation for h in a.history()] == ["APPEND", "APPEND", "CREATE"]
+    finally:
+        cat.close()
+
+
+def test_killed_connections_never_duplicate_or_leak(pg_spec, pg_admin) -> None:  # type: ignore[no-untyped-def]
+    """The reliability report's repro: the writer's backend is terminated every 150 ms
+    while it appends. Each append carries a key and is replayed (with the same key) after
+    a typed error: every row lands exactly once, and the pool keeps its connections."""
+    app = f"lakestep-kill-{uuid.uuid4().hex[:8]}"
+    sep = "&" if "?" in pg_spec.url else "?"
+    cat = Catalog(f"{pg_spec.url}{sep}application_name={app}", warehouse=pg_spec.warehouse, commit_retries=2)
+    stop = threading.Event()
+    kills = [0]
+
+    def killer() -> None:
+        with pg_admin.connect() as c:
+            while not stop.wait(0.15):
+                kills[0] += len(c.execute(sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :a"),
+                    {"a": app}).fetchall())
+
+    try:
+        cat.create_namespace("s")
+        t = cat.create_table("s.t", SCHEMA)
+        th = threading.Thread(target=killer, daemon=True)
+        th.start()
+        raised: list[str] = []
+        try:
+            for i in range(300):
+                while True:
+                    try:
+                        t.append({"id": [i], "v": ["x"]}, job_id="writer", batch_id=i)
+                        break
+                    except errors.CatalogUnavailableError as e:  # typed; replay the same key
+                        raised.append(str(e))
+        finally:
+            stop.set()
+            th.join()
+        assert kills[0] > 0
+        assert ids(cat, "s.t") == list(range(300))  # none lost, none twice
+        assert checked_out(cat) == 0
+        assert in_thread(lambda: cat.load_table("s.t").history(limit=1))[0].batch_id == 299
+    finally:
+        cat.close()
+
+
+# ------------------------------------------------------------- silent and gone servers
+def test_a_server_that_stops_answering_gives_a_typed_error(pg_proxied) -> None:  # type: ignore[no-untyped-def]
+    spec, proxy = pg_proxied
+    cat = spec.open(commit_retries=1, timeouts=DatabaseTimeouts(connect=2, statement=1, grace=1, pool=5))
+    try:
+        cat.create_namespace("s")
+        t = cat.create_table("s.t", SCHEMA)
+        t.append({"id": [1], "v": ["x"]})
+        proxy.stall()
+        with pytest.raises(errors.CatalogUnavailableError) as ei:
+            in_thread(lambda: t.append({"id": [2], "v": ["x"]}))
+        assert ei.value.outcome_unknown in (True, False)
+        with pytest.raises(errors.CatalogUnavailableError):
+            in_thread(lambda: t.to_arrow())
+        proxy.heal()
+        assert ids(cat, "s.t") in ([1], [1, 2])  # the stalled append may not have reached the server
+        assert checked_out(cat) == 0
+    finally:
+        proxy.heal()
+        cat.close()
+
+
+def test_a_server_gone_after_open_gives_typed_errors_everywhere(pg_proxied) -> None:  # type: ignore[no-untyped-def]
+    """Reads, writes, seals and consistent choices: CatalogUnavailableError, never a raw
+    driver error; once the server is back, the same catalog object works again."""
+    spec, proxy = pg_proxied
+    cat = spec.open(commit_retries=0, timeouts=DatabaseTimeouts(connect=2, statement=5, grace=2, pool=5))
+    try:
+        cat.create_namespace("s")
+        t = cat.create_table("s.t", SCHEMA)
+        t.append({"id": [1], "v": ["x"]}, barrier=OPEN_EPOCH)
+        p = Pipeline(cat)
+        p.register_job("feed", sinks=["s.t"], external_input=True)
+        coord = p.coordinator(interval=3600)
+        assert coord.acquire()
+        proxy.refuse()
+        calls: dict[str, Callable[[], Any]] = {
+            "to_arrow": t.to_arrow,
+            "history": t.history,
+            "append": lambda: t.append({"id": [2], "v": ["x"]}),
+            "overwrite": lambda: t.overwrite({"id": [3], "v": ["y"]}),
+            "load_table": lambda: cat.load_table("s.t"),
+            "list_tables": lambda: cat.list_tables("s"),
+            "seal": coord.seal,
+            "choose": lambda: p.choose(["s.t"]),
+        }
+        for name, call in calls.items():
+            with pytest.raises(errors.CatalogUnavailableError):
+                in_thread(call)
+        proxy.heal()
+        assert ids(cat, "s.t") == [1]
+        coord.seal()
+        assert p.choose(["s.t"]).barrier == 1
+        assert checked_out(cat) == 0
+        coord.release()
+    finally:
+        proxy.heal()
+        cat.close()
+
+
+# ------------------------------------------------------------- SQLite lock file
+def test_coordinator_survives_its_lock_file_vanishing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    wh = tmp_path / "wh"
+    cat = Catalog(warehouse=str(wh))
+    try:
+        p = Pipeline(cat)
+        coord = p.coordinator(interval=0.01)
+        assert coord.acquire()
+        coord.seal()
+        lock = wh / "catalog.db.lock"
+        assert lock.exists()
+        lock.unlink()
+        coord.seal()  # the lock file is made again
+        assert lock.exists()
+        assert p.open_epoch() == 3
+        coord.release()
+    finally:
+        cat.close()
+
+
+def test_a_vanished_catalog_directory_is_a_typed_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    wh = tmp_path / "wh"
+    cat = Catalog(warehouse=str(wh))
+    try:
+        shutil.rmtree(wh)
+        with pytest.raises(errors.CatalogUnavailableError):
+            cat.create_namespace("s")
+    finally:
+        cat.close()

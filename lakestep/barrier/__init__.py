@@ -9,7 +9,9 @@ No pyspark here: the barrier coordinator works, and is tested, with no JVM.
 * derived jobs plan and commit barrier batches with :class:`BatchPlan` and
   :class:`JobBatch` (jobs.py); root jobs commit with ``barrier=OPEN_EPOCH``;
 * reads choose versions with :meth:`Pipeline.choose` (choose.py);
-* :meth:`Pipeline.rollback` rolls the topology back to a barrier (rollback.py).
+* :meth:`Pipeline.rollback` rolls the topology back to a barrier (rollback.py);
+* :meth:`Pipeline.status` and :func:`diagnose` give the operator's view: where
+  each table stands, lag, health checks (status.py, health.py).
 
 How states are derived from commits and seals: states.py.
 """
@@ -30,7 +32,9 @@ from .errors import (
 )
 from .jobs import BatchPlan, BatchResult, JobBatch, SourceRange
 from .pipeline import BarrierState, Pipeline
+from .health import Diagnosis, Finding, diagnose
 from .rollback import RollbackResult, TableRollback
+from .status import LagSample, Status, TableStatus, lag_history, status
 from .topology import DOWNSTREAM_SQL, UPSTREAM_SQL, Graph, Job, Topology
 
 __all__ = [
@@ -55,6 +59,14 @@ __all__ = [
     "TableChoice",
     "Level",
     "Scope",
+    "Status",
+    "TableStatus",
+    "LagSample",
+    "status",
+    "lag_history",
+    "Diagnosis",
+    "Finding",
+    "diagnose",
     "RollbackResult",
     "TableRollback",
     "BarrierError",

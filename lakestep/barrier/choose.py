@@ -1,4 +1,4 @@
-"""The consistent version choice of a read over several tables (DESIGN.md §3.3).
+"""The consistent version choice of a read over several tables (docs/design.md §4).
 
 Levels:
 
@@ -31,11 +31,10 @@ call after a rollback (FLIP-276: read committed is not repeatable read).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -270,18 +269,6 @@ def choose(
     raise AssertionError("unreachable")
 
 
-@contextlib.contextmanager
-def _one_statement(catalog: "Catalog") -> Iterator[Connection]:
-    """A connection for one statement, which is a snapshot on its own. On
-    PostgreSQL in autocommit mode: no BEGIN/COMMIT round trips."""
-    if catalog.backend.row_locks:  # a database server
-        with catalog.backend.engine.connect() as conn:
-            yield conn.execution_options(isolation_level="AUTOCOMMIT")
-    else:
-        with catalog.backend.read() as conn:
-            yield conn
-
-
 def _committed_fast(catalog: "Catalog", topology: Topology, resolver: Resolver, idents: list[str],
                     scope: Scope) -> Choice | None:
     """read_committed in one statement (states.choice_rows); None: take the general path.
@@ -295,7 +282,7 @@ def _committed_fast(catalog: "Catalog", topology: Topology, resolver: Resolver, 
     graph = topology.cached
     if graph is None:
         return None
-    with _one_statement(catalog) as conn:
+    with catalog.backend.statement() as conn:
         qids = resolver.resolve(conn, idents)
         q = set(qids.values())
         scope_ids = _scope(graph, q, scope)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import sqlalchemy as sa
 
 from ..catalog import schema as S
+from ..catalog.checks import check_barrier
 from ..errors import VersionNotFoundError
 from .choose import Choice, Level, Resolver, Scope, _norm, choose
 from .epochs import Seal
@@ -52,6 +53,7 @@ from .topology import Job, Topology
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
+    from .status import LagSample, Status
     from ..catalog import Catalog, Table
 
 
@@ -146,6 +148,7 @@ class Pipeline:
 
     def states(self, table: "str | Table", barrier: int) -> frozenset[BarrierState]:
         """The states ``table`` holds for ``barrier`` (empty: none yet)."""
+        barrier = check_barrier(barrier)
         out: set[BarrierState] = set()
         with self.catalog.backend.read() as conn:
             tid = self._id(conn, table)
@@ -174,8 +177,10 @@ class Pipeline:
         coordinator's snapshots retain, when retention is in force; with
         ``strict``, refused (:class:`VersionNotFoundError`) above the table's
         frontier, where it has not precommitted the barrier yet (``strict=False``
-        gives its newest state then). An unmanaged table answers its head.
+        gives its newest state then). An unmanaged table answers its head. A
+        barrier below 0 raises :class:`InvalidArgumentError`.
         """
+        barrier = check_barrier(barrier)
         with self.catalog.backend.read() as conn:
             tid = self._id(conn, table)
             since = oldest_retained(conn)
@@ -212,7 +217,22 @@ class Pipeline:
         return choose(self.catalog, self.topology, self._resolver, tables, level=level, scope=scope, locker=locker,
                       lease_seconds=lease_seconds, load=self.table)
 
+    # ------------------------------------------------------------------ status
+    def status(self, *, last: int = 10) -> "Status":
+        """Where every table stands, and the states of the ``last`` sealed barriers (status.py)."""
+        from .status import status
+
+        return status(self.catalog, self.topology, last=last)
+
+    def lag_history(self, table: "str | Table", *, seconds: float = 3600.0) -> "list[LagSample]":
+        """A derived table's lag over the last ``seconds``, barriers and seconds (status.py)."""
+        from .status import lag_history
+
+        return lag_history(self.catalog, table if isinstance(table, str) else table.ident, seconds=seconds,
+                           topology=self.topology)
+
     # ---------------------------------------------------------------- rollback
     def rollback(self, to: int) -> RollbackResult:
         """Make every commit with a barrier above ``to`` invisible in every table (rollback.py)."""
+        to = check_barrier(to, "to")
         return rollback(self.catalog, self.topology, to, load=self.table)

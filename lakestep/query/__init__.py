@@ -1,0 +1,35 @@
+"""Consistent reads where users query: Arrow, DuckDB and Spark SQL, at one barrier.
+
+* :func:`consistent_read` / :func:`consistent_arrow`: read plans (or Arrow
+  tables) of several tables at one consistent point, and what was read
+  (read.py);
+* :func:`duckdb_connect` / :func:`duckdb_query`: a DuckDB connection whose
+  views all show one barrier; a SQL string run that way (duck.py);
+* :func:`spark_sql`: a Spark SQL string over lakestep tables at one barrier
+  (spark.py; needs pyspark);
+* :func:`table_refs`: the lakestep tables a SQL string names, with their
+  time travel (sql.py).
+
+``Pipeline.choose()`` decides; these helpers only read what it chose. The
+levels and scopes are those of docs/design.md §4.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_NAMES = {
+    "ConsistentRead": "read", "ReadInfo": "read", "TableRef": "read", "consistent_read": "read",
+    "consistent_arrow": "read", "DuckDBRead": "duck", "QueryResult": "duck", "duckdb_connect": "duck",
+    "duckdb_query": "duck", "table_refs": "sql", "spark_sql": "spark", "SparkQueryResult": "spark",
+}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lakestep.query' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

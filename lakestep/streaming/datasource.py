@@ -34,7 +34,8 @@ def _spark_schema(table: Any) -> str:
 
 
 class LakestepDataSource(DataSource):
-    """``format("lakestep")``: a streaming sink and a streaming source of lakestep tables."""
+    """``format("lakestep")``: batch reads and writes (batch.py), a streaming sink (sink.py)
+    and a streaming source (source.py) of lakestep tables."""
 
     @classmethod
     def name(cls) -> str:
@@ -45,6 +46,16 @@ class LakestepDataSource(DataSource):
 
         cat = progress.open_catalog(progress.required(self.options, "catalog"))
         return from_arrow_schema(cat.load_table(progress.required(self.options, "table")).schema)
+
+    def reader(self, schema: Any) -> Any:
+        from .batch import LakestepBatchReader
+
+        return LakestepBatchReader(self.options, schema)
+
+    def writer(self, schema: Any, overwrite: bool) -> Any:
+        from .batch import LakestepBatchWriter
+
+        return LakestepBatchWriter(self.options, overwrite, schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
         from .sink import LakestepStreamWriter

@@ -1,0 +1,105 @@
+"""The lakestep tables a SQL string reads, found with a SQL parser (sqlglot), never a regex.
+
+A lakestep table is named ``namespace.table`` in the SQL; names without a
+namespace are left alone (CTEs, the engine's own tables, temporary views).
+Time travel written in the SQL is honoured:
+
+* ``shop.orders VERSION AS OF 12``: version 12;
+* ``shop.orders TIMESTAMP AS OF '2026-11-22 10:00:00'``: the last commit at or before it;
+* ``shop.orders VERSION AS OF 'month-end'``: the snapshot named ``month-end``;
+* ``shop.orders VERSION AS OF 'barrier=42'``: the table's version at barrier 42.
+
+:func:`rewrite` replaces the references by the names of the views a reader
+registered for them, keeping (or adding) the alias, so that qualified column
+references (``orders.id``) still work.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from ..errors import QueryError
+from .read import TableRef
+
+_BARRIER = re.compile(r"^\s*barrier\s*=\s*(\d+)\s*$", re.IGNORECASE)
+
+
+def _parse(sql: str, dialect: str):  # type: ignore[no-untyped-def]
+    try:
+        import sqlglot
+    except ImportError:  # pragma: no cover - an extra
+        raise QueryError("lakestep's SQL helpers need sqlglot: pip install 'lakestep[duckdb]' or "
+                         "'lakestep[spark]'") from None
+    try:
+        trees = sqlglot.parse(sql, read=dialect)
+    except sqlglot.errors.ParseError as e:
+        raise QueryError(f"cannot parse the SQL ({dialect}): {str(e).splitlines()[0]}") from None
+    trees = [t for t in trees if t is not None]
+    if len(trees) != 1:
+        raise QueryError(f"expected one SQL statement, got {len(trees)}")
+    return trees[0]
+
+
+def _ref(node) -> TableRef | None:  # type: ignore[no-untyped-def]
+    from sqlglot import exp
+
+    if not node.db or node.catalog:
+        return None
+    ident = f"{node.db}.{node.name}"
+    version = node.args.get("version")
+    if version is None:
+        return TableRef(ident)
+    kind = str(version.this).upper()
+    value = version.expression
+    if not isinstance(value, exp.Literal):
+        raise QueryError(f"{ident}: {kind} AS OF needs a literal, got {value.sql()}")
+    if kind == "TIMESTAMP":
+        return TableRef(ident, timestamp=str(value.this))
+    if value.is_string:
+        m = _BARRIER.match(str(value.this))
+        if m:
+            return TableRef(ident, barrier=int(m.group(1)))
+        return TableRef(ident, snapshot=str(value.this))
+    try:
+        return TableRef(ident, version=int(str(value.this)))
+    except ValueError:
+        raise QueryError(f"{ident}: VERSION AS OF needs a whole number, a snapshot name or 'barrier=N'") from None
+
+
+def table_refs(sql: str, dialect: str) -> list[TableRef]:
+    """The lakestep tables ``sql`` reads, each once (with its time travel, if any)."""
+    from sqlglot import exp
+
+    tree = _parse(sql, dialect)
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+    out: list[TableRef] = []
+    for node in tree.find_all(exp.Table, bfs=False):
+        if node.name in ctes and not node.db:
+            continue
+        ref = _ref(node)
+        if ref is not None and ref not in out:
+            out.append(ref)
+    if not out:
+        raise QueryError("the SQL names no lakestep table (write them as namespace.table)")
+    return out
+
+
+def rewrite(sql: str, dialect: str, view_of: Callable[[TableRef], tuple[str | None, str]]) -> str:
+    """``sql`` with every lakestep table reference replaced by ``view_of(ref)``: (schema or None, name)."""
+    from sqlglot import exp
+
+    tree = _parse(sql, dialect)
+
+    def swap(node):  # type: ignore[no-untyped-def]
+        if not isinstance(node, exp.Table):
+            return node
+        ref = _ref(node)
+        if ref is None:
+            return node
+        schema, name = view_of(ref)
+        alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name))
+        return exp.Table(this=exp.to_identifier(name, quoted=True),
+                         db=exp.to_identifier(schema, quoted=True) if schema else None, alias=alias)
+
+    return tree.transform(swap).sql(dialect=dialect)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Make sure what the tests need outside Python is there: a JVM for Spark and a
-# reachable PostgreSQL server with a `test` database. Idempotent; installs with
+# Make sure what the tests need outside Python is there: a JVM for Spark, a
+# reachable PostgreSQL server with a `test` database, and headless Chromium. Idempotent; installs with
 # apt only what is missing (CI and new machines start bare).
 set -euo pipefail
 
@@ -18,9 +18,13 @@ if ! command -v java >/dev/null 2>&1; then
   apt_install openjdk-17-jre-headless
 fi
 
-# --- PostgreSQL -------------------------------------------------------------
+# --- PostgreSQL (and Chromium, for the HTML report's test) ------------------
 if [ "${1:-}" = "--java-only" ]; then
   exit 0
+fi
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  log "no chromium: installing it (tests/cli/test_report.py renders the HTML report headless)"
+  apt_install chromium
 fi
 if [ -n "${LAKESTEP_TEST_PG_URL:-}" ]; then
   log "using LAKESTEP_TEST_PG_URL"
@@ -53,4 +57,4 @@ if command -v psql >/dev/null 2>&1; then
     psql -h 127.0.0.1 -U postgres -d postgres -qc "create database test"
   fi
 fi
-log "java and PostgreSQL ready"
+log "java, chromium and PostgreSQL ready"

@@ -1,0 +1,148 @@
+"""``lakestep tables`` and ``lakestep describe TABLE``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.table import Table as RichTable
+
+from ..barrier import Pipeline
+from ..catalog.lifecycle import live_locks
+from .common import common, open_catalog
+from .output import Output, duration, size, when
+
+
+@click.command("tables")
+@click.option("--namespace", default=None, help="only the tables of this namespace")
+@common
+def tables_cmd(out: Output, catalog_url: str, namespace: str | None) -> None:
+    """List tables: kind (root, derived, unmanaged), writer job, version, files, frontier.
+
+    \b
+    Example:
+      lakestep tables --catalog sqlite:///wh/catalog.db
+      lakestep tables --namespace shop --json
+    """
+    with open_catalog(catalog_url) as cat:
+        st = Pipeline(cat).status(last=1)
+        names = cat.list_tables(namespace)
+        rows = []
+        for name in out.each("reading", names):
+            t = st.tables[name]
+            files = cat.load_table(name).files()
+            rows.append({"table": name, "kind": t.kind, "job": t.job, "version": t.version,
+                         "data_version": t.data_version, "files": len(files),
+                         "bytes": sum(f.file_size for f in files), "stored_rows": sum(f.record_count for f in files),
+                         "frontier": t.frontier, "behind": t.behind, "last_commit_at": t.last_commit_at})
+        out.emit({"catalog": cat.url, "tables": rows})
+        grid = RichTable(title=f"{len(rows)} table(s) in {cat.url}", title_justify="left")
+        for col, just in (("table", "left"), ("kind", "left"), ("job", "left"), ("version", "right"),
+                          ("data version", "right"), ("files", "right"), ("size", "right"),
+                          ("stored rows", "right"), ("frontier", "right"), ("behind", "right"),
+                          ("last commit", "left")):
+            grid.add_column(col, justify=just)  # type: ignore[arg-type]
+        for r in rows:
+            lag = r["behind"] is not None and r["behind"] > 0
+            grid.add_row(r["table"], r["kind"], r["job"] or "-", str(r["version"]), str(r["data_version"]),
+                         str(r["files"]), size(r["bytes"]), str(r["stored_rows"]),
+                         "-" if r["frontier"] is None else str(r["frontier"]),
+                         "-" if r["behind"] is None else str(r["behind"]), when(r["last_commit_at"]),
+                         style="red" if lag else None)
+        out.print(grid)
+
+
+@click.command("describe")
+@click.argument("table")
+@click.option("--history", "history_limit", type=click.IntRange(min=0), default=20, show_default=True,
+              help="how many commits of history to show (0: all)")
+@common
+def describe_cmd(out: Output, catalog_url: str, table: str, history_limit: int) -> None:
+    """Describe TABLE: schema, primary key, partitions, properties, snapshots, locks, history.
+
+    \b
+    Example:
+      lakestep describe shop.orders --catalog ./wh
+      lakestep describe shop.orders --history 5 --json
+    """
+    with open_catalog(catalog_url) as cat:
+        t = cat.load_table(table)
+        p = Pipeline(cat)
+        st = p.status(last=1).tables[t.ident]
+        files = t.files()
+        hist = t.history(limit=history_limit or None)
+        snaps = t.snapshots()
+        locks = live_locks(cat, t.table_id)
+        doc: dict[str, Any] = {
+            "table": t.ident, "location": t.location, "kind": st.kind, "job": st.job, "readers": list(st.readers),
+            "version": st.version, "data_version": st.data_version, "frontier": st.frontier, "behind": st.behind,
+            "primary_key": list(t.primary_key), "partition_by": list(t.partition_by),
+            "properties": dict(t.properties), "retention_seconds": t.retention_seconds,
+            "files": len(files), "bytes": sum(f.file_size for f in files),
+            "stored_rows": sum(f.record_count for f in files),
+            "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in t.schema],
+            "snapshots": [{"name": s.name, "version": s.version, "barrier": s.barrier, "created_at": s.created_at,
+                           "expires_at": s.expires_at} for s in snaps],
+            "locks": [{"lock_id": lk[0], "locker": lk[1], "version": lk[3], "kind": lk[4], "expires_at": lk[5]}
+                      for lk in locks],
+            "history": [{"version": h.version, "data_version": h.data_version, "operation": h.operation,
+                         "barrier": h.barrier, "added_files": h.added_files, "removed_files": h.removed_files,
+                         "added_rows": h.added_rows, "removed_rows": h.removed_rows, "job_id": h.job_id,
+                         "batch_id": h.batch_id, "committed_at": h.committed_at} for h in hist],
+        }
+        out.emit(doc)
+        if out.json:
+            return
+        head = RichTable.grid(padding=(0, 2))
+        head.add_column(style="bold")
+        head.add_column()
+        writer = "-" if st.job is None else f"job {st.job}"
+        for k, v in (("table", t.ident), ("location", t.location), ("kind", f"{st.kind} ({writer})"),
+                     ("read by", ", ".join(st.readers) or "-"),
+                     ("version", f"{st.version} (data version {st.data_version})"),
+                     ("frontier", "-" if st.frontier is None else f"{st.frontier} ({st.behind} behind)"),
+                     ("primary key", ", ".join(t.primary_key) or "-"),
+                     ("partitioned by", ", ".join(t.partition_by) or "-"),
+                     ("files", f"{doc['files']} ({size(doc['bytes'])}, {doc['stored_rows']} stored rows)"),
+                     ("retention", duration(t.retention_seconds))):
+            head.add_row(k, str(v))
+        out.print(head)
+        schema = RichTable(title="schema", title_justify="left")
+        for col in ("column", "type", "nullable", "key"):
+            schema.add_column(col)
+        for f in t.schema:
+            key = ", ".join(k for k, on in (("primary key", f.name in t.primary_key),
+                                            ("partition", f.name in t.partition_by)) if on)
+            schema.add_row(f.name, str(f.type), "yes" if f.nullable else "no", key)
+        out.print(schema)
+        if t.properties:
+            props = RichTable(title="properties", title_justify="left")
+            props.add_column("key")
+            props.add_column("value")
+            for k, v in sorted(t.properties.items()):
+                props.add_row(k, v)
+            out.print(props)
+        if snaps or locks:
+            pins = RichTable(title="snapshots and locks", title_justify="left")
+            for col in ("kind", "name", "version", "barrier", "expires"):
+                pins.add_column(col)
+            for s in snaps:
+                pins.add_row("snapshot", s.name, str(s.version), "-" if s.barrier is None else str(s.barrier),
+                             when(s.expires_at) if s.expires_at else "never")
+            for lk in locks:
+                pins.add_row("lock", str(lk[1]), str(lk[3]), "-", when(lk[5]) if lk[5] else "never")
+            out.print(pins)
+        h = RichTable(title=f"history (newest first{'' if not history_limit else f', {len(hist)} shown'})",
+                      title_justify="left")
+        for col, just in (("version", "right"), ("operation", "left"), ("barrier", "right"), ("+files", "right"),
+                          ("-files", "right"), ("+rows", "right"), ("-rows", "right"), ("job", "left"),
+                          ("batch", "right"), ("committed", "left")):
+            h.add_column(col, justify=just)  # type: ignore[arg-type]
+        for c in hist:
+            h.add_row(str(c.version), c.operation, "-" if c.barrier is None else str(c.barrier), str(c.added_files),
+                      str(c.removed_files), str(c.added_rows), str(c.removed_rows), c.job_id or "-",
+                      "-" if c.batch_id is None else str(c.batch_id), when(c.committed_at))
+        out.print(h)
+
+
+COMMANDS = [tables_cmd, describe_cmd]

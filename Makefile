@@ -1,5 +1,6 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   the main demo: the streaming shopping pipeline (Kafka -> orders -> aggregates -> dashboard)
+#   make demo   the main demo: the streaming shopping pipeline (Kafka -> orders -> aggregates -> dashboard);
+#               DEMO_ARGS='--seconds 60' reads the dashboard longer
 #   make test   the test suite (what CI runs)
 # Also: make tour (a tour of the catalog, no Spark), make bench.
 PYTHON ?= python3
@@ -19,7 +20,7 @@ venv: $(STAMP)
 
 demo: venv
 	scripts/ensure-services.sh --java-only
-	$(BIN)/python -m examples.shopping
+	$(BIN)/python -m examples.shopping $(DEMO_ARGS)
 
 tour: venv
 	$(BIN)/python -m examples.demo

@@ -25,7 +25,6 @@ Example::
 from __future__ import annotations
 
 import enum
-import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 import sqlalchemy as sa
@@ -143,7 +142,7 @@ class Pipeline:
                 ids = [t for t in g.managed if not catching_up(g, fx[t], o)]
             else:
                 ids = [self._id(conn, t) for t in tables]
-            found = common_snapshot(conn, ids)
+            found = common_snapshot(conn, ids, self.catalog.clock.now())
             return None if found is None else found[0]
 
     def states(self, table: "str | Table", barrier: int) -> frozenset[BarrierState]:
@@ -159,15 +158,15 @@ class Pipeline:
                 out.add(BarrierState.PRECOMMIT)
             if f is not None and barrier <= committed_barrier(conn, g, o):
                 out.add(BarrierState.COMMIT)
-            if self._has_snapshot(conn, tid, barrier):
+            if self._has_snapshot(conn, tid, barrier, self.catalog.clock.now()):
                 out.add(BarrierState.SNAPSHOT)
         return frozenset(out)
 
     @staticmethod
-    def _has_snapshot(conn: Any, tid: int, barrier: int) -> bool:
+    def _has_snapshot(conn: Any, tid: int, barrier: int, now: float) -> bool:
         c = S.snapshots.c
         return conn.execute(sa.select(c.name).where(
-            c.table_id == tid, c.barrier == barrier, sa.or_(c.expires_at.is_(None), c.expires_at > time.time())
+            c.table_id == tid, c.barrier == barrier, sa.or_(c.expires_at.is_(None), c.expires_at > now)
         ).limit(1)).first() is not None
 
     def version_at(self, table: "str | Table", barrier: int, *, strict: bool = True) -> int:
@@ -183,7 +182,7 @@ class Pipeline:
         barrier = check_barrier(barrier)
         with self.catalog.backend.read() as conn:
             tid = self._id(conn, table)
-            since = oldest_retained(conn)
+            since = oldest_retained(conn, self.catalog.clock.now())
             if since is not None and barrier < since:
                 raise BarrierNotRetainedError(str(table), barrier, since)
             g = self.topology.graph(conn)

@@ -32,6 +32,7 @@ from . import appends, locations
 from . import properties as P
 from . import schema as S
 from .. import _failpoints
+from ..clock import SYSTEM_CLOCK, Clock
 from .backend import Backend, DatabaseTimeouts, create_backend
 from .checks import check_barrier, check_batch_id, check_job_id
 from .commit import (
@@ -157,7 +158,9 @@ class Catalog:
         commit_retries: int = 5,
         echo: bool = False,
         timeouts: DatabaseTimeouts | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock: Clock = clock or SYSTEM_CLOCK  # every age, lease and expiry (lakestep/clock.py)
         if warehouse is not None:
             locations.check_not_under_file(normalize_location(warehouse))
         if url is None:
@@ -200,6 +203,10 @@ class Catalog:
                         raise CatalogError(f"no lakestep catalog at {self.url} (create=False)")
                     self.backend.check_empty(conn)
                 S.upgrade(conn)
+                if found == 0:  # a new catalog: its first epoch opened by the catalog's clock
+                    now = self.clock.now()
+                    conn.execute(sa.update(S.epoch).where(S.epoch.c.id == 1).values(opened_at=now))
+                    conn.execute(sa.update(S.topology).where(S.topology.c.id == 1).values(updated_at=now))
                 row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
                 if row is None:
                     if warehouse is None:
@@ -255,7 +262,7 @@ class Catalog:
                     return
                 raise NamespaceAlreadyExistsError(name)
             conn.execute(sa.insert(S.namespaces).values(
-                name=name, properties=json.dumps(dict(properties or {})), created_at=time.time()))
+                name=name, properties=json.dumps(dict(properties or {})), created_at=self.clock.now()))
 
     def list_namespaces(self) -> list[str]:
         with self.backend.read() as conn:
@@ -318,7 +325,7 @@ class Catalog:
         # 2. the directory exists and takes files before any catalog row names it
         made = self._make_location(loc)
         # 3. the row, after checking 1 again under the catalog lock
-        now = time.time()
+        now = self.clock.now()
         try:
             with self.backend.write() as conn:
                 self.backend.catalog_lock(conn)
@@ -544,7 +551,7 @@ class Catalog:
         while True:
             try:
                 if fast:  # one blind append/upsert: the streaming hot path
-                    txn = {"txn_uuid": txn_uuid, "job_id": job_id, "committed_at": time.time(),
+                    txn = {"txn_uuid": txn_uuid, "job_id": job_id, "committed_at": self.clock.now(),
                            "batch_id": None if job_id is None else int(batch_id or 0)}
                     result = self.backend.commit_blind(changes[0], txn)
                     _failpoints.hit("commit.after_db_commit")
@@ -553,7 +560,8 @@ class Catalog:
                     stop = guard(conn) if guard is not None else None
                     if stop is not None:
                         return False, stop
-                    results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
+                    results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id,
+                                          now=self.clock.now())
                     if after is not None:
                         after(conn, results)
                 _failpoints.hit("commit.after_db_commit")

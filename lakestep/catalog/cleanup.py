@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -99,7 +98,7 @@ def cleanup(
 ) -> CleanupReport:
     """Delete what no retained version needs (see the module docstring)."""
     R = table.retention_seconds if retention_seconds is None else float(retention_seconds)
-    now = time.time() if now is None else now
+    now = table.catalog.clock.now() if now is None else now
     cutoff = now - R
     f, c = S.files.c, S.commits.c
     tid = table.table_id
@@ -209,7 +208,7 @@ def apply_ttl(table: "Table", *, now: float | None = None) -> CommitResult | Non
     secs = table.properties.get("lakestep.ttl.seconds")
     if not col or not secs:
         return None
-    now = time.time() if now is None else now
+    now = table.catalog.clock.now() if now is None else now
     cutoff = _cutoff_value(table.schema.field(col).type, now - float(secs))
     empty = table.schema.empty_table()
     return table.overwrite(empty, where=[(col, "<", cutoff)])

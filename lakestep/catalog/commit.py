@@ -569,6 +569,7 @@ def commit_once(
     txn_uuid: str,
     job_id: str | None,
     batch_id: int | None,
+    now: float | None = None,
 ) -> list[CommitResult]:
     """Steps 2a-2d of the protocol, inside the caller's write transaction.
 
@@ -577,7 +578,7 @@ def commit_once(
     returns the recorded result. Blind appends take the fast path: one
     ``UPDATE ... RETURNING`` per table both locks the head and advances it.
     """
-    now = time.time()
+    now = time.time() if now is None else now  # the catalog's clock (lakestep/clock.py)
     if job_id is not None and conn.execute(_KEY_TAKEN, {"job": job_id, "batch": int(batch_id or 0)}).first():
         raise KeyReplayed(job_id, int(batch_id or 0))
     if any(c.barrier == OPEN_EPOCH for c in changes):

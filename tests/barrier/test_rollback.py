@@ -112,3 +112,30 @@ def test_rollback_of_a_lagging_table_and_snapshot_progress(catalog: Catalog, pip
     assert p.committed_barrier() == 3
     assert coordinator.snapshot() == [2, 3]
     assert p.choose(["s.a", "s.d"], level="repeatable_read").barrier == 3
+
+
+def test_version_at_in_older_eras_after_two_rollbacks(catalog: Catalog) -> None:
+    """Barriers older than the last restore are found by the era loop (states.py: the newest era,
+    then the restore itself, then the era before): every barrier reads exactly its rows."""
+    catalog.create_namespace("s")
+    make_tables(catalog, "a")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    coord = Coordinator(catalog)
+    a = catalog.load_table("s.a")
+    for k in (1, 2, 3, 4):  # barrier k holds rows 1..k
+        a.append(kv((k, k)), barrier=OPEN_EPOCH)
+        coord.seal()
+    p.rollback(to=3)  # era 2 starts: barrier 4's row is gone
+    a.append(kv((5, 5)), barrier=OPEN_EPOCH)  # barrier 5
+    coord.seal()
+    p.rollback(to=2)  # era 3 starts
+    a.append(kv((6, 6)), barrier=OPEN_EPOCH)  # barrier 6
+    coord.seal()
+    want = {0: [], 1: [(1, 1)], 2: [(1, 1), (2, 2)], 3: [(1, 1), (2, 2)], 4: [(1, 1), (2, 2)],
+            5: [(1, 1), (2, 2)], 6: [(1, 1), (2, 2), (6, 6)]}
+    got = {e: rows(a.to_arrow(version=p.version_at("s.a", e))) for e in want}
+    assert got == want
+    # the first era as it was before any rollback: untouched history, by version
+    assert rows(a.to_arrow(version=4)) == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    coord.release()

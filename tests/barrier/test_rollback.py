@@ -139,3 +139,28 @@ def test_version_at_in_older_eras_after_two_rollbacks(catalog: Catalog) -> None:
     # the first era as it was before any rollback: untouched history, by version
     assert rows(a.to_arrow(version=4)) == [(1, 1), (2, 2), (3, 3), (4, 4)]
     coord.release()
+
+
+def test_a_rolled_back_derived_table_stands_at_the_rollback_barrier(catalog: Catalog) -> None:
+    """After a rollback to r, a derived table whose job has not run since has its RESTORE (tagged r)
+    as its newest barriered commit: its frontier is r, and a consistent read answers r, in the
+    one-statement choice and in the general path alike (a fresh pipeline, no cached topology)."""
+    catalog.create_namespace("s")
+    make_tables(catalog, "a", "d")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    coord = Coordinator(catalog)
+    a = catalog.load_table("s.a")
+    for k in (1, 2, 3, 4):
+        a.append(kv((k, k)), barrier=OPEN_EPOCH)
+        coord.seal()
+        process(p, "copy", copy_of("s.a"), catalog)
+    p.rollback(to=2)
+    assert p.frontier("s.d") == 2
+    for pipe in (p, Pipeline(catalog)):
+        c = pipe.choose(["s.a", "s.d"])
+        assert c.barrier == 2
+        assert rows(catalog.load_table("s.d").to_arrow(version=c.versions["s.d"])) == [(1, 1), (2, 2)]
+        assert pipe.choose(["s.a", "s.d"], scope="global").barrier == 2
+    coord.release()

@@ -462,6 +462,17 @@ class Table:
         return sum(f.record_count for f in self.files(version=version, data_version=data_version, as_of=as_of,
                                                       snapshot=snapshot))
 
+    def recorded_paths(self, paths: Sequence[str]) -> set[str]:
+        """The ``paths`` (relative to the table's location) that some commit of this table
+        recorded, live or removed since: files a writer must not delete."""
+        found: set[str] = set()
+        wanted = list(dict.fromkeys(paths))
+        with self.catalog.backend.read() as conn:
+            for i in range(0, len(wanted), 500):
+                found.update(conn.execute(sa.select(S.files.c.path).where(
+                    S.files.c.table_id == self.table_id, S.files.c.path.in_(wanted[i:i + 500]))).scalars())
+        return found
+
     def history(self, *, limit: int | None = None) -> list[CommitInfo]:
         """Commits, newest first (version 0 is the table's creation)."""
         c, t = S.commits.c, S.txns.c

@@ -35,7 +35,8 @@ from .pipeline import BarrierState, Pipeline
 from .health import Diagnosis, Finding, diagnose
 from .rollback import RollbackResult, TableRollback
 from .status import LagSample, Status, TableStatus, lag_history, status
-from .topology import DOWNSTREAM_SQL, UPSTREAM_SQL, Graph, Job, Topology
+from .graph import Graph, Job, TableKind
+from .topology import DOWNSTREAM_SQL, UPSTREAM_SQL, Topology
 
 __all__ = [
     "OPEN_EPOCH",
@@ -43,6 +44,7 @@ __all__ = [
     "Topology",
     "Job",
     "Graph",
+    "TableKind",
     "DOWNSTREAM_SQL",
     "UPSTREAM_SQL",
     "Coordinator",

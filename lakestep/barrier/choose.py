@@ -56,7 +56,8 @@ from .states import (
     open_epoch,
     versions_at,
 )
-from .topology import Graph, TableKind, Topology
+from .graph import Graph, TableKind
+from .topology import Topology
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table

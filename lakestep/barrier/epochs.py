@@ -52,7 +52,8 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from .errors import NotCoordinatorError
 from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, committed_from, facts, open_epoch, versions_at
-from .topology import Graph, Topology
+from .graph import Graph
+from .topology import Topology
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

@@ -51,7 +51,8 @@ from ..catalog import schema as S
 from ..catalog.commit import CommitResult, TableChange
 from .errors import JobNotFoundError, StaleBatchError
 from .states import At, Facts, facts, first_change, frontier, open_epoch, versions_at
-from .topology import Graph, Job, TableKind, Topology, read_generation
+from .graph import Graph, Job, TableKind
+from .topology import Topology, read_generation
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table

@@ -49,7 +49,8 @@ from .states import (
     open_epoch,
     version_at,
 )
-from .topology import Job, Topology
+from .graph import Job
+from .topology import Topology
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator

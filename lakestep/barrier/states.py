@@ -59,7 +59,7 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from ._sql import Query
 from .errors import BarrierNotRetainedError
-from .topology import Graph
+from .graph import Graph
 
 SNAPSHOT_PREFIX = "lakestep-barrier-"
 

@@ -36,7 +36,8 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from .epochs import Lease, db_now, read_lease
 from .states import catching_up, committed_from, facts, frontier, oldest_retained
-from .topology import Graph, TableKind, Topology
+from .graph import Graph, TableKind
+from .topology import Topology
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

@@ -53,9 +53,9 @@ from .states import (
     facts_ex,
     frontier,
     newest_snapshot,
-    open_epoch,
     versions_at,
 )
+from .epochs import open_epoch
 from .graph import Graph, TableKind
 from .topology import Topology
 

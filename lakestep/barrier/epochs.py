@@ -1,4 +1,10 @@
-"""Epochs: the coordinator lease, sealing, and the snapshots of committed barriers.
+"""Epochs: the open epoch, the coordinator lease, sealing, and the snapshots of committed barriers.
+
+**The open epoch** ``O`` (row ``ls_epoch``) is read here and nowhere else in
+the barrier layer (:func:`open_epoch`, :func:`epoch_row`; sealing locks it).
+The catalog's commit path stamps root commits with it inside the commit's own
+database transaction, through its one function ``catalog.commit.open_epoch_for_commit``
+(the catalog sits below this layer and cannot import it).
 
 Each protocol below is one database transaction (``backend.write()``); times
 are the database's clock, so coordinators on several hosts agree on expiry.
@@ -51,12 +57,12 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from .errors import NotCoordinatorError
-from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, committed_from, facts, open_epoch, versions_at
 from .graph import Graph
-from .topology import Topology
+from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, committed_from, facts, versions_at
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
+    from .topology import Topology
 
 _DB_NOW = {
     "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
@@ -65,10 +71,22 @@ _DB_NOW = {
 
 _LEASE = sa.select(S.coordinator).where(S.coordinator.c.id == 1)
 _LOCK_LEASE = _LEASE.with_for_update()
-_LOCK_EPOCH = sa.select(S.epoch.c.open_epoch, S.epoch.c.opened_at).where(S.epoch.c.id == 1).with_for_update()
+_EPOCH = sa.select(S.epoch.c.open_epoch, S.epoch.c.opened_at).where(S.epoch.c.id == 1)
+_LOCK_EPOCH = _EPOCH.with_for_update()
 _PENDING = sa.text(
     "SELECT 1 FROM ls_commit WHERE table_id IN :ids AND barrier = :e LIMIT 1"
 ).bindparams(sa.bindparam("ids", expanding=True))
+
+
+def open_epoch(conn: Connection) -> int:
+    """The open epoch ``O``: barriers below it are sealed."""
+    return epoch_row(conn)[0]
+
+
+def epoch_row(conn: Connection) -> tuple[int, float]:
+    """(open epoch, when it was opened), as the database clock recorded it."""
+    r = conn.execute(_EPOCH).one()
+    return int(r[0]), float(r[1])
 
 
 def db_now(conn: Connection) -> float:

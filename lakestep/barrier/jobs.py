@@ -50,7 +50,8 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from ..catalog.commit import CommitResult, TableChange
 from .errors import JobNotFoundError, StaleBatchError
-from .states import At, Facts, facts, first_change, frontier, open_epoch, versions_at
+from .epochs import open_epoch
+from .states import At, Facts, facts, first_change, frontier, versions_at
 from .graph import Graph, Job, TableKind
 from .topology import Topology, read_generation
 

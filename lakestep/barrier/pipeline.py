@@ -34,7 +34,7 @@ from ..catalog import schema as S
 from ..catalog.checks import check_barrier
 from ..errors import VersionNotFoundError
 from .choose import Choice, Level, Resolver, Scope, _norm, choose
-from .epochs import Seal
+from .epochs import Seal, epoch_row, open_epoch
 from .errors import BarrierNotRetainedError
 from .jobs import BatchPlan, JobBatch, plan_batch
 from .rollback import RollbackResult, rollback
@@ -42,11 +42,9 @@ from .states import (
     catching_up,
     common_snapshot,
     committed_barrier,
-    epoch_row,
     facts,
     frontier,
     oldest_retained,
-    open_epoch,
     version_at,
 )
 from .graph import Job

@@ -50,6 +50,7 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..catalog.commit import CommitResult, Operation, TableChange
+from .epochs import open_epoch
 from .errors import RollbackRefusedError
 from .jobs import commit_guarded
 from .states import facts, frontier, newest_snapshot, versions_at
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
     from ..catalog import Catalog, Table
 
 _LOCK_LEASE = sa.select(S.coordinator.c.token).where(S.coordinator.c.id == 1).with_for_update()
-_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1)
 _LOCK_TABLES = (
     sa.select(S.tables.c.table_id)
     .where(S.tables.c.table_id.in_(sa.bindparam("ids", expanding=True)))
@@ -111,7 +111,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
             raise _Retry()
         if catalog.backend.row_locks:
             conn.execute(_LOCK_TABLES, {"ids": sorted(ids)})
-        state["open"] = int(conn.execute(_EPOCH).scalar_one())
+        state["open"] = open_epoch(conn)
         snap = newest_snapshot(conn, ids)
         if snap is not None and snap[1] > to:
             raise RollbackRefusedError(to_barrier=to, snapshot_barrier=snap[1], table=graph.names[snap[0]])

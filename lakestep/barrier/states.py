@@ -63,8 +63,6 @@ from .graph import Graph
 
 SNAPSHOT_PREFIX = "lakestep-barrier-"
 
-_EPOCH = sa.select(S.epoch.c.open_epoch, S.epoch.c.opened_at).where(S.epoch.c.id == 1)
-
 # Per table: head, newest RESTORE, and the barrier of the newest barriered
 # commit of the newest era (the frontier of a derived table); with the
 # topology generation and the open epoch, so that one statement does.
@@ -233,15 +231,6 @@ class At:
 
     version: int
     data_version: int
-
-
-def open_epoch(conn: Connection) -> int:
-    return int(conn.execute(_EPOCH).one()[0])
-
-
-def epoch_row(conn: Connection) -> tuple[int, float]:
-    r = conn.execute(_EPOCH).one()
-    return int(r[0]), float(r[1])
 
 
 def _chunks(ids: Sequence[int]) -> Iterable[list[int]]:

@@ -51,7 +51,8 @@ from ..catalog.files import check_identifier
 from ..errors import TableNotFoundError
 from .errors import CycleError, JobNotFoundError, TopologyError
 from .graph import Graph, Job, TableKind
-from .states import committed_barrier, open_epoch
+from .epochs import open_epoch
+from .states import committed_barrier
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

@@ -483,7 +483,7 @@ _INSERT_TXN = sa.insert(S.txns).returning(S.txns.c.txn_id)
 _KEY_TAKEN = sa.select(sa.literal(1)).where(
     S.txns.c.job_id == sa.bindparam("job"), S.txns.c.batch_id >= sa.bindparam("batch")).limit(1)
 # FOR SHARE on PostgreSQL (a seal's FOR UPDATE waits for it); SQLite has one writer.
-_READ_OPEN_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1).with_for_update(read=True)
+READ_OPEN_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1).with_for_update(read=True)
 _INSERT_FILES = sa.insert(S.files)
 _INSERT_COMMIT = sa.insert(S.commits)
 _UPDATE_HEAD = (
@@ -511,6 +511,13 @@ _ADVANCE_HEAD = (
     )
     .returning(S.tables.c.version, S.tables.c.data_version, S.tables.c.last_commit_at)
 )
+
+
+def open_epoch_for_commit(conn: Connection) -> int:
+    """The open epoch, read inside the commit's own database transaction under the
+    lock that sealing waits for: the catalog's one read of the epoch (barrier/epochs.py
+    owns every other one)."""
+    return int(conn.execute(READ_OPEN_EPOCH).scalar_one())
 
 
 def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, _Head]:
@@ -581,7 +588,7 @@ def commit_once(
     if job_id is not None and conn.execute(_KEY_TAKEN, {"job": job_id, "batch": int(batch_id or 0)}).first():
         raise KeyReplayed(job_id, int(batch_id or 0))
     if any(c.barrier == OPEN_EPOCH for c in changes):
-        open_epoch = int(conn.execute(_READ_OPEN_EPOCH).scalar_one())
+        open_epoch = open_epoch_for_commit(conn)
         changes = [dataclasses.replace(c, barrier=open_epoch) if c.barrier == OPEN_EPOCH else c for c in changes]
     txn_row = {
         "txn_uuid": txn_uuid,

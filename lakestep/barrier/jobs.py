@@ -51,7 +51,7 @@ from ..catalog import schema as S
 from ..catalog.commit import CommitResult, TableChange
 from .errors import JobNotFoundError, StaleBatchError
 from .epochs import open_epoch
-from .states import At, Facts, facts, first_change, frontier, versions_at
+from .states import At, facts, first_change, frontier, job_frontier, tag_frontier, versions_at
 from .graph import Graph, Job, TableKind
 from .topology import Topology, read_generation
 
@@ -123,8 +123,8 @@ def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int
     open_ = open_epoch(conn)
     managed = [s for s in job.source_ids if graph.kind(s) != "unmanaged"]
     fx = facts(conn, set(job.sink_ids) | set(job.source_ids))
-    sink_fr = {t: _sink_frontier(fx[t], open_) for t in job.sink_ids}
-    processed = min(sink_fr.values())
+    sink_fr = {t: tag_frontier(fx[t], open_) for t in job.sink_ids}
+    processed = job_frontier(graph, fx, job, open_)
     lo = processed + 1
     ready = open_ - 1
     for s in managed:
@@ -149,10 +149,6 @@ def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int
         sources[name] = SourceRange(name, s, graph.kind(s), a.version, b_.version, a.data_version, b_.data_version)
     sinks = tuple(t for t in job.sink_ids if sink_fr[t] == processed)
     return BatchPlan(job_id, lo, hi, sources, tuple(fx[t].ident for t in sinks), sinks)
-
-
-def _sink_frontier(f: Facts, open_: int) -> int:
-    return 0 if f.tag is None else min(f.tag, open_ - 1)
 
 
 def _heads(conn: Connection, ids: Sequence[int]) -> dict[int, At]:
@@ -301,7 +297,7 @@ class JobBatch:
         open_ = open_epoch(conn)
         src_ids = [s.table_id for s in plan.sources.values()]
         fx = facts(conn, set(plan.sink_ids) | set(src_ids))
-        fr = {t: _sink_frontier(fx[t], open_) for t in plan.sink_ids}
+        fr = {t: tag_frontier(fx[t], open_) for t in plan.sink_ids}
         if all(f >= plan.hi for f in fr.values()):
             log.info("job %s: barriers %d..%d were committed before: replay", plan.job_id, plan.lo, plan.hi)
             return [self._replayed(conn, t, fx[t].ident) for t in plan.sink_ids]

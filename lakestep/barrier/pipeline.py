@@ -35,7 +35,7 @@ from ..catalog.checks import check_barrier
 from ..errors import VersionNotFoundError
 from .choose import Choice, Level, Resolver, Scope, _norm, choose
 from .epochs import Seal, epoch_row, open_epoch
-from .errors import BarrierNotRetainedError
+from .errors import BarrierNotRetainedError, JobNotFoundError
 from .jobs import BatchPlan, JobBatch, plan_batch
 from .rollback import RollbackResult, rollback
 from .states import (
@@ -44,6 +44,7 @@ from .states import (
     committed_barrier,
     facts,
     frontier,
+    job_frontier,
     oldest_retained,
     version_at,
 )
@@ -126,6 +127,28 @@ class Pipeline:
             tid = self._id(conn, table)
             g = self.topology.graph(conn)
             return frontier(g, facts(conn, [tid])[tid], open_epoch(conn))
+
+    def job_frontier(self, job_id: str) -> int:
+        """The barrier the job's sinks have all precommitted (what its batches reached; 0 if none)."""
+        with self.catalog.backend.read() as conn:
+            g = self.topology.graph(conn)
+            job = g.jobs.get(job_id)
+            if job is None:
+                raise JobNotFoundError(job_id)
+            return job_frontier(g, facts(conn, job.sink_ids), job, open_epoch(conn))
+
+    def ready_barrier(self, job_id: str) -> int:
+        """The newest barrier every managed source of the job has precommitted (what it could
+        read up to); the job's own frontier when no source is managed."""
+        with self.catalog.backend.read() as conn:
+            g = self.topology.graph(conn)
+            job = g.jobs.get(job_id)
+            if job is None:
+                raise JobNotFoundError(job_id)
+            o = open_epoch(conn)
+            fx = facts(conn, set(job.source_ids) | set(job.sink_ids))
+            known = [f for f in (frontier(g, fx[s], o) for s in job.source_ids) if f is not None]
+            return min(known) if known else job_frontier(g, fx, job, o)
 
     def committed_barrier(self) -> int:
         """The newest barrier in state COMMIT (every table of the COMMIT set precommitted it)."""

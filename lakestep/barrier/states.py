@@ -7,7 +7,7 @@ index seeks (``ls_commit_barrier (table_id, barrier, version)``, the partial
 with the number of barriers. ``O`` is the open epoch; ``t`` a table.
 
 * **sealed** ``e``: ``e < O``.
-* **frontier(t)**: root: ``O - 1`` (sealing ``e`` precommits ``e`` for every
+* **frontier(t)** (:func:`frontier`, the one definition): root: ``O - 1`` (sealing ``e`` precommits ``e`` for every
   root, docs/design.md §3.2); derived: the barrier of its newest commit carrying
   one (0 if none), since a derived job commits its barriers in order;
   unmanaged: none (barriers do not apply).
@@ -59,7 +59,7 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from ._sql import Query
 from .errors import BarrierNotRetainedError
-from .graph import Graph
+from .graph import Graph, Job
 
 SNAPSHOT_PREFIX = "lakestep-barrier-"
 
@@ -298,8 +298,21 @@ def frontier(graph: Graph, f: Facts, open_: int) -> int | None:
     if kind == "root":
         return open_ - 1
     if kind == "derived":
-        return 0 if f.tag is None else min(f.tag, open_ - 1)
+        return tag_frontier(f, open_)
     return None
+
+
+def tag_frontier(f: Facts, open_: int) -> int:
+    """The frontier a table's own commits give it, whatever the topology says now: its newest
+    barrier tag (0 if none), at most ``O - 1``. The rule of a derived table, and of a sink a
+    batch judges (which may have left the topology meanwhile)."""
+    return 0 if f.tag is None else min(f.tag, open_ - 1)
+
+
+def job_frontier(graph: Graph, fx: dict[int, Facts], job: Job, open_: int) -> int:
+    """The barrier a job's batches have reached: the lowest frontier of its sinks (0 if none);
+    ``fx`` covers the sinks."""
+    return min(((frontier(graph, fx[t], open_) or 0) for t in job.sink_ids), default=0)
 
 
 def catching_up(graph: Graph, f: Facts, open_: int) -> bool:

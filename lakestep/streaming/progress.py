@@ -78,22 +78,6 @@ def ensure_source_registered(cat: Catalog, job: str, table: str) -> None:
         p.register_job(job, sources=list(j.sources) + [table], sinks=j.sinks, external_input=j.external_input)
 
 
-def job_frontier(cat: Catalog, job: str) -> int:
-    """The barrier the job's sinks have all precommitted (what its batches reached)."""
-    p = Pipeline(cat)
-    j = p.topology.job(job)
-    fronts = [p.frontier(t) for t in j.sinks]
-    return min((f if f is not None else 0) for f in fronts) if fronts else 0
-
-
-def ready_barrier(cat: Catalog, job: str) -> int:
-    """The newest barrier every lakestep source of ``job`` has precommitted (what it could read up to)."""
-    p = Pipeline(cat)
-    fronts = [p.frontier(t) for t in p.topology.job(job).sources]
-    known = [f for f in fronts if f is not None]
-    return min(known) if known else job_frontier(cat, job)
-
-
 def commit_batch(
     cat: Catalog,
     job: str,
@@ -121,7 +105,7 @@ def commit_batch(
         if prior is not None:
             log.info("job %s batch %d was committed before: replay", job, batch_id)
             return txn_results(conn, prior, {})
-    start = job_frontier(cat, job)
+    start = p.job_frontier(job)
     hi = triggers.batch_end(cat, job, start)
     if hi is None or hi <= start:
         if files:

@@ -35,7 +35,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from ..barrier import triggers
+from ..barrier import Pipeline, triggers
 from ..catalog import reader
 from ..catalog.files import FileWriter
 from . import progress
@@ -80,13 +80,13 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"barrier": barrier, "dv": dv}
 
     def initialOffset(self) -> dict[str, int]:
-        return self._offset(progress.job_frontier(progress.open_catalog(self.url), self.job))
+        return self._offset(Pipeline(progress.open_catalog(self.url)).job_frontier(self.job))
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the barrier an availableNow query reads up to: the newest one
         every source of the job has precommitted now. The query then runs its
         batches (one barrier each, or ``maxBarriersPerTrigger``) up to it and stops."""
-        self._target = progress.ready_barrier(progress.open_catalog(self.url), self.job)
+        self._target = Pipeline(progress.open_catalog(self.url)).ready_barrier(self.job)
         log.info("job %s: availableNow reads %s up to barrier %d", self.job, self.table, self._target)
 
     def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
@@ -97,8 +97,6 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         most = self.max_barriers if self._target is None else min(self.max_barriers, self._target - s)
 
         def plan() -> int:
-            from ..barrier import Pipeline
-
             if most < 1:
                 return s
             nxt = Pipeline(cat).next_batch(self.job, max_barriers=most)

@@ -31,7 +31,8 @@ from .errors import (
     TopologyError,
 )
 from .jobs import BatchPlan, BatchResult, JobBatch, SourceRange
-from .pipeline import BarrierState, Pipeline
+from .pipeline import Pipeline
+from .states import BarrierState
 from .health import Diagnosis, Finding, diagnose
 from .rollback import RollbackResult, TableRollback
 from .status import LagSample, Status, TableStatus, lag_history, status

@@ -200,7 +200,8 @@ def _norm_one(ident: str) -> str:
     return f"{ns}.{name}"
 
 
-def _norm(tables: Sequence["str | Table"]) -> list[str]:
+def norm_idents(tables: Sequence["str | Table"]) -> list[str]:
+    """Table names, normalised ("ns.name") and deduplicated in order."""
     return list(dict.fromkeys(_norm_one(t if isinstance(t, str) else t.ident) for t in tables))
 
 
@@ -221,7 +222,7 @@ def choose(
         raise ValueError(f"level must be one of {LEVELS}, not {level!r}")
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}")
-    idents = _norm(tables)
+    idents = norm_idents(tables)
     if not idents:
         raise ValueError("choose needs at least one table")
     if level == "repeatable_read":

@@ -24,8 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import enum
-import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 import sqlalchemy as sa
@@ -33,12 +31,13 @@ import sqlalchemy as sa
 from ..catalog import schema as S
 from ..catalog.checks import check_barrier
 from ..errors import VersionNotFoundError
-from .choose import Choice, Level, Resolver, Scope, _norm, choose
+from .choose import Choice, Level, Resolver, Scope, norm_idents, choose
 from .epochs import Seal, epoch_row, open_epoch
 from .errors import BarrierNotRetainedError, JobNotFoundError
 from .jobs import BatchPlan, JobBatch, plan_batch
 from .rollback import RollbackResult, rollback
 from .states import (
+    BarrierState,
     catching_up,
     common_snapshot,
     committed_barrier,
@@ -46,6 +45,7 @@ from .states import (
     frontier,
     job_frontier,
     oldest_retained,
+    table_states,
     version_at,
 )
 from .graph import Job
@@ -55,12 +55,6 @@ if TYPE_CHECKING:
     from .coordinator import Coordinator
     from .status import LagSample, Status
     from ..catalog import Catalog, Table
-
-
-class BarrierState(str, enum.Enum):
-    PRECOMMIT = "PRECOMMIT"
-    COMMIT = "COMMIT"
-    SNAPSHOT = "SNAPSHOT"
 
 
 class Pipeline:
@@ -117,7 +111,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------ states
     def _id(self, conn: Any, table: "str | Table") -> int:
-        ident = _norm([table])[0]
+        ident = norm_idents([table])[0]
         return self._resolver.resolve(conn, [ident])[ident]
 
     def frontier(self, table: "str | Table") -> int | None:
@@ -171,26 +165,9 @@ class Pipeline:
     def states(self, table: "str | Table", barrier: int) -> frozenset[BarrierState]:
         """The states ``table`` holds for ``barrier`` (empty: none yet)."""
         barrier = check_barrier(barrier)
-        out: set[BarrierState] = set()
         with self.catalog.backend.read() as conn:
             tid = self._id(conn, table)
-            g = self.topology.graph(conn)
-            o = open_epoch(conn)
-            f = frontier(g, facts(conn, [tid])[tid], o)
-            if f is not None and barrier <= f:
-                out.add(BarrierState.PRECOMMIT)
-            if f is not None and barrier <= committed_barrier(conn, g, o):
-                out.add(BarrierState.COMMIT)
-            if self._has_snapshot(conn, tid, barrier):
-                out.add(BarrierState.SNAPSHOT)
-        return frozenset(out)
-
-    @staticmethod
-    def _has_snapshot(conn: Any, tid: int, barrier: int) -> bool:
-        c = S.snapshots.c
-        return conn.execute(sa.select(c.name).where(
-            c.table_id == tid, c.barrier == barrier, sa.or_(c.expires_at.is_(None), c.expires_at > time.time())
-        ).limit(1)).first() is not None
+            return table_states(conn, self.topology.graph(conn), tid, barrier, open_epoch(conn))
 
     def version_at(self, table: "str | Table", barrier: int, *, strict: bool = True) -> int:
         """Time travel by barrier: the version of ``table`` at ``barrier`` (states.py's rule).

@@ -49,6 +49,7 @@ consistently at its frontier any more.
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -313,6 +314,31 @@ def job_frontier(graph: Graph, fx: dict[int, Facts], job: Job, open_: int) -> in
     """The barrier a job's batches have reached: the lowest frontier of its sinks (0 if none);
     ``fx`` covers the sinks."""
     return min(((frontier(graph, fx[t], open_) or 0) for t in job.sink_ids), default=0)
+
+
+class BarrierState(str, enum.Enum):
+    """The states of a table at a barrier (module docstring)."""
+
+    PRECOMMIT = "PRECOMMIT"
+    COMMIT = "COMMIT"
+    SNAPSHOT = "SNAPSHOT"
+
+
+def table_states(conn: Connection, graph: Graph, table_id: int, barrier: int, open_: int
+                 ) -> frozenset[BarrierState]:
+    """The states table ``table_id`` holds for ``barrier`` (empty: none yet)."""
+    out: set[BarrierState] = set()
+    f = frontier(graph, facts(conn, [table_id])[table_id], open_)
+    if f is not None and barrier <= f:
+        out.add(BarrierState.PRECOMMIT)
+    if f is not None and barrier <= committed_barrier(conn, graph, open_):
+        out.add(BarrierState.COMMIT)
+    c = S.snapshots.c
+    if conn.execute(sa.select(c.name).where(
+            c.table_id == table_id, c.barrier == barrier,
+            sa.or_(c.expires_at.is_(None), c.expires_at > time.time())).limit(1)).first() is not None:
+        out.add(BarrierState.SNAPSHOT)
+    return frozenset(out)
 
 
 def catching_up(graph: Graph, f: Facts, open_: int) -> bool:

@@ -353,6 +353,10 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------- query
+class StreamingJobError(LakestepError):
+    """A streaming job that is not set up to run (unregistered, misaligned, ...)."""
+
+
 class QueryError(LakestepError, ValueError):
     """A query lakestep cannot run as written: unparseable SQL, an unknown level or scope,
     time travel it cannot honour. The message says what to change."""

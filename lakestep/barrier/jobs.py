@@ -51,7 +51,7 @@ from ..catalog import schema as S
 from ..catalog.commit import CommitResult, TableChange
 from .errors import JobNotFoundError, StaleBatchError
 from .epochs import open_epoch
-from .states import At, facts, first_change, frontier, job_frontier, tag_frontier, versions_at
+from .states import facts, heads, first_change, frontier, job_frontier, tag_frontier, versions_at
 from .graph import Graph, Job, TableKind
 from .topology import Topology, read_generation
 
@@ -139,24 +139,16 @@ def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int
             hi = max(lo, min(hi, b))
     end = versions_at(conn, managed, hi)
     sources: dict[str, SourceRange] = {}
-    heads = _heads(conn, [s for s in job.source_ids if s not in managed])
+    head = heads(conn, [s for s in job.source_ids if s not in managed])
     for s in job.source_ids:
         name = fx[s].ident
         if s in start:
             a, b_ = start[s], end[s]
         else:
-            a = b_ = heads[s]
+            a = b_ = head[s]
         sources[name] = SourceRange(name, s, graph.kind(s), a.version, b_.version, a.data_version, b_.data_version)
     sinks = tuple(t for t in job.sink_ids if sink_fr[t] == processed)
     return BatchPlan(job_id, lo, hi, sources, tuple(fx[t].ident for t in sinks), sinks)
-
-
-def _heads(conn: Connection, ids: Sequence[int]) -> dict[int, At]:
-    if not ids:
-        return {}
-    t = S.tables.c
-    rows = conn.execute(sa.select(t.table_id, t.version, t.data_version).where(t.table_id.in_(list(ids))))
-    return {int(r[0]): At(int(r[1]), int(r[2])) for r in rows}
 
 
 # ---------------------------------------------------------------------------

@@ -37,12 +37,14 @@ from .errors import BarrierNotRetainedError, JobNotFoundError
 from .jobs import BatchPlan, JobBatch, plan_batch
 from .rollback import RollbackResult, rollback
 from .states import (
+    At,
     BarrierState,
     catching_up,
     common_snapshot,
     committed_barrier,
     facts,
     frontier,
+    heads,
     job_frontier,
     oldest_retained,
     table_states,
@@ -170,7 +172,11 @@ class Pipeline:
             return table_states(conn, self.topology.graph(conn), tid, barrier, open_epoch(conn))
 
     def version_at(self, table: "str | Table", barrier: int, *, strict: bool = True) -> int:
-        """Time travel by barrier: the version of ``table`` at ``barrier`` (states.py's rule).
+        """Time travel by barrier: the version of ``table`` at ``barrier`` (:meth:`at`)."""
+        return self.at(table, barrier, strict=strict).version
+
+    def at(self, table: "str | Table", barrier: int, *, strict: bool = True) -> At:
+        """The version of ``table`` at ``barrier`` (states.py's rule), with its data version.
 
         Refused (:class:`BarrierNotRetainedError`) below the oldest barrier the
         coordinator's snapshots retain, when retention is in force; with
@@ -188,11 +194,11 @@ class Pipeline:
             g = self.topology.graph(conn)
             f = facts(conn, [tid])[tid]
             if g.kind(tid) == "unmanaged":
-                return f.head
+                return heads(conn, [tid])[tid]
             fr = frontier(g, f, open_epoch(conn))
             if strict and fr is not None and barrier > fr:
                 raise VersionNotFoundError(f.ident, f"state at barrier {barrier} (precommitted up to {fr})")
-            return version_at(conn, tid, barrier).version
+            return version_at(conn, tid, barrier)
 
     # -------------------------------------------------------------------- jobs
     def next_batch(self, job_id: str, *, max_barriers: int | None = None) -> BatchPlan | None:

@@ -367,6 +367,15 @@ def committed_from(graph: Graph, fx: dict[int, Facts], open_: int) -> int:
     return out
 
 
+def heads(conn: Connection, ids: Sequence[int]) -> dict[int, At]:
+    """The newest version of each table, with its data version."""
+    if not ids:
+        return {}
+    t = S.tables.c
+    rows = conn.execute(sa.select(t.table_id, t.version, t.data_version).where(t.table_id.in_(list(ids))))
+    return {int(r[0]): At(int(r[1]), int(r[2])) for r in rows}
+
+
 def versions_at(conn: Connection, ids: Iterable[int], barrier: int) -> dict[int, At]:
     """``version_at`` of several tables at one barrier, in one statement (plus rare fallbacks)."""
     out: dict[int, At] = {}

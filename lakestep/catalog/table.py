@@ -376,6 +376,26 @@ class Table:
             v, head = self._resolve(conn, version, data_version, as_of, snapshot)
             return v, self._files_at(conn, v, head=head)
 
+    def added_files(self, from_data_version: int, to_data_version: int) -> list[DataFile]:
+        """The files whose rows a stream of this table emits for the data versions
+        ``(from_data_version, to_data_version]``, oldest first.
+
+        Appends and upserts emit their files; an overwrite emits its new rows (not
+        the rows it kept by rewriting). Compactions have no data version, and the
+        rewrites of copy-on-write deletes and updates are not emitted: the stream
+        is the table's appended and upserted rows.
+        """
+        f, c = S.files.c, S.commits.c
+        q = (
+            sa.select(*_FILE_COLS)
+            .select_from(S.files.join(S.commits, sa.and_(c.table_id == f.table_id, c.version == f.added_version)))
+            .where(f.table_id == self.table_id, c.data_version > from_data_version, c.data_version <= to_data_version,
+                   c.operation.in_(["APPEND", "MERGE", "OVERWRITE"]), f.source_ids.is_(None))
+            .order_by(f.file_id)
+        )
+        with self.catalog.backend.read() as conn:
+            return [DataFile(*r) for r in conn.execute(q)]
+
     def _head_and_live(self) -> tuple[int, int, list[DataFile]]:
         """(version, data version, live files) at the head, read consistently."""
         with self.catalog.backend.read() as conn:

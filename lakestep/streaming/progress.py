@@ -15,23 +15,16 @@ import logging
 import threading
 from typing import Any, Sequence
 
-import sqlalchemy as sa
-
 from ..barrier import OPEN_EPOCH, JobNotFoundError, Pipeline, triggers
 from ..catalog import Catalog
-from ..catalog import schema as S
 from ..catalog.commit import CommitResult, find_txn, txn_results
 from ..catalog.files import NewFile
-from ..errors import LakestepError
+from ..errors import StreamingJobError
 
 log = logging.getLogger(__name__)
 
 _catalogs: dict[str, Catalog] = {}
 _lock = threading.Lock()
-
-
-class StreamingJobError(LakestepError):
-    """A streaming job that is not set up to run (unregistered, misaligned, ...)."""
 
 
 def required(options: Any, key: str) -> str:
@@ -124,34 +117,3 @@ def commit_batch(
             b.tx.add_files(dead_letter[0], dead_letter[1], barrier=plan.hi)
     assert b.result is not None
     return b.result.results
-
-
-def data_version_at(cat: Catalog, table: str, barrier: int) -> tuple[int, int]:
-    """(version, data version) of ``table`` at ``barrier``."""
-    t = cat.load_table(table)
-    v = Pipeline(cat).version_at(table, barrier) if barrier > 0 else 0
-    c = S.commits.c
-    with cat.backend.read() as conn:
-        dv = conn.execute(sa.select(c.data_version).where(c.table_id == t.table_id, c.version == v)).scalar()
-    return v, int(dv or 0)
-
-
-def added_files(cat: Catalog, table: str, from_dv: int, to_dv: int) -> list[tuple[str, int, int]]:
-    """(path, rows, bytes) of the files whose rows a stream emits for data versions ``(from_dv, to_dv]``.
-
-    Appends and upserts emit their files; an overwrite emits its new rows (not
-    the rows it kept by rewriting). Compactions have no data version, and the
-    rewrites of copy-on-write deletes and updates are not emitted: the stream
-    is the table's appended and upserted rows.
-    """
-    t = cat.load_table(table)
-    f, c = S.files.c, S.commits.c
-    q = (
-        sa.select(f.path, f.record_count, f.file_size)
-        .select_from(S.files.join(S.commits, sa.and_(c.table_id == f.table_id, c.version == f.added_version)))
-        .where(f.table_id == t.table_id, c.data_version > from_dv, c.data_version <= to_dv,
-               c.operation.in_(["APPEND", "MERGE", "OVERWRITE"]), f.source_ids.is_(None))
-        .order_by(f.file_id)
-    )
-    with cat.backend.read() as conn:
-        return [(r[0], int(r[1]), int(r[2])) for r in conn.execute(q)]

@@ -76,7 +76,7 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None  # Trigger.AvailableNow: the last barrier to read
 
     def _offset(self, barrier: int) -> dict[str, int]:
-        _, dv = progress.data_version_at(progress.open_catalog(self.url), self.table, barrier)
+        dv = Pipeline(progress.open_catalog(self.url)).at(self.table, barrier).data_version if barrier > 0 else 0
         return {"barrier": barrier, "dv": dv}
 
     def initialOffset(self) -> dict[str, int]:
@@ -108,8 +108,9 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         if int(end["dv"]) <= int(start["dv"]):
             return []
-        files = progress.added_files(progress.open_catalog(self.url), self.table, int(start["dv"]), int(end["dv"]))
-        return [FilesPartition([FileToRead(path, rows, size)]) for path, rows, size in files]
+        t = progress.open_catalog(self.url).load_table(self.table)
+        return [FilesPartition([FileToRead(f.path, f.record_count, f.file_size)])
+                for f in t.added_files(int(start["dv"]), int(end["dv"]))]
 
     def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:  # executors
         data = reader.read(self.shape.ident, FileWriter(self.shape.location), partition.files,
@@ -126,7 +127,8 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         release_locks(cat, locker)
         try:
-            v, _ = progress.data_version_at(cat, self.table, int(end["barrier"]))
+            b = int(end["barrier"])
+            v = Pipeline(cat).version_at(self.table, b) if b > 0 else 0
             t.lock(locker=locker, version=v, lease_seconds=3600)
         except Exception as e:  # a pin is a courtesy to cleanup; never fail the stream for it
             log.warning("could not pin %s for stream %s: %s", self.table, self.job, e)

@@ -57,6 +57,7 @@ from .topology import Topology, read_generation
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table
+    from ..catalog.files import NewFile
     from ..catalog.predicates import Filter, Predicate
 
 log = logging.getLogger(__name__)
@@ -152,29 +153,6 @@ def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int
 
 
 # ---------------------------------------------------------------------------
-Guard = Callable[[Connection], "list[CommitResult] | None"]
-
-
-def commit_guarded(
-    catalog: "Catalog",
-    changes: list[TableChange],
-    guard: Guard,
-    *,
-    after: Callable[[Connection, list[CommitResult]], None] | None = None,
-    job_id: str | None = None,
-    batch_id: int | None = None,
-) -> tuple[bool, list[CommitResult]]:
-    """Run ``guard`` and commit ``changes`` in one database transaction.
-
-    ``guard`` returns None to go on, or a result to return without committing
-    (a replay). It may fill ``changes`` in (rollback computes them under its
-    locks). ``after`` runs in the same transaction, after the commit. Returns
-    (committed, results). Transient database errors are retried; a commit
-    that landed before its connection broke is found by its uuid.
-    """
-    return catalog.commit_guarded(changes, guard=guard, after=after, job_id=job_id, batch_id=batch_id)
-
-
 _LOCK_TABLES = (
     sa.select(S.tables.c.table_id)
     .where(S.tables.c.table_id.in_(sa.bindparam("ids", expanding=True)))
@@ -203,11 +181,13 @@ class JobBatch:
     """
 
     def __init__(self, catalog: "Catalog", topology: Topology, plan: BatchPlan,
-                 tables: "Callable[[str, int], Table] | None" = None) -> None:
+                 tables: "Callable[[str, int], Table] | None" = None, *, job_id: str | None = None,
+                 batch_id: int | None = None) -> None:
         self.catalog = catalog
         self.topology = topology
         self.plan = plan
-        self.tx = catalog.transaction()
+        # (job_id, batch_id): the key of a streaming micro-batch, so that a replay of it finds it
+        self.tx = catalog.transaction(job_id=job_id, batch_id=batch_id, guard=self._guard)
         self.result: BatchResult | None = None
         self._load: "Callable[[str, int], Table]" = tables or (lambda ident, _tid: catalog.load_table(ident))
 
@@ -251,6 +231,10 @@ class JobBatch:
                isolation: str | None = None) -> None:
         self.tx.update(self._sink(table), set, where, isolation=isolation, barrier=self.plan.hi)
 
+    def add_files(self, table: "Table | str", files: "Sequence[NewFile]", *, mode: str = "append") -> None:
+        """Files written elsewhere (Spark executors), tagged ``hi`` (:meth:`Transaction.add_files`)."""
+        self.tx.add_files(table, files, mode=mode, barrier=self.plan.hi)
+
     def abort(self) -> None:
         self.tx.abort()
 
@@ -261,20 +245,8 @@ class JobBatch:
             if tid not in self.tx.changes:
                 t = self._load(ident, tid)
                 self.tx.append(t, t.schema.empty_table(), barrier=plan.hi)
-        changes = [self.tx.changes[k] for k in sorted(self.tx.changes)]
-        self.tx.closed = True
-        try:
-            committed, results = commit_guarded(self.catalog, changes, self._guard,
-                                                job_id=self.tx.job_id, batch_id=self.tx.batch_id)
-        except BaseException:
-            for c in changes:
-                self.tx._discard_files(c)
-            raise
-        if not committed:
-            for c in changes:
-                self.tx._discard_files(c)
-        self.tx.results = results
-        self.result = BatchResult(plan, not committed, results)
+        results = self.tx.commit()  # the guard checks the plan (step 3b); its errors discard the files
+        self.result = BatchResult(plan, self.tx.replayed, results)
         return self.result
 
     def _guard(self, conn: Connection) -> list[CommitResult] | None:

@@ -211,9 +211,10 @@ class Pipeline:
         plan = self.next_batch(job_id, max_barriers=1)
         return None if plan is None else plan.lo
 
-    def batch(self, plan: BatchPlan) -> JobBatch:
-        """The writes of a planned batch; committed on a clean ``with`` exit (jobs.py)."""
-        return JobBatch(self.catalog, self.topology, plan, self.table)
+    def batch(self, plan: BatchPlan, *, job_id: str | None = None, batch_id: int | None = None) -> JobBatch:
+        """The writes of a planned batch; committed on a clean ``with`` exit (jobs.py).
+        ``(job_id, batch_id)``: a streaming micro-batch's idempotency key, recorded with it."""
+        return JobBatch(self.catalog, self.topology, plan, self.table, job_id=job_id, batch_id=batch_id)
 
     # ------------------------------------------------------------------- reads
     def choose(self, tables: Sequence["str | Table"], *, level: Level = "read_committed", scope: Scope = "query",

@@ -52,7 +52,6 @@ from ..catalog import schema as S
 from ..catalog.commit import CommitResult, Operation, TableChange
 from .epochs import open_epoch
 from .errors import RollbackRefusedError
-from .jobs import commit_guarded
 from .states import facts, frontier, newest_snapshot, versions_at
 from .topology import Topology, read_generation
 
@@ -144,7 +143,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
 
     for _ in range(5):
         try:
-            committed, results = commit_guarded(catalog, changes, guard, after=after)
+            committed, results = catalog.commit_guarded(changes, guard=guard, after=after)
             break
         except _Retry:
             with catalog.backend.read() as conn:

@@ -65,6 +65,12 @@ log = logging.getLogger(__name__)
 
 MAX_REBASES = 20
 
+#: Runs first in a commit's database transaction: None to go on, or results to return
+#: without committing (a replay). Whatever it raises aborts the commit.
+Guard = Callable[[sa.Connection], "list[CommitResult] | None"]
+#: Runs in the same database transaction, after the commit, with its results.
+After = Callable[[sa.Connection, "list[CommitResult]"], None]
+
 
 def _table_schema(ident: str, schema: pa.Schema, partition_by: Sequence[str],
                   primary_key: Sequence[str]) -> pa.Schema:
@@ -491,11 +497,14 @@ class Catalog:
                     pass
 
     # ------------------------------------------------------------ transactions
-    def transaction(self, *, job_id: str | None = None, batch_id: int | None = None) -> "Transaction":
+    def transaction(self, *, job_id: str | None = None, batch_id: int | None = None,
+                    guard: "Guard | None" = None, after: "After | None" = None) -> "Transaction":
         """A transaction over any number of tables: all commit, or none.
 
         ``(job_id, batch_id)`` makes it idempotent: committing the same key again
-        returns the first result and changes nothing.
+        returns the first result and changes nothing. ``guard`` and ``after``
+        run inside the commit's database transaction (see :meth:`commit_guarded`):
+        the barrier layer checks a batch's plan with them.
         """
         if job_id is not None:
             check_job_id(job_id)
@@ -506,7 +515,7 @@ class Catalog:
         elif batch_id is not None:
             raise InvalidArgumentError("batch_id needs job_id: the idempotency key is (job_id, batch_id)",
                                        argument="job_id", value=None)
-        return Transaction(self, job_id=job_id, batch_id=batch_id)
+        return Transaction(self, job_id=job_id, batch_id=batch_id, guard=guard, after=after)
 
     def _table(self, table: Table | str) -> Table:
         return table if isinstance(table, Table) else self.load_table(table)
@@ -517,12 +526,19 @@ class Catalog:
         """Commit prepared changes in one database transaction (see ``commit.py``)."""
         return self.commit_guarded(changes, job_id=job_id, batch_id=batch_id)[1]
 
+    def recorded(self, job_id: str, batch_id: int) -> list[CommitResult] | None:
+        """The commits recorded under the idempotency key ``(job_id, batch_id)``, marked
+        replayed; None when the key is not recorded (never committed, or pruned)."""
+        with self.backend.read() as conn:
+            prior = find_txn(conn, key=(job_id, int(batch_id)))
+            return None if prior is None else txn_results(conn, prior, {})
+
     def commit_guarded(
         self,
         changes: Sequence[TableChange],
         *,
-        guard: "Callable[[sa.Connection], list[CommitResult] | None] | None" = None,
-        after: "Callable[[sa.Connection, list[CommitResult]], None] | None" = None,
+        guard: "Guard | None" = None,
+        after: "After | None" = None,
         job_id: str | None = None,
         batch_id: int | None = None,
     ) -> tuple[bool, list[CommitResult]]:
@@ -650,14 +666,18 @@ class Transaction:
         tx.results   # one CommitResult per table
     """
 
-    def __init__(self, catalog: Catalog, *, job_id: str | None, batch_id: int | None) -> None:
+    def __init__(self, catalog: Catalog, *, job_id: str | None, batch_id: int | None,
+                 guard: Guard | None = None, after: After | None = None) -> None:
         self.catalog = catalog
         self.job_id = job_id
         self.batch_id = batch_id
+        self.guard = guard
+        self.after = after
         self.changes: dict[int, TableChange] = {}
         self.results: list[CommitResult] = []
         self.noops: list[CommitResult] = []  # writes with nothing to do (a compaction of nothing)
         self.closed = False
+        self.replayed = False  # the commit found its work done before (by its key, or its guard said so)
 
     def __enter__(self) -> "Transaction":
         return self
@@ -793,14 +813,28 @@ class Transaction:
         if not changes:
             self.results = list(self.noops)
             return self.results
+        refused: list[bool] = []  # the guard raised: nothing was committed
+
+        def guard(conn: sa.Connection) -> list[CommitResult] | None:
+            refused.clear()
+            try:
+                return self.guard(conn) if self.guard is not None else None
+            except BaseException:
+                refused.append(True)
+                raise
+
         try:
-            self.results = self.catalog.commit_changes(changes, job_id=self.job_id, batch_id=self.batch_id)
-        except CommitConflict:
-            for c in changes:
-                self._discard_files(c)
+            committed, self.results = self.catalog.commit_guarded(
+                changes, guard=guard if self.guard is not None else None, after=self.after,
+                job_id=self.job_id, batch_id=self.batch_id)
+        except BaseException as e:
+            if isinstance(e, CommitConflict) or refused:  # certainly not committed: the files are no one's
+                for c in changes:
+                    self._discard_files(c)
             raise
+        self.replayed = not committed
         for c, r in zip(changes, self.results):
-            if r.discarded or r.replayed:  # files no commit references: a second copy
+            if not committed or r.discarded or r.replayed:  # files no commit references: a second copy
                 self._discard_files(c)
         self.results = self.results + self.noops
         return self.results

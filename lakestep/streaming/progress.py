@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from ..barrier import OPEN_EPOCH, JobNotFoundError, Pipeline, triggers
 from ..catalog import Catalog
-from ..catalog.commit import CommitResult, find_txn, txn_results
+from ..catalog.commit import CommitResult
 from ..catalog.files import NewFile
 from ..errors import StreamingJobError
 
@@ -93,11 +93,10 @@ def commit_batch(
         return tx.results
     # A batch Spark replays after a crash between our commit and its commit log
     # was committed under (job, batchId): return that, whatever the plan says now.
-    with cat.backend.read() as conn:
-        prior = find_txn(conn, key=(job, int(batch_id)))
-        if prior is not None:
-            log.info("job %s batch %d was committed before: replay", job, batch_id)
-            return txn_results(conn, prior, {})
+    prior = cat.recorded(job, int(batch_id))
+    if prior is not None:
+        log.info("job %s batch %d was committed before: replay", job, batch_id)
+        return prior
     start = p.job_frontier(job)
     hi = triggers.batch_end(cat, job, start)
     if hi is None or hi <= start:
@@ -109,11 +108,9 @@ def commit_batch(
     if plan is None or plan.hi != hi:
         raise StreamingJobError(f"job {job!r}: batch {batch_id} read up to barrier {hi}, but the job's next "
                                 f"batch is {None if plan is None else (plan.lo, plan.hi)}")
-    b = p.batch(plan)
-    b.tx.job_id, b.tx.batch_id = job, int(batch_id)  # recorded: a replay finds it (above)
-    with b:
-        b.tx.add_files(table, files, mode=mode, barrier=plan.hi)
+    with p.batch(plan, job_id=job, batch_id=int(batch_id)) as b:  # the key is recorded: a replay finds it (above)
+        b.add_files(table, files, mode=mode)
         if dead_letter and dead_letter[1]:
-            b.tx.add_files(dead_letter[0], dead_letter[1], barrier=plan.hi)
+            b.add_files(dead_letter[0], dead_letter[1])
     assert b.result is not None
     return b.result.results

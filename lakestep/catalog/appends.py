@@ -20,7 +20,7 @@ the caller then returns the recorded result, as on the general path.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -136,6 +136,3 @@ def postgres_commit(conn: Connection, c: TableChange, txn: dict[str, Any]) -> Co
     return _commit_row(c, version=int(row[0]), dv=int(row[1]), at=float(row[2]),
                        barrier=None if row[3] is None else int(row[3]))
 
-
-def eligible(changes: Sequence[TableChange]) -> bool:
-    return len(changes) == 1 and changes[0].blind

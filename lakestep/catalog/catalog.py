@@ -7,7 +7,7 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -28,21 +28,19 @@ from ..errors import (
     TableNotFoundError,
     TransactionClosedError,
 )
-from . import appends, locations
+from . import locations
 from . import properties as P
 from . import schema as S
-from .. import _failpoints
 from .backend import Backend, DatabaseTimeouts, create_backend
 from .checks import check_barrier, check_batch_id, check_job_id
 from .commit import (
+    After,
     CommitResult,
-    KeyReplayed,
-    NeedsRebase,
+    Guard,
     Operation,
     TableChange,
-    commit_once,
+    commit,
     find_txn,
-    new_txn_uuid,
     txn_results,
 )
 from .files import FileWriter, NewFile, check_identifier, check_relative_path, normalize_location, resolve_filesystem
@@ -63,13 +61,6 @@ from .writes import (
 
 log = logging.getLogger(__name__)
 
-MAX_REBASES = 20
-
-#: Runs first in a commit's database transaction: None to go on, or results to return
-#: without committing (a replay). Whatever it raises aborts the commit.
-Guard = Callable[[sa.Connection], "list[CommitResult] | None"]
-#: Runs in the same database transaction, after the commit, with its results.
-After = Callable[[sa.Connection, "list[CommitResult]"], None]
 
 
 def _table_schema(ident: str, schema: pa.Schema, partition_by: Sequence[str],
@@ -553,101 +544,8 @@ class Catalog:
         by its uuid; a concurrent commit with the same ``(job_id, batch_id)``
         returns that one's results (committed=False).
         """
-        txn_uuid = new_txn_uuid()
-        attempts = rebases = 0
-        fast = guard is None and after is None and appends.eligible(changes)
-        idents = {c.table_id: c.ident for c in changes}
-        while True:
-            try:
-                if fast:  # one blind append/upsert: the streaming hot path
-                    txn = {"txn_uuid": txn_uuid, "job_id": job_id, "committed_at": time.time(),
-                           "batch_id": None if job_id is None else int(batch_id or 0)}
-                    result = self.backend.commit_blind(changes[0], txn)
-                    _failpoints.hit("commit.after_db_commit")
-                    return True, [result]
-                with self.backend.write() as conn:
-                    stop = guard(conn) if guard is not None else None
-                    if stop is not None:
-                        return False, stop
-                    results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
-                    if after is not None:
-                        after(conn, results)
-                _failpoints.hit("commit.after_db_commit")
-                return True, results
-            except NeedsRebase as nr:
-                rebases += 1
-                if rebases > MAX_REBASES or nr.change.rebase is None:
-                    raise CommitConflict(
-                        table=nr.change.ident, operation=nr.change.operation.value,
-                        base_version=nr.change.base_version, other_version=-1, other_operation="?",
-                        reason="concurrent commits kept changing the overwritten range") from None
-                log.info("rebasing %s onto %d concurrently added file(s)", nr.change.ident, len(nr.files))
-                nr.change.rebase(nr.change, nr.files)
-            except KeyReplayed as kr:
-                return False, self._replayed(changes, kr)
-            except sa.exc.IntegrityError as e:
-                with self.backend.read() as conn:
-                    # An earlier attempt of this very transaction landed (its outcome was unknown)?
-                    prior = find_txn(conn, txn_uuid=txn_uuid)
-                    if prior is not None:
-                        log.warning("an earlier attempt of this commit had landed; returning its result")
-                        return True, txn_results(conn, prior, idents, replayed=False)
-                    # A concurrent commit with the same idempotency key won the race.
-                    prior = None if job_id is None else find_txn(conn, key=(job_id, int(batch_id or 0)))
-                if prior is None:
-                    raise CatalogError(f"the catalog database refused the commit: {e.orig}") from e
-                assert job_id is not None
-                return False, self._replayed(changes, KeyReplayed(job_id, int(batch_id or 0)))
-            except CatalogUnavailableError as e:
-                attempts += 1
-                known = False
-                try:  # did it land before the connection broke?
-                    with self.backend.read() as conn:
-                        prior = find_txn(conn, txn_uuid=txn_uuid)
-                        known = True
-                        if prior is not None:
-                            log.warning("commit landed before the connection broke; returning its result")
-                            return True, txn_results(conn, prior, idents, replayed=False)
-                except CatalogUnavailableError:
-                    pass
-                if attempts > self.commit_retries:
-                    raise CatalogUnavailableError(
-                        f"{e} (gave up after {attempts} attempts; "
-                        + ("the commit did not land" if known else "whether the commit landed is unknown: "
-                           "replaying it with the same (job_id, batch_id) is safe") + ")",
-                        outcome_unknown=not known) from e
-                delay = min(2.0, 0.05 * 2 ** attempts)
-                log.warning("catalog database unavailable (%s); retry %d/%d in %.2fs", e, attempts,
-                            self.commit_retries, delay)
-                time.sleep(delay)
-
-
-    def _replayed(self, changes: Sequence[TableChange], kr: KeyReplayed) -> list[CommitResult]:
-        """The results of a replayed key (commit.py step 2b): the first commit's, when its
-        record is still there; else each table's current version, marked replayed."""
-        idents = {c.table_id: c.ident for c in changes}
-        with self.backend.read() as conn:
-            prior = find_txn(conn, key=(kr.job_id, kr.batch_id))
-            results = [] if prior is None else txn_results(conn, prior, idents)
-            if results:
-                log.info("transaction (%s, %s) was committed before: returning its result", kr.job_id, kr.batch_id)
-                return results
-            # its record is gone, or kept (a job's newest) while cleanup pruned its commit rows
-            newest = conn.execute(sa.select(sa.func.max(S.txns.c.batch_id)).where(
-                S.txns.c.job_id == kr.job_id)).scalar()
-            heads = {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(
-                sa.select(S.tables.c.table_id, S.tables.c.version, S.tables.c.data_version)
-                .where(S.tables.c.table_id.in_(list(idents))))}
-        if newest is None or int(newest) < kr.batch_id:  # the fast path's head was missing, not a replay
-            missing = next(c for c in changes if c.table_id not in heads)
-            raise TableNotFoundError(missing.ident)
-        log.warning("job %s batch %d is at or below its newest committed batch %s: a replay (its own record was "
-                    "pruned by cleanup); nothing committed. A job id belongs to one stream of batch ids: a new "
-                    "checkpoint needs a new job id", kr.job_id, kr.batch_id, newest)
-        note = {"replay_of_pruned_batch": True, "newest_batch": int(newest)}
-        return [CommitResult(table=c.ident, version=heads[c.table_id][0], data_version=heads[c.table_id][1],
-                             operation=c.operation.value, base_version=heads[c.table_id][0], replayed=True,
-                             summary=note) for c in changes]
+        return commit(self.backend, changes, retries=self.commit_retries, guard=guard, after=after,
+                      job_id=job_id, batch_id=batch_id)
 
 
 class Transaction:

@@ -23,6 +23,11 @@ The protocol of one catalog transaction (one or several tables):
    transaction up by uuid: found means it landed (the result is returned),
    absent means it did not (it is retried, up to a limit).
 
+:func:`commit` is the one loop that runs these steps and retries them; every
+write (``Table``'s, a :class:`~lakestep.catalog.Transaction`, a barrier
+batch, a rollback) commits through it. A single blind append or upsert takes
+the backend's one-statement fast path (``Backend.commit_blind``, appends.py).
+
 Only one case needs data I/O after the first attempt: an OVERWRITE of a
 predicate range that a concurrent commit filled with files straddling the
 range's edge. Those files (and only those) are rewritten outside the lock and
@@ -41,16 +46,19 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import _failpoints
-from ..errors import CommitConflict, SchemaChangedConflict, TableNotFoundError
+from ..errors import CatalogError, CatalogUnavailableError, CommitConflict, SchemaChangedConflict, TableNotFoundError
 from . import schema as S
 from .files import DataFile, NewFile
 from .predicates import Predicate, Verdict
+
+if TYPE_CHECKING:
+    from .backend import Backend
 
 log = logging.getLogger(__name__)
 
@@ -745,3 +753,132 @@ def _apply_removals(conn: Connection, plan: _Plan, v: int) -> int:
 
 def new_txn_uuid() -> str:
     return str(uuid.uuid4())
+
+
+# ---------------------------------------------------------------------------
+MAX_REBASES = 20
+
+#: Runs first in a commit's database transaction: None to go on, or results to return
+#: without committing (a replay). Whatever it raises aborts the commit.
+Guard = Callable[[Connection], "list[CommitResult] | None"]
+#: Runs in the same database transaction, after the commit, with its results.
+After = Callable[[Connection, "list[CommitResult]"], None]
+
+
+def commit(
+    backend: "Backend",
+    changes: Sequence[TableChange],
+    *,
+    retries: int,
+    guard: Guard | None = None,
+    after: After | None = None,
+    job_id: str | None = None,
+    batch_id: int | None = None,
+) -> tuple[bool, list[CommitResult]]:
+    """The protocol above, with its one retry loop; returns (committed, results).
+
+    ``guard`` runs first in the database transaction: None to go on, or
+    results to return without committing (a replay); it may fill ``changes``
+    in (rollback computes them under its locks). ``after`` runs in the same
+    transaction, after the commit. An OVERWRITE rebases onto files that landed
+    concurrently (:class:`NeedsRebase`, up to ``MAX_REBASES`` times); transient
+    database errors are retried ``retries`` times, and a commit that landed
+    before its connection broke is found by its uuid (step 3); a concurrent
+    commit with the same ``(job_id, batch_id)`` returns that one's results
+    (committed=False).
+    """
+    txn_uuid = new_txn_uuid()
+    attempts = rebases = 0
+    fast = guard is None and after is None and len(changes) == 1 and changes[0].blind
+    idents = {c.table_id: c.ident for c in changes}
+    while True:
+        try:
+            if fast:  # one blind append/upsert: the streaming hot path
+                txn = {"txn_uuid": txn_uuid, "job_id": job_id, "committed_at": time.time(),
+                       "batch_id": None if job_id is None else int(batch_id or 0)}
+                result = backend.commit_blind(changes[0], txn)
+                _failpoints.hit("commit.after_db_commit")
+                return True, [result]
+            with backend.write() as conn:
+                stop = guard(conn) if guard is not None else None
+                if stop is not None:
+                    return False, stop
+                results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
+                if after is not None:
+                    after(conn, results)
+            _failpoints.hit("commit.after_db_commit")
+            return True, results
+        except NeedsRebase as nr:
+            rebases += 1
+            if rebases > MAX_REBASES or nr.change.rebase is None:
+                raise CommitConflict(
+                    table=nr.change.ident, operation=nr.change.operation.value,
+                    base_version=nr.change.base_version, other_version=-1, other_operation="?",
+                    reason="concurrent commits kept changing the overwritten range") from None
+            log.info("rebasing %s onto %d concurrently added file(s)", nr.change.ident, len(nr.files))
+            nr.change.rebase(nr.change, nr.files)
+        except KeyReplayed as kr:
+            return False, _replayed(backend, changes, kr)
+        except sa.exc.IntegrityError as e:
+            with backend.read() as conn:
+                # An earlier attempt of this very transaction landed (its outcome was unknown)?
+                prior = find_txn(conn, txn_uuid=txn_uuid)
+                if prior is not None:
+                    log.warning("an earlier attempt of this commit had landed; returning its result")
+                    return True, txn_results(conn, prior, idents, replayed=False)
+                # A concurrent commit with the same idempotency key won the race.
+                prior = None if job_id is None else find_txn(conn, key=(job_id, int(batch_id or 0)))
+            if prior is None:
+                raise CatalogError(f"the catalog database refused the commit: {e.orig}") from e
+            assert job_id is not None
+            return False, _replayed(backend, changes, KeyReplayed(job_id, int(batch_id or 0)))
+        except CatalogUnavailableError as e:
+            attempts += 1
+            known = False
+            try:  # did it land before the connection broke?
+                with backend.read() as conn:
+                    prior = find_txn(conn, txn_uuid=txn_uuid)
+                    known = True
+                    if prior is not None:
+                        log.warning("commit landed before the connection broke; returning its result")
+                        return True, txn_results(conn, prior, idents, replayed=False)
+            except CatalogUnavailableError:
+                pass
+            if attempts > retries:
+                raise CatalogUnavailableError(
+                    f"{e} (gave up after {attempts} attempts; "
+                    + ("the commit did not land" if known else "whether the commit landed is unknown: "
+                       "replaying it with the same (job_id, batch_id) is safe") + ")",
+                    outcome_unknown=not known) from e
+            delay = min(2.0, 0.05 * 2 ** attempts)
+            log.warning("catalog database unavailable (%s); retry %d/%d in %.2fs", e, attempts,
+                        retries, delay)
+            time.sleep(delay)
+
+
+def _replayed(backend: "Backend", changes: Sequence[TableChange], kr: KeyReplayed) -> list[CommitResult]:
+    """The results of a replayed key (commit.py step 2b): the first commit's, when its
+    record is still there; else each table's current version, marked replayed."""
+    idents = {c.table_id: c.ident for c in changes}
+    with backend.read() as conn:
+        prior = find_txn(conn, key=(kr.job_id, kr.batch_id))
+        results = [] if prior is None else txn_results(conn, prior, idents)
+        if results:
+            log.info("transaction (%s, %s) was committed before: returning its result", kr.job_id, kr.batch_id)
+            return results
+        # its record is gone, or kept (a job's newest) while cleanup pruned its commit rows
+        newest = conn.execute(sa.select(sa.func.max(S.txns.c.batch_id)).where(
+            S.txns.c.job_id == kr.job_id)).scalar()
+        heads = {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(
+            sa.select(S.tables.c.table_id, S.tables.c.version, S.tables.c.data_version)
+            .where(S.tables.c.table_id.in_(list(idents))))}
+    if newest is None or int(newest) < kr.batch_id:  # the fast path's head was missing, not a replay
+        missing = next(c for c in changes if c.table_id not in heads)
+        raise TableNotFoundError(missing.ident)
+    log.warning("job %s batch %d is at or below its newest committed batch %s: a replay (its own record was "
+                "pruned by cleanup); nothing committed. A job id belongs to one stream of batch ids: a new "
+                "checkpoint needs a new job id", kr.job_id, kr.batch_id, newest)
+    note = {"replay_of_pruned_batch": True, "newest_batch": int(newest)}
+    return [CommitResult(table=c.ident, version=heads[c.table_id][0], data_version=heads[c.table_id][1],
+                         operation=c.operation.value, base_version=heads[c.table_id][0], replayed=True,
+                         summary=note) for c in changes]

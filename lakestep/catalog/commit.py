@@ -167,33 +167,36 @@ class NeedsRebase(Exception):
         self.files = files
 
 
-_FILE_COLS = (
-    S.files.c.file_id,
-    S.files.c.path,
-    S.files.c.record_count,
-    S.files.c.file_size,
-    S.files.c.added_version,
-    S.files.c.removed_version,
-    S.files.c.partition,
-    S.files.c.stats,
-    S.files.c.source_ids,
-    S.files.c.seq,
-)
+#: The columns of a file row after its id, in the order :class:`DataFile` takes them
+#: (the one list: selects, inserts and the fast path's SQL are written from it).
+FILE_FIELDS = ("path", "record_count", "file_size", "added_version", "removed_version", "partition", "stats",
+               "source_ids", "seq")
+FILE_COLS = (S.files.c.file_id, *(S.files.c[n] for n in FILE_FIELDS))
 
 
 def row_to_file(r: Any) -> DataFile:
+    """A selected row of :data:`FILE_COLS` as a :class:`DataFile`."""
     return DataFile(
-        file_id=r[0],
-        path=r[1],
-        record_count=r[2],
-        file_size=r[3],
-        added_version=r[4],
-        removed_version=r[5],
-        partition_json=r[6],
-        stats_json=r[7],
-        source_ids_json=r[8],
-        seq_raw=r[9],
+        file_id=r.file_id,
+        path=r.path,
+        record_count=r.record_count,
+        file_size=r.file_size,
+        added_version=r.added_version,
+        removed_version=r.removed_version,
+        partition_json=r.partition,
+        stats_json=r.stats,
+        source_ids_json=r.source_ids,
+        seq_raw=r.seq,
     )
+
+
+def file_row(table_id: int, version: int, f: "NewFile | DataFile") -> dict[str, Any]:
+    """The ``ls_file`` row recording ``f`` as added by ``version`` (a re-added file keeps its
+    position in commit order, and loses its sources: it is no rewrite)."""
+    sources = f.source_ids if isinstance(f, NewFile) else None
+    return {"table_id": table_id, "path": f.path, "record_count": f.record_count, "file_size": f.file_size,
+            "added_version": version, "removed_version": None, "partition": f.partition_json,
+            "stats": f.stats_json, "source_ids": json.dumps(sources) if sources else None, "seq": f.seq}
 
 
 def _chunks(ids: Sequence[int], n: int = 500) -> Iterable[Sequence[int]]:
@@ -205,12 +208,12 @@ def _files_by_ids(conn: Connection, ids: Iterable[int]) -> list[DataFile]:
     ids = sorted(set(ids))
     out: list[DataFile] = []
     for chunk in _chunks(ids):
-        out.extend(row_to_file(r) for r in conn.execute(sa.select(*_FILE_COLS).where(S.files.c.file_id.in_(chunk))))
+        out.extend(row_to_file(r) for r in conn.execute(sa.select(*FILE_COLS).where(S.files.c.file_id.in_(chunk))))
     return out
 
 
 def live_files(conn: Connection, table_id: int) -> list[DataFile]:
-    q = sa.select(*_FILE_COLS).where(S.files.c.table_id == table_id, S.files.c.removed_version.is_(None))
+    q = sa.select(*FILE_COLS).where(S.files.c.table_id == table_id, S.files.c.removed_version.is_(None))
     return [row_to_file(r) for r in conn.execute(q)]
 
 
@@ -378,7 +381,7 @@ class _Resolver:
                 raise self.conflict(rv, f"file {fid} holding rows this {self.c.operation.value} read was removed")
             if at + self.c.retention_seconds < self.now:
                 raise self.conflict(rv, "the compaction that took the files read is older than the retention window")
-            q = sa.select(*_FILE_COLS).where(
+            q = sa.select(*FILE_COLS).where(
                 S.files.c.table_id == self.c.table_id,
                 S.files.c.added_version == rv,
                 S.files.c.source_ids.is_not(None),
@@ -409,7 +412,7 @@ class _Resolver:
 
     def _check_serializable(self) -> None:
         assert self.c.scope is not None
-        q = sa.select(*_FILE_COLS).where(
+        q = sa.select(*FILE_COLS).where(
             S.files.c.table_id == self.c.table_id, S.files.c.added_version > self.c.base_version
         )
         for f in map(row_to_file, self.conn.execute(q)):
@@ -439,7 +442,7 @@ class _Resolver:
         if not 0 <= v <= self.head.version:
             raise ValueError(f"{c.ident}: cannot restore version {v} (newest is {self.head.version})")
         f = S.files.c
-        at_v = [row_to_file(r) for r in self.conn.execute(sa.select(*_FILE_COLS).where(
+        at_v = [row_to_file(r) for r in self.conn.execute(sa.select(*FILE_COLS).where(
             f.table_id == c.table_id, f.added_version <= v,
             sa.or_(f.removed_version.is_(None), f.removed_version > v)))]
         live = live_files(self.conn, c.table_id)
@@ -503,24 +506,6 @@ _UPDATE_HEAD = (
         last_commit_at=sa.bindparam("at"),
     )
 )
-# Lock the head row and advance it in one statement (blind appends). Commit
-# times are forced to increase per table, whatever the writers' clocks say.
-_NEXT_AT = sa.case(
-    (S.tables.c.last_commit_at + 1e-6 > sa.bindparam("now"), S.tables.c.last_commit_at + 1e-6),
-    else_=sa.bindparam("now"),
-)
-_ADVANCE_HEAD = (
-    sa.update(S.tables)
-    .where(S.tables.c.table_id == sa.bindparam("tid"))
-    .values(
-        version=S.tables.c.version + 1,
-        data_version=S.tables.c.data_version + sa.bindparam("dv_inc"),
-        last_commit_at=_NEXT_AT,
-    )
-    .returning(S.tables.c.version, S.tables.c.data_version, S.tables.c.last_commit_at)
-)
-
-
 def open_epoch_for_commit(conn: Connection) -> int:
     """The open epoch, read inside the commit's own database transaction under the
     lock that sealing waits for: the catalog's one read of the epoch (barrier/epochs.py
@@ -577,35 +562,27 @@ def txn_results(conn: Connection, txn_id: int, idents: dict[int, str], *, replay
     return out
 
 
-def commit_once(
-    conn: Connection,
-    changes: Sequence[TableChange],
-    *,
-    txn_uuid: str,
-    job_id: str | None,
-    batch_id: int | None,
-) -> list[CommitResult]:
-    """Steps 2a-2d of the protocol, inside the caller's write transaction.
+def txn_record(txn_uuid: str, job_id: str | None, batch_id: int | None) -> dict[str, Any]:
+    """The ``ls_txn`` row of one commit attempt (its clock reading is the commit's time)."""
+    return {"txn_uuid": txn_uuid, "job_id": job_id, "batch_id": None if job_id is None else int(batch_id or 0),
+            "committed_at": time.time()}
+
+
+def commit_once(conn: Connection, changes: Sequence[TableChange], txn_row: dict[str, Any]) -> list[CommitResult]:
+    """Steps 2a-2d of the protocol, inside the caller's write transaction (changes that
+    only add rows commit through their backend's blind append instead, appends.py).
 
     A transaction whose idempotency key is already recorded fails its
     ``ls_txn`` insert on the unique index (``IntegrityError``); the caller then
-    returns the recorded result. Blind appends take the fast path: one
-    ``UPDATE ... RETURNING`` per table both locks the head and advances it.
+    returns the recorded result.
     """
-    now = time.time()
-    if job_id is not None and conn.execute(_KEY_TAKEN, {"job": job_id, "batch": int(batch_id or 0)}).first():
-        raise KeyReplayed(job_id, int(batch_id or 0))
+    now = txn_row["committed_at"]
+    job_id = txn_row["job_id"]
+    if job_id is not None and conn.execute(_KEY_TAKEN, {"job": job_id, "batch": txn_row["batch_id"]}).first():
+        raise KeyReplayed(job_id, txn_row["batch_id"])
     if any(c.barrier == OPEN_EPOCH for c in changes):
         open_epoch = open_epoch_for_commit(conn)
         changes = [dataclasses.replace(c, barrier=open_epoch) if c.barrier == OPEN_EPOCH else c for c in changes]
-    txn_row = {
-        "txn_uuid": txn_uuid,
-        "job_id": job_id,
-        "batch_id": None if job_id is None else int(batch_id or 0),
-        "committed_at": now,
-    }
-    if all(c.blind for c in changes):
-        return _commit_appends(conn, changes, txn_row)
 
     heads = _lock_heads(conn, changes)
     txn_id = conn.execute(_INSERT_TXN, txn_row).scalar_one()
@@ -650,51 +627,10 @@ def commit_once(
     return results
 
 
-def _commit_appends(conn: Connection, changes: Sequence[TableChange], txn_row: dict[str, Any]) -> list[CommitResult]:
-    now = txn_row["committed_at"]
-    advanced = []
-    for c in sorted(changes, key=lambda c: c.table_id):
-        row = conn.execute(
-            _ADVANCE_HEAD, {"tid": c.table_id, "dv_inc": 1 if c.added else 0, "now": now}
-        ).first()
-        if row is None:
-            raise TableNotFoundError(c.ident)
-        advanced.append((c, int(row[0]), int(row[1]), float(row[2])))
-    txn_id = conn.execute(_INSERT_TXN, txn_row).scalar_one()
-    _failpoints.hit("commit.locked")
-    results = []
-    for c, v, dv, at in advanced:
-        n_added = _insert_files(conn, c.table_id, v, c.added, ())
-        _failpoints.hit("commit.after_add")
-        results.append(_record_commit(
-            conn, c, txn_id=txn_id, version=v, data_version=dv, base=v - 1, committed_at=at,
-            added_files=n_added, removed_files=0, added_rows=sum(f.record_count for f in c.added),
-            removed_rows=0, summary=c.summary,
-        ))
-        _failpoints.hit("commit.table_done")
-    _failpoints.hit("commit.before_db_commit")
-    return results
-
-
 def _insert_files(
     conn: Connection, table_id: int, version: int, added: Sequence[NewFile], readd: Sequence[DataFile]
 ) -> int:
-    rows = [
-        {
-            "table_id": table_id, "path": f.path, "added_version": version, "removed_version": None,
-            "record_count": f.record_count, "file_size": f.file_size, "partition": f.partition_json,
-            "stats": f.stats_json, "source_ids": json.dumps(f.source_ids) if f.source_ids else None,
-            "seq": f.seq,
-        }
-        for f in added
-    ] + [
-        {
-            "table_id": table_id, "path": f.path, "added_version": version, "removed_version": None,
-            "record_count": f.record_count, "file_size": f.file_size, "partition": f.partition_json,
-            "stats": f.stats_json, "source_ids": None, "seq": f.seq,
-        }
-        for f in readd
-    ]
+    rows = [file_row(table_id, version, f) for f in (*added, *readd)]
     if rows:
         conn.execute(_INSERT_FILES, rows)
     return len(rows)
@@ -793,9 +729,8 @@ def commit(
     idents = {c.table_id: c.ident for c in changes}
     while True:
         try:
-            if fast:  # one blind append/upsert: the streaming hot path
-                txn = {"txn_uuid": txn_uuid, "job_id": job_id, "committed_at": time.time(),
-                       "batch_id": None if job_id is None else int(batch_id or 0)}
+            txn = txn_record(txn_uuid, job_id, batch_id)
+            if fast:  # one blind append/upsert: the streaming hot path, one round trip on PostgreSQL
                 result = backend.commit_blind(changes[0], txn)
                 _failpoints.hit("commit.after_db_commit")
                 return True, [result]
@@ -803,7 +738,10 @@ def commit(
                 stop = guard(conn) if guard is not None else None
                 if stop is not None:
                     return False, stop
-                results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
+                if all(c.blind for c in changes):  # appends and upserts: the backend's blind append
+                    results = backend.append(conn, changes, txn)
+                else:
+                    results = commit_once(conn, changes, txn)
                 if after is not None:
                     after(conn, results)
             _failpoints.hit("commit.after_db_commit")

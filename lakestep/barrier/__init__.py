@@ -27,6 +27,7 @@ from .errors import (
     NoSnapshotError,
     NotCoordinatorError,
     RollbackRefusedError,
+    RollbackRetriesExhaustedError,
     StaleBatchError,
     TopologyError,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "NoSnapshotError",
     "NotCoordinatorError",
     "RollbackRefusedError",
+    "RollbackRetriesExhaustedError",
     "StaleBatchError",
     "TopologyError",
 ]

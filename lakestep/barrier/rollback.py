@@ -51,13 +51,14 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from ..catalog.commit import CommitResult, Operation, TableChange
 from .epochs import open_epoch
-from .errors import RollbackRefusedError
+from .errors import RollbackRefusedError, RollbackRetriesExhaustedError
 from .states import facts, frontier, newest_snapshot, versions_at
 from .topology import Topology, read_generation
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table
 
+_ATTEMPTS = 5  # the topology gained a table between loading and locking: load and lock again
 _LOCK_LEASE = sa.select(S.coordinator.c.token).where(S.coordinator.c.id == 1).with_for_update()
 _LOCK_TABLES = (
     sa.select(S.tables.c.table_id)
@@ -141,7 +142,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
         c = S.coordinator.c
         conn.execute(sa.update(S.coordinator).where(c.id == 1, c.snapshot_barrier > to).values(snapshot_barrier=to))
 
-    for _ in range(5):
+    for _ in range(_ATTEMPTS):
         try:
             committed, results = catalog.commit_guarded(changes, guard=guard, after=after)
             break
@@ -151,7 +152,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
             for tid in g.managed:
                 tables.setdefault(tid, load(g.names[tid], tid))
     else:
-        raise RuntimeError("the topology kept changing during the rollback")
+        raise RollbackRetriesExhaustedError(to_barrier=to, attempts=_ATTEMPTS)
     out = {}
     for c, r in zip(changes, results if committed else []):
         out[c.ident] = TableRollback(c.ident, plan[c.table_id][0], plan[c.table_id][1], r.version)

@@ -215,6 +215,16 @@ class Backend:
         """Commit one blind append or upsert on the fast path (appends.py)."""
         raise NotImplementedError
 
+    @property
+    def prepared_statements(self) -> bool:
+        """PostgreSQL: whether hot statements are PREPAREd per server session (see
+        :func:`create_backend`); settable, for connections checked out afterwards."""
+        return bool(self.engine.get_execution_options().get("lakestep_prepared", True))
+
+    @prepared_statements.setter
+    def prepared_statements(self, value: bool) -> None:
+        self.engine.update_execution_options(lakestep_prepared=bool(value))
+
     def dispose(self) -> None:
         self.engine.dispose()
 
@@ -457,6 +467,18 @@ def _install_watchdog(engine: Engine, seconds: float) -> None:
                 f"the catalog database gave no answer within {seconds:g} s; the connection was dropped")
 
 
+# ------------------------------------------------------------------ settings
+def prepared_statements(conn: Connection) -> bool:
+    """Whether hot statements may be PREPAREd on ``conn``'s server session (PostgreSQL):
+    the ``prepared_statements`` setting of the catalog that opened it."""
+    return bool(conn.get_execution_options().get("lakestep_prepared", True))
+
+
+def _prepared_default() -> bool:
+    """``LAKESTEP_PG_PREPARED`` (default on): read once, when a catalog opens without the setting."""
+    return os.environ.get("LAKESTEP_PG_PREPARED", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 # ------------------------------------------------------------------ factory
 def _sqlite_path(url: sa.URL) -> str:
     db = url.database
@@ -466,8 +488,12 @@ def _sqlite_path(url: sa.URL) -> str:
 
 
 def create_backend(url: str, *, echo: bool = False, pool_size: int = 5,
-                   timeouts: DatabaseTimeouts | None = None) -> Backend:
-    """Open the metadata database at ``url`` (any SQLAlchemy URL of a supported kind)."""
+                   timeouts: DatabaseTimeouts | None = None, prepared_statements: bool | None = None) -> Backend:
+    """Open the metadata database at ``url`` (any SQLAlchemy URL of a supported kind).
+
+    ``prepared_statements`` (PostgreSQL): the barrier layer's hot statements are
+    PREPAREd once per server session; False sends plain SQL (behind pgbouncer's
+    transaction pooling). None: ``LAKESTEP_PG_PREPARED``, default on."""
     timeouts = timeouts or DatabaseTimeouts()
     try:
         parsed = sa.make_url(url)
@@ -513,6 +539,8 @@ def create_backend(url: str, *, echo: bool = False, pool_size: int = 5,
             pool_recycle=3600,
             pool_timeout=timeouts.pool,
             isolation_level="AUTOCOMMIT",
+            execution_options={"lakestep_prepared": _prepared_default() if prepared_statements is None
+                               else bool(prepared_statements)},
             connect_args={
                 "connect_timeout": max(1, round(timeouts.connect)),
                 "application_name": str(parsed.query.get("application_name", "lakestep")),

@@ -136,6 +136,9 @@ class Catalog:
     where managed tables put their data: a local directory or any URI pyarrow's
     filesystems open (``s3://bucket/prefix``). It is stored in the catalog when
     the catalog is created, so later opens need only the URL.
+    ``prepared_statements=False`` (PostgreSQL behind a transaction-pooling
+    pgbouncer) sends the barrier layer's statements as plain SQL; the default
+    comes from ``LAKESTEP_PG_PREPARED`` (on).
 
     Example::
 
@@ -154,6 +157,7 @@ class Catalog:
         commit_retries: int = 5,
         echo: bool = False,
         timeouts: DatabaseTimeouts | None = None,
+        prepared_statements: bool | None = None,
     ) -> None:
         if warehouse is not None:
             locations.check_not_under_file(normalize_location(warehouse))
@@ -165,7 +169,8 @@ class Catalog:
             wh = normalize_location(warehouse)
             url = f"sqlite:///{os.path.join(wh, 'catalog.db')}"
         self.commit_retries = commit_retries
-        self.backend: Backend = create_backend(url, echo=echo, timeouts=timeouts)
+        self.backend: Backend = create_backend(url, echo=echo, timeouts=timeouts,
+                                               prepared_statements=prepared_statements)
         try:
             self.warehouse = self._init(warehouse, create)
         except BaseException:

@@ -48,7 +48,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
-from ..catalog.commit import CommitResult
+from ..catalog.commit import CommitResult, FilesMode, Isolation
 from .errors import JobNotFoundError, StaleBatchError
 from .epochs import open_epoch
 from .states import facts, heads, first_change, frontier, job_frontier, tag_frontier, versions_at
@@ -224,14 +224,14 @@ class JobBatch:
     def upsert(self, table: "Table | str", data: Any, *, prefix: str = "") -> None:
         self.tx.upsert(self._sink(table), data, barrier=self.plan.hi, prefix=prefix)
 
-    def delete(self, table: "Table | str", where: "Filter | Predicate", *, isolation: str | None = None) -> None:
+    def delete(self, table: "Table | str", where: "Filter | Predicate", *, isolation: Isolation | None = None) -> None:
         self.tx.delete(self._sink(table), where, isolation=isolation, barrier=self.plan.hi)
 
     def update(self, table: "Table | str", set: Mapping[str, Any], where: "Filter | Predicate", *,
-               isolation: str | None = None) -> None:
+               isolation: Isolation | None = None) -> None:
         self.tx.update(self._sink(table), set, where, isolation=isolation, barrier=self.plan.hi)
 
-    def add_files(self, table: "Table | str", files: "Sequence[NewFile]", *, mode: str = "append") -> None:
+    def add_files(self, table: "Table | str", files: "Sequence[NewFile]", *, mode: FilesMode = "append") -> None:
         """Files written elsewhere (Spark executors), tagged ``hi`` (:meth:`Transaction.add_files`)."""
         self.tx.add_files(table, files, mode=mode, barrier=self.plan.hi)
 

@@ -36,7 +36,9 @@ from .checks import check_barrier, check_batch_id, check_job_id
 from .commit import (
     After,
     CommitResult,
+    FilesMode,
     Guard,
+    Isolation,
     Operation,
     TableChange,
     commit,
@@ -625,7 +627,7 @@ class Transaction:
         self._add(prepare_overwrite(self.catalog._table(table), data, partitions=partitions, where=where,
                                     barrier=barrier, prefix=prefix))
 
-    def add_files(self, table: Table | str, files: Sequence[NewFile], *, mode: str = "append",
+    def add_files(self, table: Table | str, files: Sequence[NewFile], *, mode: FilesMode = "append",
                   barrier: int | None = None) -> None:
         """Commit data files that were written elsewhere (by Spark executors, say).
 
@@ -657,7 +659,7 @@ class Transaction:
             raise NoPrimaryKeyError(t.ident)
         self.append(t, data, barrier=barrier, prefix=prefix)
 
-    def delete(self, table: Table | str, where: Filter | Predicate, *, isolation: str | None = None,
+    def delete(self, table: Table | str, where: Filter | Predicate, *, isolation: Isolation | None = None,
                barrier: int | None = None) -> None:
         self._check_open(barrier)
         t = self.catalog._table(table)
@@ -667,7 +669,7 @@ class Transaction:
             self._add(prepare_delete(t, where, barrier=barrier, isolation=isolation))
 
     def update(self, table: Table | str, set: Mapping[str, Any], where: Filter | Predicate, *,
-               isolation: str | None = None, barrier: int | None = None) -> None:
+               isolation: Isolation | None = None, barrier: int | None = None) -> None:
         self._check_open(barrier)
         t = self.catalog._table(table)
         if t.primary_key:  # the changed rows, upserted

@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Isolation = Literal["snapshot", "serializable"]
+#: How files written elsewhere are committed (Transaction.add_files).
+FilesMode = Literal["append", "overwrite"]
 
 # A commit with this barrier is stamped with the catalog's open epoch, read in
 # the commit's own database transaction under a lock that sealing waits for.

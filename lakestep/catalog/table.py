@@ -24,7 +24,7 @@ from . import cleanup as cleanup_mod
 from . import lifecycle, pk, reader
 from . import properties as P
 from . import schema as S
-from .commit import FILE_COLS, CommitResult, row_to_file
+from .commit import FILE_COLS, CommitResult, Isolation, row_to_file
 from .checks import check_barrier, check_seconds
 from .files import DataFile, FileWriter
 from .predicates import Filter, Predicate, Verdict
@@ -553,12 +553,12 @@ class Table:
         return self._one("overwrite", data, partitions=partitions, where=where,
                          job_id=job_id, batch_id=batch_id, barrier=barrier)
 
-    def delete(self, where: Filter | Predicate, *, isolation: str | None = None,
+    def delete(self, where: Filter | Predicate, *, isolation: Isolation | None = None,
                job_id: str | None = None, batch_id: int | None = None) -> CommitResult:
         """Delete the rows matching ``where`` (copy-on-write)."""
         return self._one("delete", where, isolation=isolation, job_id=job_id, batch_id=batch_id)
 
-    def update(self, set: Mapping[str, Any], where: Filter | Predicate, *, isolation: str | None = None,
+    def update(self, set: Mapping[str, Any], where: Filter | Predicate, *, isolation: Isolation | None = None,
                job_id: str | None = None, batch_id: int | None = None) -> CommitResult:
         """Set columns of the rows matching ``where`` to literals or pyarrow expressions."""
         return self._one("update", set, where, isolation=isolation, job_id=job_id, batch_id=batch_id)

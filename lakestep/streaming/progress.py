@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from ..barrier import OPEN_EPOCH, JobNotFoundError, Pipeline, triggers
 from ..catalog import Catalog
-from ..catalog.commit import CommitResult
+from ..catalog.commit import CommitResult, FilesMode
 from ..catalog.files import NewFile
 from ..errors import StreamingJobError
 
@@ -78,7 +78,7 @@ def commit_batch(
     table: str,
     files: Sequence[NewFile],
     *,
-    mode: str,
+    mode: FilesMode,
     dead_letter: tuple[str, Sequence[NewFile]] | None = None,
 ) -> list[CommitResult]:
     """Publish one micro-batch's files (see sink.py for the protocol)."""

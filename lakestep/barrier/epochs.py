@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -62,7 +62,6 @@ from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, committed_fr
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
-    from .topology import Topology
 
 _DB_NOW = {
     "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
@@ -76,6 +75,12 @@ _LOCK_EPOCH = _EPOCH.with_for_update()
 _PENDING = sa.text(
     "SELECT 1 FROM ls_commit WHERE table_id IN :ids AND barrier = :e LIMIT 1"
 ).bindparams(sa.bindparam("ids", expanding=True))
+
+
+class GraphSource(Protocol):
+    """Where the snapshots read the topology from (a :class:`~lakestep.barrier.Topology`)."""
+
+    def graph(self, conn: Connection) -> Graph: ...
 
 
 def open_epoch(conn: Connection) -> int:
@@ -193,7 +198,7 @@ def seal_and_snapshot(
     lease_seconds: float,
     *,
     expected: int | None = None,
-    topology: Topology | None = None,
+    topology: GraphSource | None = None,
     policy: SnapshotPolicy | None = None,
 ) -> tuple[Seal | None, list[int]]:
     """The seal protocol, with the coordinator's snapshots in the same transaction.
@@ -237,7 +242,7 @@ def snapshot_name(barrier: int) -> str:
 def take_snapshots(
     catalog: "Catalog",
     lease: Lease,
-    topology: Topology,
+    topology: GraphSource,
     *,
     every: int = 1,
     retain_count: int | None = 100,
@@ -254,7 +259,7 @@ def take_snapshots(
         return _snapshot_in(conn, topology, policy, time.time(), cur.snapshot_barrier)
 
 
-def _snapshot_in(conn: Connection, topology: Topology, policy: SnapshotPolicy, wall: float, last: int) -> list[int]:
+def _snapshot_in(conn: Connection, topology: GraphSource, policy: SnapshotPolicy, wall: float, last: int) -> list[int]:
     """Inside a fenced write transaction: snapshot every multiple of ``policy.every``
     committed since ``last`` (the lease row's progress), in every table of the
     COMMIT set; retention."""

@@ -46,7 +46,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Literal, Protocol, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -56,9 +56,6 @@ from ..errors import CatalogError, CatalogUnavailableError, CommitConflict, Sche
 from . import schema as S
 from .files import DataFile, NewFile
 from .predicates import Predicate, Verdict
-
-if TYPE_CHECKING:
-    from .backend import Backend
 
 log = logging.getLogger(__name__)
 
@@ -703,8 +700,21 @@ Guard = Callable[[Connection], "list[CommitResult] | None"]
 After = Callable[[Connection, "list[CommitResult]"], None]
 
 
+class CommitBackend(Protocol):
+    """What the commit loop needs of a database backend (backend.py's :class:`Backend`)."""
+
+    def write(self) -> ContextManager[Connection]: ...
+
+    def read(self) -> ContextManager[Connection]: ...
+
+    def append(self, conn: Connection, changes: Sequence[TableChange], txn: dict[str, Any]
+               ) -> list[CommitResult]: ...
+
+    def commit_blind(self, change: TableChange, txn: dict[str, Any]) -> CommitResult: ...
+
+
 def commit(
-    backend: "Backend",
+    backend: "CommitBackend",
     changes: Sequence[TableChange],
     *,
     retries: int,
@@ -796,7 +806,7 @@ def commit(
             time.sleep(delay)
 
 
-def _replayed(backend: "Backend", changes: Sequence[TableChange], kr: KeyReplayed) -> list[CommitResult]:
+def _replayed(backend: "CommitBackend", changes: Sequence[TableChange], kr: KeyReplayed) -> list[CommitResult]:
     """The results of a replayed key (commit.py step 2b): the first commit's, when its
     record is still there; else each table's current version, marked replayed."""
     idents = {c.table_id: c.ident for c in changes}

@@ -45,7 +45,7 @@ from typing import Any, Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 
-from ..errors import LakestepError, QueryError
+from ..errors import LakestepError, QueryError, StreamingJobError
 from . import progress
 from .sink import BatchFiles, FilesWritten, _evolve, _flag, _TableShape, task_prefix
 
@@ -128,7 +128,7 @@ def write_barrier(cat: Any, job: str | None, table: str) -> int | None:
             progress.ensure_sink_registered(cat, job, table, None)
             return OPEN_EPOCH
         if not j.external_input and j.sources:
-            raise progress.StreamingJobError(
+            raise StreamingJobError(
                 f"job {job!r} is a derived job: its tables advance barrier by barrier through its streaming "
                 "query, a batch write would bypass them")
         progress.ensure_sink_registered(cat, job, table, None)
@@ -136,7 +136,7 @@ def write_barrier(cat: Any, job: str | None, table: str) -> int | None:
     tid = cat.load_table(table).table_id
     kind = graph.kind(tid)
     if kind == "derived":
-        raise progress.StreamingJobError(
+        raise StreamingJobError(
             f"{table} is written by the derived job {graph.writer(tid).job_id!r}: a batch write would bypass "
             "its barriers (write its sources instead, or retire the job)")
     return OPEN_EPOCH if kind == "root" else None

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -58,6 +58,8 @@ from . import progress
 log = logging.getLogger(__name__)
 
 ERROR_COL = "_ls_error"
+#: What a sink does with a micro-batch: append rows, upsert them by key, or replace the table.
+SinkMode = Literal["append", "update", "complete"]
 _FLUSH_ROWS = 1_000_000
 
 
@@ -179,7 +181,7 @@ class SinkTarget:
 
     url: str
     job: str
-    mode: str  # append | update | complete
+    mode: SinkMode
     shape: _TableShape
     dead: _TableShape | None
 

@@ -9,8 +9,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import decode as _decode
 from ._kafka_python import import_kafka_python as _import_kafka_python
-from .errors import KafkaDataLossError, KafkaSourceTimeoutError, KafkaTopicNotFoundError
+from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceTimeoutError, KafkaTopicNotFoundError
 from .options import TP, Offsets
 
 if TYPE_CHECKING:
@@ -246,6 +247,9 @@ class _OffsetClient:
                     # their high watermark. Full Fetch requests answer for all.
                     enable_incremental_fetch_sessions=False,
                 )
+                # Records are dropped: read only batch headers, so that probing is cheap and a
+                # batch that cannot be decoded is reported by the task that reads it, with its offset.
+                _decode.install_skipping(self._probe)
             # The first attempt gets a short leash: a healthy broker answers in
             # milliseconds, and a wedged consumer is replaced by a fresh one.
             until = min(deadline, time.monotonic() + _PROBE_STALL_S) if attempt == 1 else deadline
@@ -270,7 +274,7 @@ class _OffsetClient:
     def _probe_once(self, consumer: KafkaConsumer, positions: Mapping[TP, int], until: float) -> Offsets:
         _import_kafka_python()
         from kafka import TopicPartition
-        from kafka.errors import OffsetOutOfRangeError
+        from kafka.errors import CorruptRecordError, OffsetOutOfRangeError, UnsupportedCodecError
 
         wanted = {TopicPartition(t, p): off for (t, p), off in positions.items()}
         result: Offsets = {}
@@ -287,6 +291,8 @@ class _OffsetClient:
                     consumer.poll(timeout_ms=_PROBE_FETCH_WAIT_MS, max_records=_PROBE_MAX_RECORDS)
                 except OffsetOutOfRangeError as exc:
                     self._handle_out_of_range(consumer, exc, wanted)
+                except (CorruptRecordError, UnsupportedCodecError, KafkaDecodeError):
+                    pass  # (without install_skipping) the response's high watermark is known all the same
                 for tp in list(pending):
                     hw = consumer.highwater(tp)
                     if hw is not None:

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from . import decode as _decode
 from ._kafka_python import import_kafka_python as _import_kafka_python
-from .errors import KafkaDataLossError, KafkaSourceTimeoutError
+from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceError, KafkaSourceTimeoutError, describe
 from .offsets import _consumer
 from .options import KafkaSourceOptions
 from .schema import _HEADERS_ARROW_TYPE, _TIMESTAMP_ARROW_TYPE, arrow_schema
@@ -81,10 +81,11 @@ def read_partition_range(
     Raises:
         KafkaSourceTimeoutError: no progress for ``kafkaConsumer.pollTimeoutMs``.
         KafkaDataLossError: ``start`` is no longer (or ``end`` not yet) in the log.
+        KafkaDecodeError: a record batch cannot be decoded (names topic, partition, offset).
     """
     _import_kafka_python()
     from kafka import TopicPartition
-    from kafka.errors import OffsetOutOfRangeError
+    from kafka.errors import CorruptRecordError, KafkaError, OffsetOutOfRangeError, UnsupportedCodecError
 
     if end <= start:
         return
@@ -111,6 +112,14 @@ def read_partition_range(
                     f"{topic}-{partition}: offsets [{position}, {end}) are not in the log any "
                     "more (retention, topic recreated, or broker data loss)"
                 ) from exc
+            except KafkaSourceError:
+                raise
+            except (CorruptRecordError, UnsupportedCodecError) as exc:  # kafka-python decoded
+                raise KafkaDecodeError(topic, partition, position, describe(exc)) from exc
+            except KafkaError:
+                raise
+            except Exception as exc:  # a codec library's own error, while kafka-python decoded
+                raise KafkaDecodeError(topic, partition, position, describe(exc)) from exc
             records = polled.get(tp, ())
             new_position = max(position, consumer.position(tp))
             if not segmented:  # (segments may reach past `end`: they are trimmed when decoded)

@@ -41,6 +41,7 @@ import logging
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -370,6 +371,79 @@ class TansuBroker:
                 time.sleep(0.05)
         finally:
             consumer.close()
+
+    def delete_topic(self, name: str, timeout: float = 10.0) -> None:
+        """Delete ``name`` (DeleteTopics) and wait until its metadata is gone.
+
+        Raises:
+            TansuBrokerError: the topic could not be deleted or is still listed after ``timeout``.
+        """
+        _import_kafka_python()
+        from kafka import KafkaAdminClient, KafkaConsumer
+
+        admin = KafkaAdminClient(
+            bootstrap_servers=self.bootstrap_servers, request_timeout_ms=int(timeout * 1000)
+        )
+        try:
+            admin.delete_topics([name])
+        except Exception as exc:
+            raise TansuBrokerError(f"cannot delete topic {name!r}: {exc}") from exc
+        finally:
+            admin.close()
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False,
+                                 allow_auto_create_topics=False)
+        try:
+            deadline = time.monotonic() + timeout
+            while name in consumer.topics():  # each call is a Metadata round trip
+                if time.monotonic() > deadline:
+                    raise TansuBrokerError(f"topic {name!r} is still listed {timeout:g}s after its deletion")
+                time.sleep(0.05)
+        finally:
+            consumer.close()
+
+    def append_raw(self, topic: str, partition: int, records: bytes, timeout: float = 10.0) -> int:
+        """Append ``records``, the bytes of record batches exactly as given (a Produce v3
+        request, acks=all, written with the standard library), and return the base offset
+        the broker assigned.
+
+        For tests of what readers do with batches no well-behaved producer writes (a
+        corrupt payload, an unknown codec): the broker stores them as they are.
+
+        Raises:
+            TansuBrokerError: the broker answered with an error code.
+        """
+
+        def string(value: str) -> bytes:
+            encoded = value.encode("utf-8")
+            return struct.pack(">h", len(encoded)) + encoded
+
+        body = (
+            struct.pack(">hhi", -1, -1, int(timeout * 1000))  # no transactional id, acks, timeout
+            + struct.pack(">i", 1) + string(topic)
+            + struct.pack(">ii", 1, partition) + struct.pack(">i", len(records)) + records
+        )
+        request = struct.pack(">hhi", 0, 3, 1) + string("lakestep-testing") + body  # Produce v3
+        host, port = self.bootstrap_servers.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+            sock.sendall(struct.pack(">i", len(request)) + request)
+
+            def receive(size: int) -> bytes:
+                data = b""
+                while len(data) < size:
+                    chunk = sock.recv(size - len(data))
+                    if not chunk:
+                        raise TansuBrokerError("the broker closed the connection during a Produce request")
+                    data += chunk
+                return data
+
+            (size,) = struct.unpack(">i", receive(4))
+            response = receive(size)
+        # correlation id, [topic: name, [partition, error_code, base_offset, ...]]
+        (name_length,) = struct.unpack_from(">h", response, 8)
+        _partition, error_code, base_offset = struct.unpack_from(">ihq", response, 10 + name_length + 4)
+        if error_code:
+            raise TansuBrokerError(f"Produce to {topic}-{partition} failed with error code {error_code}")
+        return int(base_offset)
 
     @property
     def producer(self) -> KafkaProducer:

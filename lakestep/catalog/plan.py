@@ -70,6 +70,7 @@ class ReadPlan:
     primary_key: tuple[str, ...]
     partition_by: tuple[str, ...]
     files: tuple[PlannedFile, ...]
+    schema_id: int = 0  # bumped by each schema change: 0 means every file has the table's columns
 
     @property
     def schema(self) -> pa.Schema:
@@ -111,6 +112,15 @@ class ReadPlan:
         if self.merge_on_read:
             raise ValueError(f"{self.table} has a primary key: its files must be merged, use to_arrow()")
         return reader.dataset(self.store(), self.files, self.schema)
+
+    def native_paths(self) -> list[str] | None:
+        """The files' local paths for an engine that scans Parquet itself (DuckDB), when
+        that reads exactly what :meth:`dataset` reads: a plain table, never re-schemed
+        (every file holds the table's columns), on the local disk, with at least one
+        file. Sizes are checked as :meth:`dataset` checks them. Else None."""
+        if self.merge_on_read or self.schema_id != 0 or not self.files or "://" in self.location:
+            return None
+        return reader.local_paths(self.store(), self.files)
 
     def to_arrow(self, *, columns: Sequence[str] | None = None, where: Filter | Predicate | None = None) -> pa.Table:
         """The rows of the table at this version (merged for primary-key tables)."""

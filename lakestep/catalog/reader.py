@@ -98,6 +98,13 @@ def dataset(store: "FileWriter", files: Sequence[Recorded], schema: pa.Schema) -
     return ds.FileSystemDataset(fragments, schema, _PARQUET, store.fs)
 
 
+def local_paths(store: "FileWriter", files: Sequence[Recorded]) -> list[str]:
+    """The full local paths of ``files``, each checked to exist with its recorded size."""
+    paths = [store.full_path(f.path) for f in files]
+    _check_sizes("?", store.fs, files, paths, store.fs.get_file_info(paths))
+    return paths
+
+
 def _check_sizes(table: str, fs: pafs.FileSystem, files: Sequence[Recorded], paths: Sequence[str],
                  infos: Sequence[pafs.FileInfo]) -> None:
     for f, p, info in zip(files, paths, infos):

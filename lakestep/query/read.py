@@ -181,7 +181,7 @@ def consistent_read(
     choice = None
     behind: dict[str, int | None] = {}
     notes: list[str] = []
-    open_epoch = p.open_epoch()
+    open_epoch: int | None = None  # read below unless the choice brings the one it used
     chosen_barrier: int | None = None
     if plain and barrier is not None:
         chosen_barrier = barrier
@@ -223,6 +223,8 @@ def consistent_read(
         if choice is not None:
             choice.release()
         raise
+    if open_epoch is None:
+        open_epoch = p.open_epoch()
     for r in refs:
         if r.ident not in behind and not r.travels:
             behind[r.ident] = None

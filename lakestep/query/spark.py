@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .read import ConsistentRead, ReadInfo, TableRef, consistent_read
-from .sql import rewrite, table_refs
+from .sql import parse_sql
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -72,8 +72,8 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
 
     cat = open_catalog(catalog) if isinstance(catalog, str) else catalog
     url = catalog if isinstance(catalog, str) else cat.connection_url()
-    refs = table_refs(sql, "spark")
-    read = consistent_read(cat, refs, level=level, scope=scope, barrier=barrier, snapshot=snapshot)
+    parsed = parse_sql(sql, "spark")
+    read = consistent_read(cat, parsed.refs, level=level, scope=scope, barrier=barrier, snapshot=snapshot)
     try:
         register(spark)
         views: dict[TableRef, str] = {}
@@ -83,7 +83,7 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
             (spark.read.format("lakestep").option("catalog", url).option("table", plan.table)
              .option("versionAsOf", str(plan.version)).load().createOrReplaceTempView(name))
             views[ref] = name
-        run = rewrite(sql, "spark", lambda ref: (None, views[ref]))
+        run = parsed.rewrite(lambda ref: (None, views[ref]), copy=False)
         df = spark.sql(run)
     except BaseException:
         read.close()

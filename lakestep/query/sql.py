@@ -17,7 +17,8 @@ references (``orders.id``) still work.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..errors import QueryError
 from .read import TableRef
@@ -67,8 +68,23 @@ def _ref(node) -> TableRef | None:  # type: ignore[no-untyped-def]
         raise QueryError(f"{ident}: VERSION AS OF needs a whole number, a snapshot name or 'barrier=N'") from None
 
 
-def table_refs(sql: str, dialect: str) -> list[TableRef]:
-    """The lakestep tables ``sql`` reads, each once (with its time travel, if any)."""
+@dataclass(frozen=True)
+class ParsedSQL:
+    """One SQL statement, parsed once: the lakestep tables it reads and a way to rewrite them."""
+
+    tree: Any
+    refs: list[TableRef]
+    dialect: str
+
+    def rewrite(self, view_of: Callable[[TableRef], Any], *, copy: bool = True) -> str:
+        """The SQL with every lakestep table reference replaced by ``view_of(ref)``: (schema or
+        None, name). ``copy=False`` rewrites the parsed tree in place (saves a deep copy, a few
+        ms; for a caller that rewrites once)."""
+        return _render(self.tree, self.dialect, view_of, copy=copy)
+
+
+def parse_sql(sql: str, dialect: str) -> ParsedSQL:
+    """Parse ``sql`` once (see :class:`ParsedSQL`)."""
     from sqlglot import exp
 
     tree = _parse(sql, dialect)
@@ -82,14 +98,22 @@ def table_refs(sql: str, dialect: str) -> list[TableRef]:
             out.append(ref)
     if not out:
         raise QueryError("the SQL names no lakestep table (write them as namespace.table)")
-    return out
+    return ParsedSQL(tree, out, dialect)
+
+
+def table_refs(sql: str, dialect: str) -> list[TableRef]:
+    """The lakestep tables ``sql`` reads, each once (with its time travel, if any)."""
+    return parse_sql(sql, dialect).refs
 
 
 def rewrite(sql: str, dialect: str, view_of: Callable[[TableRef], tuple[str | None, str]]) -> str:
     """``sql`` with every lakestep table reference replaced by ``view_of(ref)``: (schema or None, name)."""
-    from sqlglot import exp
+    return _render(_parse(sql, dialect), dialect, view_of, copy=False)
 
-    tree = _parse(sql, dialect)
+
+def _render(tree: Any, dialect: str, view_of: Callable[[TableRef], Any], *, copy: bool) -> str:
+    """``view_of(ref)`` gives (schema or None, name), or a sqlglot expression to read from."""
+    from sqlglot import exp
 
     def swap(node):  # type: ignore[no-untyped-def]
         if not isinstance(node, exp.Table):
@@ -97,9 +121,12 @@ def rewrite(sql: str, dialect: str, view_of: Callable[[TableRef], tuple[str | No
         ref = _ref(node)
         if ref is None:
             return node
-        schema, name = view_of(ref)
+        target = view_of(ref)
         alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name))
+        if isinstance(target, exp.Expression):  # a table function, e.g. DuckDB's read_parquet([...])
+            return exp.Table(this=target, alias=alias)
+        schema, name = target
         return exp.Table(this=exp.to_identifier(name, quoted=True),
                          db=exp.to_identifier(schema, quoted=True) if schema else None, alias=alias)
 
-    return tree.transform(swap).sql(dialect=dialect)
+    return tree.transform(swap, copy=copy).sql(dialect=dialect)

@@ -237,3 +237,30 @@ def test_duckdb_errors(shop: Shop) -> None:
         duckdb_query(shop.cat, "SELECT * FROM s.nope")
     with pytest.raises(errors.QueryError):
         duckdb_query(shop.cat, "SELECT no_such_column FROM s.orders")
+
+
+def test_duckdb_reads_files_written_before_a_schema_change(catalog: Catalog) -> None:
+    """DuckDB scans Parquet itself only for never re-schemed tables; older files of a table
+    that gained a column read as the table's columns, the new one null."""
+    catalog.create_namespace("e")
+    t = catalog.create_table("e.t", pa.schema([("k", pa.int64())]))
+    t.append({"k": [1]})
+    assert t.read_plan().native_paths() is not None
+    t.add_columns(pa.field("note", pa.string()))
+    t.append({"k": [2], "note": ["x"]})
+    assert catalog.load_table("e.t").read_plan().native_paths() is None
+    res = duckdb_query(catalog, "SELECT k, note FROM e.t ORDER BY k")
+    assert res.table.to_pylist() == [{"k": 1, "note": None}, {"k": 2, "note": "x"}]
+
+
+def test_duckdb_checks_file_sizes_on_its_own_scan(catalog: Catalog) -> None:
+    """A data file of another size than recorded is a typed error naming it, not rows."""
+    catalog.create_namespace("c")
+    t = catalog.create_table("c.t", pa.schema([("k", pa.int64())]))
+    t.append({"k": [1, 2, 3]})
+    (path,) = t.read_plan().native_paths()
+    with open(path, "ab") as f:
+        f.write(b"junk")
+    with pytest.raises(errors.DataFileCorruptError) as ei:
+        duckdb_query(catalog, "SELECT sum(k) AS s FROM c.t")
+    assert ei.value.path == t.read_plan().files[0].path

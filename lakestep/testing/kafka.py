@@ -373,31 +373,48 @@ class TansuBroker:
             consumer.close()
 
     def delete_topic(self, name: str, timeout: float = 10.0) -> None:
-        """Delete ``name`` (DeleteTopics) and wait until its metadata is gone.
+        """Delete ``name`` (DeleteTopics) and wait until it stays gone.
+
+        tansu creates a topic that a Fetch names, and a consumer's long-poll Fetch sent
+        before the deletion (kafka-python waits up to ``fetch_max_wait_ms``, 500 ms by
+        default) can be answered after it and create the topic again. So the topic
+        counts as deleted once it is still missing from the metadata a second after it
+        was first seen missing (every pending Fetch has been answered by then); if it
+        came back, it is deleted again.
 
         Raises:
-            TansuBrokerError: the topic could not be deleted or is still listed after ``timeout``.
+            TansuBrokerError: the topic could not be deleted, or is listed after ``timeout``.
         """
         _import_kafka_python()
         from kafka import KafkaAdminClient, KafkaConsumer
 
-        admin = KafkaAdminClient(
-            bootstrap_servers=self.bootstrap_servers, request_timeout_ms=int(timeout * 1000)
-        )
-        try:
-            admin.delete_topics([name])
-        except Exception as exc:
-            raise TansuBrokerError(f"cannot delete topic {name!r}: {exc}") from exc
-        finally:
-            admin.close()
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False,
                                  allow_auto_create_topics=False)
+        deadline = time.monotonic() + timeout
         try:
-            deadline = time.monotonic() + timeout
-            while name in consumer.topics():  # each call is a Metadata round trip
-                if time.monotonic() > deadline:
-                    raise TansuBrokerError(f"topic {name!r} is still listed {timeout:g}s after its deletion")
-                time.sleep(0.05)
+            while True:
+                admin = KafkaAdminClient(
+                    bootstrap_servers=self.bootstrap_servers, request_timeout_ms=int(timeout * 1000)
+                )
+                try:
+                    admin.delete_topics([name])
+                except Exception as exc:
+                    raise TansuBrokerError(f"cannot delete topic {name!r}: {exc}") from exc
+                finally:
+                    admin.close()
+                gone_at = None
+                while True:
+                    listed = name in consumer.topics()  # each call is a Metadata round trip
+                    now = time.monotonic()
+                    if not listed and gone_at is None:
+                        gone_at = now
+                    if listed and gone_at is not None:
+                        break  # created again by a pending Fetch: delete it again
+                    if not listed and now - gone_at >= 1.0:
+                        return
+                    if now > deadline:
+                        raise TansuBrokerError(f"topic {name!r} is still listed {timeout:g}s after its deletion")
+                    time.sleep(0.05)
         finally:
             consumer.close()
 
@@ -456,6 +473,9 @@ class TansuBroker:
                 bootstrap_servers=self.bootstrap_servers,
                 linger_ms=5,
                 batch_size=256 * 1024,
+                # it asks for the metadata of topics it wrote to again after they are deleted,
+                # and tansu creates the topics a metadata request names unless told not to
+                allow_auto_create_topics=False,
             )
         return self._producer
 

@@ -160,12 +160,20 @@ def test_source_options_validation() -> None:
     assert opts.topics == ("t1", "t2")
     assert opts.starting_offsets == "latest"  # Spark's default for streaming
     assert opts.max_offsets_per_trigger == 10 and opts.include_headers
+    assert opts.fail_on_data_loss and opts.pattern is None and opts.assign is None
+    assert not KafkaSourceOptions.from_options({**base, "failOnDataLoss": "false"}).fail_on_data_loss
+    assigned = KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "a:1", "assign": '{"b": [2, 0], "a": [1]}'})
+    assert assigned.assign == (("a", 1), ("b", 0), ("b", 2)) and assigned.topics == ("a", "b")
+    pattern = KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "a:1", "subscribePattern": "ord.*"})
+    assert pattern.pattern is not None and pattern.pattern.fullmatch("orders") and not pattern.pattern.fullmatch("xorders")
     bad = [
-        ({"kafka.bootstrap.servers": "a:1"}, "'subscribe' is required"),
-        ({**base, "assign": '{"t1":[0]}'}, "'assign' is not supported"),
+        ({"kafka.bootstrap.servers": "a:1"}, "exactly one of the options 'subscribe'.*is required$"),
+        ({**base, "assign": '{"t1":[0]}'}, "exactly one of .*; got subscribe, assign"),
+        ({"kafka.bootstrap.servers": "a:1", "assign": '{"t1": 0}'}, "'assign' must be JSON like"),
+        ({"kafka.bootstrap.servers": "a:1", "subscribePattern": "t("}, "'subscribePattern' is not a valid"),
         ({**base, "maxOffsetsPerTrigger": "0"}, "'maxOffsetsPerTrigger' must be a positive integer"),
         ({**base, "endingOffsets": "latest"}, "not valid for streaming"),
-        ({**base, "failOnDataLoss": "false"}, "failOnDataLoss"),
+        ({**base, "failOnDataLoss": "maybe"}, "failOnDataLoss"),
         ({**base, "startingOffsets": "yesterday"}, "'startingOffsets'"),
         ({**base, "rowFormat": "csv"}, "'rowFormat'"),
         ({**base, "minPartitions": "-1"}, "'minPartitions' must be a positive integer"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
@@ -16,6 +17,8 @@ from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceError, Kafk
 from .offsets import _consumer
 from .options import KafkaSourceOptions
 from .schema import _HEADERS_ARROW_TYPE, _TIMESTAMP_ARROW_TYPE, arrow_schema
+
+logger = logging.getLogger(__name__)
 
 _ARROW_BATCH_ROWS = 10_000
 #: Decode record batches column-wise when kafka-python allows it (tests switch it off).
@@ -69,6 +72,14 @@ def _record_to_tuple(r: Any, include_headers: bool) -> tuple[Any, ...]:
     return row
 
 
+def _log_start(consumer: Any, tp: Any) -> int | None:
+    try:
+        return int(consumer.beginning_offsets([tp])[tp])
+    except Exception:  # the data loss is reported as such
+        logger.debug("no log start offset for %s", tp, exc_info=True)
+        return None
+
+
 def read_partition_range(
     options: KafkaSourceOptions, topic: str, partition: int, start: int, end: int
 ) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
@@ -108,10 +119,24 @@ def read_partition_range(
             try:
                 polled = consumer.poll(timeout_ms=200, max_records=_ARROW_BATCH_ROWS)
             except OffsetOutOfRangeError as exc:
-                raise KafkaDataLossError(
-                    f"{topic}-{partition}: offsets [{position}, {end}) are not in the log any "
-                    "more (retention, topic recreated, or broker data loss)"
-                ) from exc
+                log_start = _log_start(consumer, tp) if not options.fail_on_data_loss else None
+                if log_start is None or log_start <= position:
+                    raise KafkaDataLossError(
+                        f"{topic}-{partition}: offsets [{position}, {end}) are not in the log any "
+                        "more (retention, topic recreated, or broker data loss)"
+                    ) from exc
+                # failOnDataLoss=false: retention deleted them since the batch was planned
+                logger.warning(
+                    "%s-%d: offsets [%d, %d) were deleted from the log (retention) before they were read; "
+                    "continuing (failOnDataLoss=false): %d offset(s) skipped",
+                    topic, partition, position, min(log_start, end), min(log_start, end) - position,
+                )
+                if log_start >= end:
+                    break
+                consumer.seek(tp, log_start)
+                position = log_start
+                last_progress = time.monotonic()
+                continue
             except KafkaSourceError:
                 raise
             except (CorruptRecordError, UnsupportedCodecError) as exc:  # kafka-python decoded

@@ -26,8 +26,9 @@ Options (names are case-insensitive, like every Spark option):
 
 =================================  ==========================================================
 ``kafka.bootstrap.servers``        required; comma-separated ``host:port`` list.
-``subscribe``                      required; comma-separated topic names. ``assign`` and
-                                   ``subscribePattern`` are not supported.
+``subscribe``                      comma-separated topic names; or ``subscribePattern`` (a
+                                   regex matched against whole topic names, re-read every
+                                   trigger) or ``assign`` (JSON ``{"t": [0, 1]}``): exactly one.
 ``startingOffsets``                ``latest`` (default, as in Spark), ``earliest``, or JSON
                                    ``{"topic": {"0": 23, "1": -2}}`` naming *every*
                                    partition of the subscribed topics (-2 = earliest,
@@ -43,8 +44,11 @@ Options (names are case-insensitive, like every Spark option):
                                    with few partitions still uses every core. Default: one
                                    task per Kafka partition.
 ``includeHeaders``                 ``false`` (default) / ``true``.
-``failOnDataLoss``                 only ``true`` (the default) is supported: offsets that
-                                   vanished from the log fail the query.
+``failOnDataLoss``                 ``true`` (default): offsets that vanished from the log, a
+                                   topic deleted or recreated, fail the query
+                                   (KafkaDataLossError). ``false``: one warning per event,
+                                   reading goes on from what is there; counts in the progress
+                                   report's ``latestOffset`` under ``"$dataLoss"``.
 ``kafkaConsumer.pollTimeoutMs``    executor-side: fail a task whose partition makes no
                                    progress for this long (default 120000).
 ``fetchOffset.timeoutMs``          driver-side: bound on each metadata / offset lookup
@@ -79,10 +83,13 @@ Not guaranteed / not supported:
 * ``read_committed`` reads: ``kafka.isolation.level`` may be set, but the end
   offset is the high watermark, so with open transactions a task can wait for
   records that are not yet readable until ``kafkaConsumer.pollTimeoutMs``.
-* Batch queries (``spark.read``), ``endingOffsets``, ``minPartitions``,
-  ``assign``, ``subscribePattern``, ``failOnDataLoss=false``.
-* Partitions added to a topic while a query runs are discovered at most every
-  30 seconds and are read from their earliest offset (as Spark does).
+* Batch queries (``spark.read``), ``endingOffsets``, timestamps as starting offsets.
+* Partitions and topics added while a query runs are found at the next trigger
+  (metadata is read every trigger) and are read from their earliest offset (as
+  Spark does).
+* Codecs: gzip, snappy, lz4 and zstd (the ``spark`` extra installs their
+  libraries). A batch that cannot be decoded fails the task with
+  ``KafkaDecodeError`` naming topic, partition and offset.
 * ``startingOffsets=latest`` is resolved when the query first asks for it; if
   the query dies before its first batch is committed, a restart resolves it
   again (Spark's own Kafka source keeps its initial offsets in the checkpoint;

@@ -301,14 +301,17 @@ class TansuBroker:
                 last = exc
                 time.sleep(0.05)
 
-    def stop(self) -> None:
-        """Stop the broker (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
+    def _close_producer(self) -> None:
         if self._producer is not None:
             try:
                 self._producer.close(timeout=2)
             except Exception:  # the broker may already be gone
                 logger.debug("closing the helper producer failed", exc_info=True)
             self._producer = None
+
+    def stop(self) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
+        self._close_producer()
         if self._finalizer is not None:
             self._finalizer()  # runs _stop_process once
             self._finalizer = None
@@ -388,6 +391,7 @@ class TansuBroker:
         _import_kafka_python()
         from kafka import KafkaAdminClient, KafkaConsumer
 
+        self._close_producer()  # its metadata (partition count) would outlive the topic
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False,
                                  allow_auto_create_topics=False)
         deadline = time.monotonic() + timeout

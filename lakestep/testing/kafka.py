@@ -29,7 +29,7 @@ What is not:
   :mod:`lakestep.streaming.kafka` works around that.
 
 Only the standard library, :mod:`lakestep.errors` and the stdlib-only
-:mod:`lakestep.streaming.kafka._kafka_python` are imported at module import
+:mod:`lakestep.streaming.kafka.kafka_python` are imported at module import
 time (importing the ``lakestep.streaming.kafka`` package loads neither pyspark
 nor kafka-python); kafka-python is imported lazily by the helpers that need it.
 """
@@ -52,7 +52,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
 from lakestep.errors import LakestepError
-from lakestep.streaming.kafka._kafka_python import import_kafka_python as _import_kafka_python
+from lakestep.streaming.kafka.kafka_python import import_kafka_python as _import_kafka_python
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer

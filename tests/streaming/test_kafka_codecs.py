@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from lakestep.streaming.kafka._kafka_python import import_kafka_python
+from lakestep.streaming.kafka.kafka_python import import_kafka_python
 from lakestep.streaming.kafka.errors import KafkaDecodeError
-from lakestep.streaming.kafka.offsets import _OffsetClient
+from lakestep.streaming.kafka.offsets import OffsetClient
 from lakestep.streaming.kafka.options import KafkaSourceOptions
 from lakestep.streaming.kafka.reader import read_partition_range
 from tests.streaming.kafka_helpers import await_end, batch_sizes, memory_query, stream
@@ -145,7 +145,7 @@ def test_undecodable_batch_is_a_typed_error(
         assert [r["value"] for r in rows] == [b"a", b"b"]
 
     # the driver's high-watermark probe does not decode records: it sees past the batch
-    client = _OffsetClient(options.consumer_config, 10_000)
+    client = OffsetClient(options.consumer_config, 10_000)
     try:
         assert client.high_watermarks({(corrupt_topic, 0): 0}) == {(corrupt_topic, 0): 6}
     finally:

@@ -19,19 +19,15 @@ import pytest
 from lakestep.streaming.kafka import (
     FORMAT_NAME,
     KafkaSourceOptions,
-    _OffsetClient,
     arrow_schema,
     kafka_consumer_config,
     kafka_schema,
-    offsets_from_json,
-    offsets_to_json,
     parse_starting_offsets,
-    rate_limit,
-    read_partition_range,
     register_kafka_source,
-    split_ranges,
 )
-from lakestep.streaming.kafka._kafka_python import import_kafka_python
+from lakestep.streaming.kafka.offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
+from lakestep.streaming.kafka.reader import read_partition_range
+from lakestep.streaming.kafka.kafka_python import import_kafka_python
 from tests.streaming.kafka_helpers import (
     await_end,
     batch_sizes,
@@ -248,9 +244,9 @@ def test_arrow_schema_is_what_pyspark_expects() -> None:
         assert arrow_schema(headers).equals(to_arrow_schema(kafka_schema(headers), timezone="UTC"))
 
 
-def test_package_loads_lazily_and_exports_every_name() -> None:
+def test_package_loads_lazily_and_exports_its_public_names() -> None:
     """Importing the package (as the test broker does) needs neither pyspark nor
-    kafka-python; every name of the former single-module kafka.py still resolves."""
+    kafka-python; every public name resolves."""
     import subprocess
     import sys
 
@@ -258,7 +254,7 @@ def test_package_loads_lazily_and_exports_every_name() -> None:
         "import sys, lakestep.streaming.kafka as k, lakestep.testing\n"
         "assert 'pyspark' not in sys.modules and 'kafka' not in sys.modules, sorted(sys.modules)\n"
         "from lakestep.streaming.kafka import *\n"
-        "missing = [n for n in k._EXPORTS if getattr(k, n, None) is None]\n"
+        "missing = [n for n in k.__all__ if getattr(k, n, None) is None]\n"
         "assert not missing, missing\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
@@ -442,7 +438,7 @@ def test_high_watermark_comes_from_fetch(
     for _ in range(3):  # several record batches in partition 0
         kafka_broker.produce(topic, [b"x"] * 4, partition=0)
     config = kafka_consumer_config({"kafka.bootstrap.servers": kafka_broker.bootstrap_servers})
-    client = _OffsetClient(config, 10_000)
+    client = OffsetClient(config, 10_000)
     try:
         tps = client.partitions([topic], force=True)
         assert tps == [(topic, 0), (topic, 1)]

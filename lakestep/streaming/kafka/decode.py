@@ -41,9 +41,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._kafka_python import import_kafka_python
+from .kafka_python import import_kafka_python
 from .errors import KafkaDecodeError, describe
-from .schema import _HEADERS_ARROW_TYPE, _TIMESTAMP_ARROW_TYPE, arrow_schema
+from .schema import HEADERS_ARROW_TYPE, TIMESTAMP_ARROW_TYPE, arrow_schema
 
 # RecordBatch v2 header: BaseOffset q, Length i, PartitionLeaderEpoch i, Magic b, CRC I,
 # Attributes h, LastOffsetDelta i, FirstTimestamp q, MaxTimestamp q, ProducerId q,
@@ -528,13 +528,13 @@ def _raw_to_batch(batches: Sequence[RawBatch], topic: str, partition: int, start
         _constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(pick(offset)),
-        pa.array(pick(columns["timestamp"]) * 1000).view(_TIMESTAMP_ARROW_TYPE),
+        pa.array(pick(columns["timestamp"]) * 1000).view(TIMESTAMP_ARROW_TYPE),
         pa.array(pick(columns["timestampType"])),
     ]
     if include_headers:
         assert headers is not None
         chosen = headers if rows is None else [headers[i] for i in rows.tolist()]
-        arrays.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in chosen], _HEADERS_ARROW_TYPE))
+        arrays.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in chosen], HEADERS_ARROW_TYPE))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
@@ -548,11 +548,11 @@ def _decoded_to_batch(batch: DecodedBatch, topic: str, partition: int, start: in
         _constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array([batch.offsets[i] for i in rows], pa.int64()),
-        pc.multiply(pa.array([batch.timestamps[i] for i in rows], pa.int64()), 1000).cast(_TIMESTAMP_ARROW_TYPE),
+        pc.multiply(pa.array([batch.timestamps[i] for i in rows], pa.int64()), 1000).cast(TIMESTAMP_ARROW_TYPE),
         pa.array([batch.timestamp_types[i] for i in rows], pa.int32()),
     ]
     if include_headers:
-        arrays.append(pa.array([[] for _ in rows], _HEADERS_ARROW_TYPE))
+        arrays.append(pa.array([[] for _ in rows], HEADERS_ARROW_TYPE))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import decode as _decode
-from ._kafka_python import import_kafka_python as _import_kafka_python
+from .kafka_python import import_kafka_python as _import_kafka_python
 from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceTimeoutError, KafkaTopicNotFoundError
 from .options import TP, Offsets
 
@@ -107,7 +107,7 @@ def split_ranges(ranges: Sequence[tuple[TP, int, int]], min_partitions: int | No
 # ============================================================================ kafka access
 
 
-def _consumer(config: Mapping[str, Any], *, timeout_ms: int, **overrides: Any) -> KafkaConsumer:
+def new_consumer(config: Mapping[str, Any], *, timeout_ms: int, **overrides: Any) -> KafkaConsumer:
     """A group-less, non-committing kafka-python consumer.
 
     ``timeout_ms`` bounds the initial bootstrap (connection + metadata) unless
@@ -138,7 +138,7 @@ class _ProbeStalled(Exception):
     """A high-watermark probe got no answer in time (internal)."""
 
 
-class _OffsetClient:
+class OffsetClient:
     """Driver-side metadata and offset lookups.
 
     Holds two kafka-python consumers for the life of the stream reader: one for
@@ -150,7 +150,7 @@ class _OffsetClient:
     def __init__(self, config: Mapping[str, Any], timeout_ms: int) -> None:
         self._config = dict(config)
         self._timeout_ms = timeout_ms
-        self._consumer = _consumer(config, timeout_ms=timeout_ms)
+        self._consumer = new_consumer(config, timeout_ms=timeout_ms)
         self._probe: KafkaConsumer | None = None
         self._partitions: dict[str, list[int]] = {}
         self._refreshed_at = -math.inf
@@ -275,7 +275,7 @@ class _OffsetClient:
         deadline = time.monotonic() + self._timeout_ms / 1000
         for attempt in (1, 2):
             if self._probe is None:
-                self._probe = _consumer(
+                self._probe = new_consumer(
                     self._config,
                     timeout_ms=self._timeout_ms,
                     fetch_max_wait_ms=_PROBE_FETCH_WAIT_MS,

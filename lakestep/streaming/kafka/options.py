@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
-from ._kafka_python import import_kafka_python as _import_kafka_python
+from .kafka_python import import_kafka_python as _import_kafka_python
 
 logger = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import decode as _decode
-from ._kafka_python import import_kafka_python as _import_kafka_python
+from .kafka_python import import_kafka_python as _import_kafka_python
 from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceError, KafkaSourceTimeoutError, describe
-from .offsets import _consumer
+from .offsets import new_consumer
 from .options import KafkaSourceOptions
-from .schema import _HEADERS_ARROW_TYPE, _TIMESTAMP_ARROW_TYPE, arrow_schema
+from .schema import HEADERS_ARROW_TYPE, TIMESTAMP_ARROW_TYPE, arrow_schema
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +44,14 @@ def _records_to_batch(
         pa.array([topic] * n, pa.string()),
         pa.array([partition] * n, pa.int32()),
         pa.array(column("offset"), pa.int64()),
-        pc.multiply(pa.array(column("timestamp"), pa.int64()), 1000).cast(_TIMESTAMP_ARROW_TYPE),
+        pc.multiply(pa.array(column("timestamp"), pa.int64()), 1000).cast(TIMESTAMP_ARROW_TYPE),
         pa.array(column("timestamp_type"), pa.int32()),
     ]
     if include_headers:
         arrays.append(
             pa.array(
                 [[{"key": k, "value": v} for k, v in (h or ())] for h in column("headers")],
-                _HEADERS_ARROW_TYPE,
+                HEADERS_ARROW_TYPE,
             )
         )
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
@@ -101,7 +101,7 @@ def read_partition_range(
     if end <= start:
         return
     tp = TopicPartition(topic, partition)
-    consumer = _consumer(options.consumer_config, timeout_ms=options.poll_timeout_ms)
+    consumer = new_consumer(options.consumer_config, timeout_ms=options.poll_timeout_ms)
     arrow = options.row_format == "arrow"
     # Arrow: poll() yields undecoded record batches, decoded column-wise (decode.py),
     # unless kafka-python's internals are not the expected ones.

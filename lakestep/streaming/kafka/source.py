@@ -25,7 +25,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed pyspa
     ) from _exc
 
 from .errors import KafkaDataLossError, KafkaTopicNotFoundError
-from .offsets import _OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
+from .offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from .options import EARLIEST, FORMAT_NAME, LATEST, TP, KafkaSourceOptions, Offsets, redact
 from .reader import read_partition_range
 from .schema import kafka_schema
@@ -101,7 +101,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
-        self._client: _OffsetClient | None = None
+        self._client: OffsetClient | None = None
         self._known_end: Offsets = {}
         self._target: Offsets | None = None
         self.data_loss = DataLoss(options.fail_on_data_loss)
@@ -117,10 +117,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---------------------------------------------------------------- driver
 
     @property
-    def client(self) -> _OffsetClient:
+    def client(self) -> OffsetClient:
         if self._client is None:
             logger.debug("connecting with %s", redact(self.options.consumer_config))
-            self._client = _OffsetClient(self.options.consumer_config, self.options.fetch_offset_timeout_ms)
+            self._client = OffsetClient(self.options.consumer_config, self.options.fetch_offset_timeout_ms)
         return self._client
 
     def _ends(self, start: Mapping[TP, int]) -> Offsets:

@@ -164,3 +164,27 @@ def test_a_rolled_back_derived_table_stands_at_the_rollback_barrier(catalog: Cat
         assert rows(catalog.load_table("s.d").to_arrow(version=c.versions["s.d"])) == [(1, 1), (2, 2)]
         assert pipe.choose(["s.a", "s.d"], scope="global").barrier == 2
     coord.release()
+
+
+def test_version_at_an_older_restores_own_barrier(catalog: Catalog) -> None:
+    """A barrier equal to an older RESTORE's tag, while the newest era starts above it: the
+    era loop answers that RESTORE itself (the newest commit tagged <= e), not the version it
+    restored from the era before (the same rows, but a version cleanup may prune first)."""
+    catalog.create_namespace("s")
+    make_tables(catalog, "a")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    coord = Coordinator(catalog)
+    a = catalog.load_table("s.a")
+    for k in (1, 2, 3, 4):
+        a.append(kv((k, k)), barrier=OPEN_EPOCH)
+        coord.seal()
+    first = p.rollback(to=3).tables["s.a"].restore_version  # tagged 3
+    a.append(kv((5, 5)), barrier=OPEN_EPOCH)  # epoch 5
+    coord.seal()
+    second = p.rollback(to=4).tables["s.a"].restore_version  # tagged 4: the newest era starts above 3
+    assert p.version_at("s.a", 3) == first
+    assert p.version_at("s.a", 4) == second
+    assert p.version_at("s.a", 2) == 2
+    assert rows(a.to_arrow(version=p.version_at("s.a", 3))) == [(1, 1), (2, 2), (3, 3)]
+    coord.release()

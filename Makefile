@@ -40,6 +40,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.lifecycle
 	$(BIN)/python -m benchmarks.barrier
 	$(BIN)/python -m benchmarks.streaming
+	$(BIN)/python -m benchmarks.query
 
 clean:
 	rm -rf $(VENV) demo-warehouse .pytest_cache

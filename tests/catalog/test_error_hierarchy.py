@@ -22,6 +22,7 @@ from lakestep import Catalog, errors
 from lakestep.barrier import Pipeline
 from lakestep.barrier import errors as berrors
 from lakestep.barrier.health import diagnose
+from lakestep.catalog.backend import DatabaseTimeouts
 from lakestep.clock import ManualClock
 from lakestep.query.read import consistent_read
 
@@ -88,6 +89,8 @@ CASES = [
     Case("load-missing-table", lambda c: c.load_table("s.nope"), errors.TableNotFoundError, None),
     Case("create-namespace-twice", lambda c: c.create_namespace("s"), errors.NamespaceAlreadyExistsError, None),
     Case("drop-missing-namespace", lambda c: c.drop_namespace("nope"), errors.NamespaceNotFoundError, None),
+    Case("load-table-no-namespace", lambda c: c.load_table("nodot"), errors.InvalidIdentifierError),
+    Case("database-timeout-0", lambda c: DatabaseTimeouts(connect=0), errors.InvalidArgumentError),
     Case("create-table-twice", lambda c: c.create_table("s.t", SCHEMA), errors.TableAlreadyExistsError, None),
     # Table
     Case("append-not-data", lambda c: t(c).append(object()), errors.ArgumentTypeError, TypeError),
@@ -111,6 +114,10 @@ CASES = [
     Case("read-missing-version", lambda c: t(c).to_arrow(version=99), errors.VersionNotFoundError, None),
     Case("cleanup-shorter-than-retention", lambda c: t(c).cleanup(retention_seconds=1),
          errors.InvalidArgumentError),
+    Case("restore--1", lambda c: t(c).restore(-1), errors.VersionNotFoundError, None),
+    Case("filter-unknown-column", lambda c: t(c).to_arrow(where=[("nope", "=", 1)]), errors.InvalidPredicateError),
+    Case("ttl-on-a-string-column", lambda c: c.create_table("s.ttl", SCHEMA, properties={
+        "lakestep.ttl.column": "name", "lakestep.ttl.seconds": "10"}), errors.InvalidPropertyError),
     Case("restore-missing-version", lambda c: t(c).restore(99), errors.VersionNotFoundError, None),
     Case("dataset-of-a-keyed-table", lambda c: c.load_table("s.pk").read_plan().dataset(),
          errors.InvalidArgumentError),

@@ -54,6 +54,24 @@ def test_undoing_a_compaction_of_a_compaction(clocked: Catalog) -> None:
     assert len(live) == 3 and len(live & paths) == 2  # files 2 and 3 by their own paths, and file 4
 
 
+def test_compaction_output_rewritten_since_is_a_conflict(clocked: Catalog) -> None:
+    """A delete read file 1; a compaction merged it into o1, and another delete then
+    rewrote o1. The first delete cannot undo that by metadata: it conflicts with the
+    second delete, and nothing of it lands."""
+    t = table(clocked, (1, "d1"), (2, "d1"), (3, "d2"))
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "=", 1)])
+    assert t.compact().version == 4
+    assert t.delete([("id", "=", 2)]).version == 5  # rewrites o1
+    with pytest.raises(errors.CommitConflict) as ei:
+        tx.commit()
+    e = ei.value
+    assert (e.table, e.operation, e.base_version, e.other_version, e.other_operation) == ("s.t", "DELETE", 3, 5,
+                                                                                           "DELETE")
+    assert e.reason.endswith("holding rows this DELETE read was removed")
+    assert t.version == 5 and rows(t) == [(1, "d1"), (3, "d2")]
+
+
 def test_serializable_check_skips_compaction_outputs(clocked: Catalog) -> None:
     """A serializable delete of ids <= 2 read files 1 and 2; a concurrent compaction
     merged them into one file that matches the predicate. That file holds rows

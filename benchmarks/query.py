@@ -118,13 +118,16 @@ def measure(cat: Catalog, rounds: int, spark: Any) -> dict[str, dict[str, Any]]:
     _, info = consistent_arrow(cat, TABLES)
     files = {t: [f.uri for f in cat.load_table(t).read_plan(version=info.versions[t]).files] for t in TABLES}
     con = duckdb.connect()
+
+    def plain_duckdb() -> pa.Table:  # materialized, as duckdb_query's rows are (.arrow() may be a lazy reader)
+        rel = con.sql(_plain_sql(files, "duckdb"))
+        return (getattr(rel, "to_arrow_table", None) or rel.fetch_arrow_table)()
+
     expected = duckdb_query(cat, SQL).table
-    got = con.sql(_plain_sql(files, "duckdb")).arrow()
-    got = got.read_all() if hasattr(got, "read_all") else got
-    assert got.equals(expected), "the plain read and the helper disagree: the benchmark would compare different work"
+    assert plain_duckdb().equals(expected), "the plain read and the helper disagree: the benchmark would compare different work"
     readers: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
         "arrow": (lambda: [pq.read_table(files[t]) for t in TABLES], lambda: consistent_arrow(cat, TABLES)),
-        "duckdb": (lambda: con.sql(_plain_sql(files, "duckdb")).arrow(), lambda: duckdb_query(cat, SQL)),
+        "duckdb": (plain_duckdb, lambda: duckdb_query(cat, SQL)),
     }
     if spark is not None:
         from lakestep.query import spark_sql

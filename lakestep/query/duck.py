@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from ..errors import QueryError
 from .read import ConsistentRead, ReadInfo, TableRef, consistent_read
-from .sql import parse_sql
+from .sql import sql_template
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -174,7 +174,8 @@ def duckdb_query(
 ) -> QueryResult:
     """Run ``sql`` in DuckDB over the lakestep tables it names, all read at one consistent point.
 
-    The tables are found in the SQL by parsing it (once); ``VERSION AS OF`` and
+    The tables are found in the SQL by parsing it (once per process and
+    statement: :func:`~lakestep.query.sql.sql_template`); ``VERSION AS OF`` and
     ``TIMESTAMP AS OF`` clauses are honoured (module docstring of sql.py). The
     query runs on a cursor of a per-process in-memory database, with the SQL
     rewritten to read each table's files (``read_parquet([...])``, DuckDB's
@@ -182,25 +183,23 @@ def duckdb_query(
     dataset registered on that cursor only), so a query pays for no database
     start-up and no views.
     """
-    parsed = parse_sql(sql, "duckdb")
-    with consistent_read(catalog, parsed.refs, level=level, scope=scope, barrier=barrier,
+    template = sql_template(sql, "duckdb")
+    with consistent_read(catalog, template.refs, level=level, scope=scope, barrier=barrier,
                          snapshot=snapshot) as read:
         con = _cursor()
         try:
             con.execute("SET TimeZone = 'UTC'")
-            from sqlglot import exp
-
-            targets: dict[TableRef, Any] = {}
+            sources: dict[TableRef, str] = {}
             for i, (label, plan) in enumerate(read.plans.items()):
                 paths = plan.native_paths()
                 if paths is None:  # an Arrow dataset (or merged rows) registered on this cursor only
                     name = _source_name(i, plan)
                     con.register(name, _source(plan))
-                    targets[read.refs[label]] = (None, name)
+                    sources[read.refs[label]] = _quote(name)
                 else:  # DuckDB's own Parquet scan, written into the SQL: about twice as fast
-                    targets[read.refs[label]] = exp.Anonymous(this="read_parquet", expressions=[
-                        exp.Array(expressions=[exp.Literal.string(p) for p in paths])])
-            run = parsed.rewrite(lambda ref: targets[ref], copy=False)
+                    sources[read.refs[label]] = "read_parquet([" + ", ".join(
+                        "'" + p.replace("'", "''") + "'" for p in paths) + "])"
+            run = template.fill(lambda ref: sources[ref])
             try:
                 rows = _arrow(con.sql(run))
             except _duckdb().Error as e:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .read import ConsistentRead, ReadInfo, TableRef, consistent_read
-from .sql import parse_sql
+from .sql import sql_template
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -72,8 +72,8 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
 
     cat = open_catalog(catalog) if isinstance(catalog, str) else catalog
     url = catalog if isinstance(catalog, str) else cat.connection_url()
-    parsed = parse_sql(sql, "spark")
-    read = consistent_read(cat, parsed.refs, level=level, scope=scope, barrier=barrier, snapshot=snapshot)
+    template = sql_template(sql, "spark")
+    read = consistent_read(cat, template.refs, level=level, scope=scope, barrier=barrier, snapshot=snapshot)
     try:
         register(spark)
         views: dict[TableRef, str] = {}
@@ -83,7 +83,7 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
             (spark.read.format("lakestep").option("catalog", url).option("table", plan.table)
              .option("versionAsOf", str(plan.version)).load().createOrReplaceTempView(name))
             views[ref] = name
-        run = parsed.rewrite(lambda ref: (None, views[ref]), copy=False)
+        run = template.fill(lambda ref: f"`{views[ref]}`")
         df = spark.sql(run)
     except BaseException:
         read.close()

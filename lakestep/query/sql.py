@@ -16,7 +16,9 @@ references (``orders.id``) still work.
 
 from __future__ import annotations
 
+import functools
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -70,17 +72,11 @@ def _ref(node) -> TableRef | None:  # type: ignore[no-untyped-def]
 
 @dataclass(frozen=True)
 class ParsedSQL:
-    """One SQL statement, parsed once: the lakestep tables it reads and a way to rewrite them."""
+    """One SQL statement, parsed: the lakestep tables it reads."""
 
     tree: Any
     refs: list[TableRef]
     dialect: str
-
-    def rewrite(self, view_of: Callable[[TableRef], Any], *, copy: bool = True) -> str:
-        """The SQL with every lakestep table reference replaced by ``view_of(ref)``: (schema or
-        None, name). ``copy=False`` rewrites the parsed tree in place (saves a deep copy, a few
-        ms; for a caller that rewrites once)."""
-        return _render(self.tree, self.dialect, view_of, copy=copy)
 
 
 def parse_sql(sql: str, dialect: str) -> ParsedSQL:
@@ -101,6 +97,37 @@ def parse_sql(sql: str, dialect: str) -> ParsedSQL:
     return ParsedSQL(tree, out, dialect)
 
 
+_MARK = f"lakestep_ref_{uuid.uuid4().hex[:8]}_"
+_MARKED = re.compile(r'["`]' + _MARK + r'(\d+)["`]')
+
+
+@dataclass(frozen=True)
+class SQLTemplate:
+    """A SQL statement with each lakestep table reference replaced by a placeholder.
+
+    Parsing and printing SQL with sqlglot costs milliseconds (more with long
+    file lists), and a dashboard runs the same statements again and again: the
+    template of a statement is made once per process (:func:`sql_template`)
+    and each run only fills in what each table is read from."""
+
+    refs: tuple[TableRef, ...]
+    text: str
+
+    def fill(self, source_of: Callable[[TableRef], str]) -> str:
+        """The SQL with each reference replaced by ``source_of(ref)``: SQL text to read
+        from (a quoted view name, or a table function such as DuckDB's read_parquet)."""
+        return _MARKED.sub(lambda m: source_of(self.refs[int(m.group(1))]), self.text)
+
+
+@functools.lru_cache(maxsize=512)
+def sql_template(sql: str, dialect: str) -> SQLTemplate:
+    """The template of ``sql`` (cached per process; a statement that does not parse is not)."""
+    parsed = parse_sql(sql, dialect)
+    index = {ref: i for i, ref in enumerate(parsed.refs)}
+    text = _render(parsed.tree, dialect, lambda ref: (None, f"{_MARK}{index[ref]}"), copy=False)
+    return SQLTemplate(tuple(parsed.refs), text)
+
+
 def table_refs(sql: str, dialect: str) -> list[TableRef]:
     """The lakestep tables ``sql`` reads, each once (with its time travel, if any)."""
     return parse_sql(sql, dialect).refs
@@ -111,8 +138,7 @@ def rewrite(sql: str, dialect: str, view_of: Callable[[TableRef], tuple[str | No
     return _render(_parse(sql, dialect), dialect, view_of, copy=False)
 
 
-def _render(tree: Any, dialect: str, view_of: Callable[[TableRef], Any], *, copy: bool) -> str:
-    """``view_of(ref)`` gives (schema or None, name), or a sqlglot expression to read from."""
+def _render(tree: Any, dialect: str, view_of: Callable[[TableRef], tuple[str | None, str]], *, copy: bool) -> str:
     from sqlglot import exp
 
     def swap(node):  # type: ignore[no-untyped-def]
@@ -121,11 +147,8 @@ def _render(tree: Any, dialect: str, view_of: Callable[[TableRef], Any], *, copy
         ref = _ref(node)
         if ref is None:
             return node
-        target = view_of(ref)
+        schema, name = view_of(ref)
         alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name))
-        if isinstance(target, exp.Expression):  # a table function, e.g. DuckDB's read_parquet([...])
-            return exp.Table(this=target, alias=alias)
-        schema, name = target
         return exp.Table(this=exp.to_identifier(name, quoted=True),
                          db=exp.to_identifier(schema, quoted=True) if schema else None, alias=alias)
 

@@ -30,8 +30,15 @@ of) compactions younger than ``R`` (commit.py), so no later commit can bring an
 expired path back; a reader that starts now reads a retained version, and one
 that reads longer than ``R`` must hold a version lock. Writers commit files
 within ``R`` of writing them, so step 3 never takes a file about to commit.
+Step 3 is the only one that lists storage: one recursive listing of ``data/``
+per run (on an object store, the store's paged listing of that prefix); the
+other steps delete paths the catalog names. On object stores a file's age
+counts from its LastModified time, whole seconds, less one second of slack.
 
-Not guaranteed: with several machines, clocks must agree to well within ``R``.
+Not guaranteed: with several machines, clocks (the object store's included)
+must agree to well within ``R``. An S3 multipart upload's LastModified is when
+the upload began: ``R`` must exceed the time from starting a file's upload to
+committing it.
 """
 
 from __future__ import annotations
@@ -157,7 +164,7 @@ def _orphans(table: "Table", report: CleanupReport, cutoff: float, dry_run: bool
     for info in files:
         rel = info.path[len(root):].lstrip("/") if info.path.startswith(root) else info.path
         mtime = info.mtime.timestamp() if isinstance(info.mtime, dt.datetime) else 0.0
-        if rel in known or mtime > cutoff or not guard.allows_orphan(info.path):
+        if rel in known or mtime + writer.mtime_slack > cutoff or not guard.allows_orphan(info.path):
             continue
         report.orphan_files.append(rel)
         report.orphan_bytes += info.size or 0

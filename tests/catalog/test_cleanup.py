@@ -1,9 +1,11 @@
-"""Cleanup keeps what any retained version, snapshot or lock needs; TTL; metadata pruning."""
+"""Cleanup keeps what any retained version, snapshot or lock needs; TTL; metadata pruning.
+
+On the local disk and on S3 (``s3`` mark, tests/conftest.py): what storage holds
+is checked with a filesystem made by the test, not lakestep's."""
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import time
 
 import pyarrow as pa
@@ -11,11 +13,13 @@ import pytest
 
 from lakestep import Catalog, errors
 
+pytestmark = pytest.mark.s3
+
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.date32())])
 
 
-def disk_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
+def stored_bytes(spec, location: str) -> int:  # type: ignore[no-untyped-def]
+    return sum(spec.files_under(location).values())
 
 
 @pytest.fixture
@@ -24,7 +28,7 @@ def table(catalog: Catalog):  # type: ignore[no-untyped-def]
     return catalog.create_table("s.t", SCHEMA, properties={"lakestep.retention-seconds": "0.3"})
 
 
-def test_cleanup_keeps_window_snapshots_and_locks(table) -> None:  # type: ignore[no-untyped-def]
+def test_cleanup_keeps_window_snapshots_and_locks(catalog_spec, table) -> None:  # type: ignore[no-untyped-def]
     d = dt.date(2026, 1, 1)
     for i in range(4):
         table.append({"id": [i], "day": [d]})
@@ -54,21 +58,26 @@ def test_cleanup_keeps_window_snapshots_and_locks(table) -> None:  # type: ignor
     pin.release()
     table.drop_snapshot("two")
     table.cleanup()
-    assert disk_bytes(table.location) == sum(f.file_size for f in table.files())
+    assert stored_bytes(catalog_spec, table.location) == sum(f.file_size for f in table.files())
 
 
-def test_orphans_are_removed_after_the_window(table) -> None:  # type: ignore[no-untyped-def]
+def test_orphans_are_removed_after_the_window(catalog_spec, table) -> None:  # type: ignore[no-untyped-def]
     table.append({"id": [1], "day": [dt.date(2026, 1, 1)]})
-    orphan = os.path.join(table.location, "data", "never-committed.parquet")
-    with open(orphan, "wb") as fh:
-        fh.write(b"x" * 10)
+    rel = "data/never-committed.parquet"
+    written = time.time()
+    catalog_spec.put(table.location, rel, b"x" * 10)
     assert table.cleanup().orphan_files == []  # too young: may belong to a writer about to commit
-    time.sleep(0.4)
-    report = table.cleanup(dry_run=True)
-    assert report.orphan_files == ["data/never-committed.parquet"] and report.orphan_bytes == 10
-    assert os.path.exists(orphan)
+    # old enough once the 0.3 s window has passed (on S3 whole-second mtimes add up to
+    # a second of slack): wait for cleanup to see it, never for a fixed time
+    deadline = time.time() + 10
+    while not (report := table.cleanup(dry_run=True)).orphan_files:
+        assert time.time() < deadline, "the orphan never became old enough"
+        time.sleep(0.05)
+    assert time.time() - written >= 0.3
+    assert report.orphan_files == [rel] and report.orphan_bytes == 10
+    assert rel in catalog_spec.files_under(table.location)  # a dry run deletes nothing
     table.cleanup()
-    assert not os.path.exists(orphan)
+    assert rel not in catalog_spec.files_under(table.location)
     assert table.to_arrow().num_rows == 1
 
 

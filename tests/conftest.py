@@ -126,8 +126,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if any("catalog_spec" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize")):
         return  # the test chose its catalogs itself
     kinds = ["sqlite", "postgres"]
-    if metafunc.definition.get_closest_marker("s3"):
-        kinds += ["sqlite-s3", "postgres-s3"]
+    s3 = metafunc.definition.get_closest_marker("s3")
+    if s3 is not None:  # @pytest.mark.s3 (both backends) or @pytest.mark.s3("postgres")
+        kinds += [f"{b}-s3" for b in (s3.args or ("sqlite", "postgres"))]
     metafunc.parametrize("catalog_spec", kinds, indirect=True)
 
 

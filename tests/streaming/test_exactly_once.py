@@ -32,7 +32,9 @@ import pytest
 from lakestep.barrier import Pipeline
 from lakestep.streaming import register_job
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+# On S3 too (PostgreSQL's shorter plan: each run costs a Spark start-up): the executors write and read the
+# bucket with the storage options the driver hands them (tests/conftest.py, tests/s3server.py).
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.s3("postgres")]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RAW = pa.schema([("key", pa.string()), ("value", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
@@ -231,6 +233,7 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
 
     args = ["--catalog", catalog_spec.url, "--bootstrap", kafka_broker.bootstrap_servers, "--topic", topic,
             "--checkpoints", str(tmp_path / "ck")]
+    args += [a for kv in catalog_spec.storage for a in ("--storage", f"{kv[0]}={kv[1]}")]
     produce(150)
     log: list[str] = []
     run = 0
@@ -277,7 +280,7 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
     finally:
         app.kill()
     elapsed = time.time() - started
-    print(f"\n[{catalog_spec.backend}] {len(produced)} records, {run} runs, {elapsed:.0f}s\n  " + "\n  ".join(log))
+    print(f"\n[{catalog_spec.backend}{'-s3' if catalog_spec.on_s3 else ''}] {len(produced)} records, {run} runs, {elapsed:.0f}s\n  " + "\n  ".join(log))
 
     # every input record exactly once in s.raw
     rows = raw.to_arrow().to_pylist()

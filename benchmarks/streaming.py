@@ -283,7 +283,7 @@ def run_kafka(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
     """(b): produce once; a warm-up of both readers on a small topic (the session's first Kafka query
     pays JVM/Python-worker start-up, reported as ``cold``); then ``rounds`` rounds over the same
     ``messages`` records, each with a fresh table and checkpoint, the reader order alternating."""
-    from lakestep.streaming.broker import TansuBroker
+    from lakestep.testing import TansuBroker
 
     n, mpt, rounds = params["messages"], params["max_offsets_per_trigger"], params["kafka_rounds"]
     warm_n = params["kafka_warmup_messages"]

@@ -305,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from lakestep.streaming import register, register_job
-    from lakestep.streaming.broker import TansuBroker
+    from lakestep.testing import TansuBroker
 
     shutil.rmtree(WAREHOUSE, ignore_errors=True)
     cat = Catalog(warehouse=str(WAREHOUSE))

@@ -109,6 +109,23 @@ class VersionNotFoundError(LakestepError):
         self.what = what
 
 
+class SnapshotExistsError(LakestepError):
+    """A snapshot of that name already exists on the table (``exist_ok=True`` returns it)."""
+
+    def __init__(self, table: str, name: str) -> None:
+        super().__init__(f"table {table!r} already has a snapshot named {name!r}")
+        self.table = table
+        self.name = name
+
+
+class LockNotFoundError(LakestepError):
+    """A version lock that was released, or whose lease lapsed."""
+
+    def __init__(self, lock_id: int) -> None:
+        super().__init__(f"version lock {lock_id} does not exist (released or expired)")
+        self.lock_id = lock_id
+
+
 class SchemaMismatchError(LakestepError):
     """Data whose schema does not match the table's. Nothing was written."""
 
@@ -353,6 +370,10 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------- query
+class StreamingJobError(LakestepError):
+    """A streaming job that is not set up to run (unregistered, misaligned, ...)."""
+
+
 class QueryError(LakestepError, ValueError):
     """A query lakestep cannot run as written: unparseable SQL, an unknown level or scope,
     time travel it cannot honour. The message says what to change."""

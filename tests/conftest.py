@@ -56,8 +56,8 @@ class CatalogSpec:
         return dict(self.storage)
 
     def open(self, **kwargs: object) -> Catalog:
-        return Catalog(self.url, warehouse=self.warehouse, storage_options=self.storage_options,  # type: ignore[arg-type]
-                       **kwargs)
+        return Catalog(self.url, warehouse=self.warehouse,  # type: ignore[arg-type]
+                       storage_options=self.storage_options, **kwargs)
 
     def filesystem(self) -> "pafs.FileSystem":
         """The warehouse's storage as pyarrow sees it, made here (not through lakestep): for checks."""

@@ -27,15 +27,18 @@ from .errors import (
     NoSnapshotError,
     NotCoordinatorError,
     RollbackRefusedError,
+    RollbackRetriesExhaustedError,
     StaleBatchError,
     TopologyError,
 )
 from .jobs import BatchPlan, BatchResult, JobBatch, SourceRange
-from .pipeline import BarrierState, Pipeline
+from .pipeline import Pipeline
+from .states import BarrierState
 from .health import Diagnosis, Finding, diagnose
 from .rollback import RollbackResult, TableRollback
 from .status import LagSample, Status, TableStatus, lag_history, status
-from .topology import DOWNSTREAM_SQL, UPSTREAM_SQL, Graph, Job, Topology
+from .graph import Graph, Job, TableKind
+from .topology import DOWNSTREAM_SQL, UPSTREAM_SQL, Topology
 
 __all__ = [
     "OPEN_EPOCH",
@@ -43,6 +46,7 @@ __all__ = [
     "Topology",
     "Job",
     "Graph",
+    "TableKind",
     "DOWNSTREAM_SQL",
     "UPSTREAM_SQL",
     "Coordinator",
@@ -76,6 +80,7 @@ __all__ = [
     "NoSnapshotError",
     "NotCoordinatorError",
     "RollbackRefusedError",
+    "RollbackRetriesExhaustedError",
     "StaleBatchError",
     "TopologyError",
 ]

@@ -13,25 +13,24 @@ with the connection.
 
 Behind a pooler that hands each transaction another server connection
 (pgbouncer's transaction pooling), session-level prepared statements break:
-set ``LAKESTEP_PG_PREPARED=0`` and every statement is sent as plain SQL.
+open the catalog with ``prepared_statements=False`` (the backend's setting,
+:func:`lakestep.catalog.backend.prepared_statements`; its default comes from
+``LAKESTEP_PG_PREPARED=0``) and every statement is sent as plain SQL.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from typing import Any, Unpack
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, CursorResult
 
+from ..catalog.backend import prepared_statements
+
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _GENERIC = "SET LOCAL plan_cache_mode = force_generic_plan; "
-
-
-def prepared_enabled() -> bool:
-    return os.environ.get("LAKESTEP_PG_PREPARED", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 class Query:
@@ -65,7 +64,7 @@ class Query:
         self._execute = f"EXECUTE {self.name} ({', '.join(['%s'] * len(order))})"
 
     def __call__(self, conn: Connection, **params: Any) -> CursorResult[Unpack[tuple[Any, ...]]]:
-        if conn.dialect.name != "postgresql" or not prepared_enabled():
+        if conn.dialect.name != "postgresql" or not prepared_statements(conn):
             return conn.execute(self._text, params)
         prepared = conn.connection.info.setdefault("lakestep_prepared", set())
         if self.name not in prepared:

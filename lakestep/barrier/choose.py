@@ -53,10 +53,11 @@ from .states import (
     facts_ex,
     frontier,
     newest_snapshot,
-    open_epoch,
     versions_at,
 )
-from .topology import Graph, TableKind, Topology
+from .epochs import open_epoch
+from .graph import Graph, TableKind
+from .topology import Topology
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table
@@ -199,7 +200,8 @@ def _norm_one(ident: str) -> str:
     return f"{ns}.{name}"
 
 
-def _norm(tables: Sequence["str | Table"]) -> list[str]:
+def norm_idents(tables: Sequence["str | Table"]) -> list[str]:
+    """Table names, normalised ("ns.name") and deduplicated in order."""
     return list(dict.fromkeys(_norm_one(t if isinstance(t, str) else t.ident) for t in tables))
 
 
@@ -220,7 +222,7 @@ def choose(
         raise ValueError(f"level must be one of {LEVELS}, not {level!r}")
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}")
-    idents = _norm(tables)
+    idents = norm_idents(tables)
     if not idents:
         raise ValueError("choose needs at least one table")
     if level == "repeatable_read":
@@ -256,16 +258,11 @@ def choose(
                 return _answer(catalog, level, scope, None, idents, qids, versions, graph, fx, scope_ids, open_, (),
                                ("read_uncommitted: no alignment; the tables are consistent with each other only "
                                 "where their frontiers are equal",))
-            fr = {t: frontier(graph, fx[t], open_) for t in scope_ids}
-            managed = {t: f for t, f in fr.items() if f is not None}
-            barrier = min(managed.values()) if managed else open_ - 1
-            held = tuple(sorted(fx[t].ident for t, f in managed.items() if f == barrier and f < open_ - 1))
-            at = versions_at(conn, [t for t in q if t in managed], barrier)
+            e = e_star(graph, fx, scope_ids, open_)
+            at = versions_at(conn, [t for t in q if t in e.managed], e.barrier)
             versions = {t: (at[t].version if t in at else fx[t].head) for t in q}
-            notes = () if held or not managed else (
-                f"every table is precommitted up to the newest sealed barrier; epoch {open_} is still open",)
-            return _answer(catalog, level, scope, barrier, idents, qids, versions, graph, fx, scope_ids, open_,
-                           held, notes)
+            return _answer(catalog, level, scope, e.barrier, idents, qids, versions, graph, fx, scope_ids, open_,
+                           e.held, e.notes)
     raise AssertionError("unreachable")
 
 
@@ -296,9 +293,8 @@ def _committed_fast(catalog: "Catalog", topology: Topology, resolver: Resolver, 
     if any(f.tag is None and f.restore_version is not None for f in fx.values()):
         return None
     scope_ids = {t for t in scope_ids if t in q or not catching_up(graph, fx[t], open_)}
-    fr = {t: frontier(graph, fx[t], open_) for t in scope_ids}
-    managed = {t: f for t, f in fr.items() if f is not None}
-    barrier = min(managed.values()) if managed else open_ - 1
+    e = e_star(graph, fx, scope_ids, open_)
+    barrier, managed = e.barrier, e.managed
     if barrier != e_sql:
         return None
     versions: dict[int, int] = {}
@@ -312,11 +308,30 @@ def _committed_fast(catalog: "Catalog", topology: Topology, resolver: Resolver, 
         if r.m < r.facts.head and not r.succ:
             raise BarrierNotRetainedError(r.facts.ident, barrier, None)
         versions[t] = r.facts.head if r.nxt is None else r.nxt - 1
+    return _answer(catalog, "read_committed", scope, barrier, idents, qids, versions, graph, fx, scope_ids, open_,
+                   e.held, e.notes)
+
+
+@dataclass(frozen=True)
+class EStar:
+    """The read_committed barrier of a scope, and what it rests on."""
+
+    barrier: int  # e* = min(frontier) over the managed tables of the scope; O - 1 if none is managed
+    managed: dict[int, int]  # table id -> frontier, the managed tables of the scope
+    held: tuple[str, ...]  # the tables at e* below the newest sealed barrier: they hold it back
+    notes: tuple[str, ...]
+
+
+def e_star(graph: Graph, fx: dict[int, Facts], scope_ids: set[int], open_: int) -> EStar:
+    """e* (the one definition; the single-statement query of states.choice_rows mirrors it in SQL
+    and is checked against it)."""
+    fr = {t: frontier(graph, fx[t], open_) for t in scope_ids}
+    managed = {t: f for t, f in fr.items() if f is not None}
+    barrier = min(managed.values()) if managed else open_ - 1
     held = tuple(sorted(fx[t].ident for t, f in managed.items() if f == barrier and f < open_ - 1))
     notes = () if held or not managed else (
         f"every table is precommitted up to the newest sealed barrier; epoch {open_} is still open",)
-    return _answer(catalog, "read_committed", scope, barrier, idents, qids, versions, graph, fx, scope_ids, open_,
-                   held, notes)
+    return EStar(barrier, managed, held, notes)
 
 
 def _scope(graph: Graph, q: set[int], scope: Scope) -> set[int]:

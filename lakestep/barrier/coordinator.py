@@ -44,10 +44,9 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 
 from . import epochs
-from .epochs import Lease, Seal
+from .epochs import Lease, Seal, epoch_row
 from ..errors import CatalogUnavailableError
 from .errors import NotCoordinatorError
-from .states import epoch_row
 from .topology import Topology
 
 if TYPE_CHECKING:

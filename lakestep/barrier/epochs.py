@@ -1,4 +1,10 @@
-"""Epochs: the coordinator lease, sealing, and the snapshots of committed barriers.
+"""Epochs: the open epoch, the coordinator lease, sealing, and the snapshots of committed barriers.
+
+**The open epoch** ``O`` (row ``ls_epoch``) is read here and nowhere else in
+the barrier layer (:func:`open_epoch`, :func:`epoch_row`; sealing locks it).
+The catalog's commit path stamps root commits with it inside the commit's own
+database transaction, through its one function ``catalog.commit.open_epoch_for_commit``
+(the catalog sits below this layer and cannot import it).
 
 Each protocol below is one database transaction (``backend.write()``); times
 are the database's clock, so coordinators on several hosts agree on expiry.
@@ -44,15 +50,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from .errors import NotCoordinatorError
-from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, committed_from, facts, open_epoch, versions_at
-from .topology import Graph, Topology
+from .graph import Graph
+from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, committed_from, facts, versions_at
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -64,10 +70,28 @@ _DB_NOW = {
 
 _LEASE = sa.select(S.coordinator).where(S.coordinator.c.id == 1)
 _LOCK_LEASE = _LEASE.with_for_update()
-_LOCK_EPOCH = sa.select(S.epoch.c.open_epoch, S.epoch.c.opened_at).where(S.epoch.c.id == 1).with_for_update()
+_EPOCH = sa.select(S.epoch.c.open_epoch, S.epoch.c.opened_at).where(S.epoch.c.id == 1)
+_LOCK_EPOCH = _EPOCH.with_for_update()
 _PENDING = sa.text(
     "SELECT 1 FROM ls_commit WHERE table_id IN :ids AND barrier = :e LIMIT 1"
 ).bindparams(sa.bindparam("ids", expanding=True))
+
+
+class GraphSource(Protocol):
+    """Where the snapshots read the topology from (a :class:`~lakestep.barrier.Topology`)."""
+
+    def graph(self, conn: Connection) -> Graph: ...
+
+
+def open_epoch(conn: Connection) -> int:
+    """The open epoch ``O``: barriers below it are sealed."""
+    return epoch_row(conn)[0]
+
+
+def epoch_row(conn: Connection) -> tuple[int, float]:
+    """(open epoch, when it was opened), as the database clock recorded it."""
+    r = conn.execute(_EPOCH).one()
+    return int(r[0]), float(r[1])
 
 
 def db_now(conn: Connection) -> float:
@@ -174,7 +198,7 @@ def seal_and_snapshot(
     lease_seconds: float,
     *,
     expected: int | None = None,
-    topology: Topology | None = None,
+    topology: GraphSource | None = None,
     policy: SnapshotPolicy | None = None,
 ) -> tuple[Seal | None, list[int]]:
     """The seal protocol, with the coordinator's snapshots in the same transaction.
@@ -218,7 +242,7 @@ def snapshot_name(barrier: int) -> str:
 def take_snapshots(
     catalog: "Catalog",
     lease: Lease,
-    topology: Topology,
+    topology: GraphSource,
     *,
     every: int = 1,
     retain_count: int | None = 100,
@@ -235,7 +259,7 @@ def take_snapshots(
         return _snapshot_in(conn, topology, policy, time.time(), cur.snapshot_barrier)
 
 
-def _snapshot_in(conn: Connection, topology: Topology, policy: SnapshotPolicy, wall: float, last: int) -> list[int]:
+def _snapshot_in(conn: Connection, topology: GraphSource, policy: SnapshotPolicy, wall: float, last: int) -> list[int]:
     """Inside a fenced write transaction: snapshot every multiple of ``policy.every``
     committed since ``last`` (the lease row's progress), in every table of the
     COMMIT set; retention."""

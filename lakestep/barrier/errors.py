@@ -71,6 +71,17 @@ class RollbackRefusedError(BarrierError):
         self.table = table
 
 
+class RollbackRetriesExhaustedError(BarrierError):
+    """The topology kept gaining tables between a rollback's reading and its locking;
+    nothing was rolled back. Retry when job registrations have settled."""
+
+    def __init__(self, *, to_barrier: int, attempts: int) -> None:
+        super().__init__(f"rollback to barrier {to_barrier}: the topology kept changing during the rollback "
+                         f"({attempts} attempts); nothing was rolled back")
+        self.to_barrier = to_barrier
+        self.attempts = attempts
+
+
 class StaleBatchError(BarrierError):
     """A derived job's batch no longer matches the catalog (a rollback, another instance
     of the job, a sink written by someone else). Nothing was committed; plan again."""
@@ -113,6 +124,7 @@ __all__ = [
     "JobNotFoundError",
     "NotCoordinatorError",
     "RollbackRefusedError",
+    "RollbackRetriesExhaustedError",
     "StaleBatchError",
     "NoSnapshotError",
     "BarrierNotRetainedError",

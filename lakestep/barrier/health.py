@@ -36,7 +36,8 @@ from ..catalog import schema as S
 from ..catalog.pins import pinned_storage
 from .states import SNAPSHOT_PREFIX
 from .status import Status, TableStatus, status
-from .topology import Job, Topology
+from .graph import Job
+from .topology import Topology
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

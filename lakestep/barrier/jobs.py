@@ -48,13 +48,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
-from ..catalog.commit import CommitResult, TableChange
+from ..catalog.commit import CommitResult, FilesMode, Isolation
 from .errors import JobNotFoundError, StaleBatchError
-from .states import At, Facts, facts, first_change, frontier, open_epoch, versions_at
-from .topology import Graph, Job, TableKind, Topology, read_generation
+from .epochs import open_epoch
+from .states import facts, heads, first_change, frontier, job_frontier, tag_frontier, versions_at
+from .graph import Graph, Job, TableKind
+from .topology import Topology, read_generation
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table
+    from ..catalog.files import NewFile
     from ..catalog.predicates import Filter, Predicate
 
 log = logging.getLogger(__name__)
@@ -121,8 +124,8 @@ def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int
     open_ = open_epoch(conn)
     managed = [s for s in job.source_ids if graph.kind(s) != "unmanaged"]
     fx = facts(conn, set(job.sink_ids) | set(job.source_ids))
-    sink_fr = {t: _sink_frontier(fx[t], open_) for t in job.sink_ids}
-    processed = min(sink_fr.values())
+    sink_fr = {t: tag_frontier(fx[t], open_) for t in job.sink_ids}
+    processed = job_frontier(graph, fx, job, open_)
     lo = processed + 1
     ready = open_ - 1
     for s in managed:
@@ -137,54 +140,19 @@ def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int
             hi = max(lo, min(hi, b))
     end = versions_at(conn, managed, hi)
     sources: dict[str, SourceRange] = {}
-    heads = _heads(conn, [s for s in job.source_ids if s not in managed])
+    head = heads(conn, [s for s in job.source_ids if s not in managed])
     for s in job.source_ids:
         name = fx[s].ident
         if s in start:
             a, b_ = start[s], end[s]
         else:
-            a = b_ = heads[s]
+            a = b_ = head[s]
         sources[name] = SourceRange(name, s, graph.kind(s), a.version, b_.version, a.data_version, b_.data_version)
     sinks = tuple(t for t in job.sink_ids if sink_fr[t] == processed)
     return BatchPlan(job_id, lo, hi, sources, tuple(fx[t].ident for t in sinks), sinks)
 
 
-def _sink_frontier(f: Facts, open_: int) -> int:
-    return 0 if f.tag is None else min(f.tag, open_ - 1)
-
-
-def _heads(conn: Connection, ids: Sequence[int]) -> dict[int, At]:
-    if not ids:
-        return {}
-    t = S.tables.c
-    rows = conn.execute(sa.select(t.table_id, t.version, t.data_version).where(t.table_id.in_(list(ids))))
-    return {int(r[0]): At(int(r[1]), int(r[2])) for r in rows}
-
-
 # ---------------------------------------------------------------------------
-Guard = Callable[[Connection], "list[CommitResult] | None"]
-
-
-def commit_guarded(
-    catalog: "Catalog",
-    changes: list[TableChange],
-    guard: Guard,
-    *,
-    after: Callable[[Connection, list[CommitResult]], None] | None = None,
-    job_id: str | None = None,
-    batch_id: int | None = None,
-) -> tuple[bool, list[CommitResult]]:
-    """Run ``guard`` and commit ``changes`` in one database transaction.
-
-    ``guard`` returns None to go on, or a result to return without committing
-    (a replay). It may fill ``changes`` in (rollback computes them under its
-    locks). ``after`` runs in the same transaction, after the commit. Returns
-    (committed, results). Transient database errors are retried; a commit
-    that landed before its connection broke is found by its uuid.
-    """
-    return catalog.commit_guarded(changes, guard=guard, after=after, job_id=job_id, batch_id=batch_id)
-
-
 _LOCK_TABLES = (
     sa.select(S.tables.c.table_id)
     .where(S.tables.c.table_id.in_(sa.bindparam("ids", expanding=True)))
@@ -213,11 +181,13 @@ class JobBatch:
     """
 
     def __init__(self, catalog: "Catalog", topology: Topology, plan: BatchPlan,
-                 tables: "Callable[[str, int], Table] | None" = None) -> None:
+                 tables: "Callable[[str, int], Table] | None" = None, *, job_id: str | None = None,
+                 batch_id: int | None = None) -> None:
         self.catalog = catalog
         self.topology = topology
         self.plan = plan
-        self.tx = catalog.transaction()
+        # (job_id, batch_id): the key of a streaming micro-batch, so that a replay of it finds it
+        self.tx = catalog.transaction(job_id=job_id, batch_id=batch_id, guard=self._guard)
         self.result: BatchResult | None = None
         self._load: "Callable[[str, int], Table]" = tables or (lambda ident, _tid: catalog.load_table(ident))
 
@@ -254,12 +224,16 @@ class JobBatch:
     def upsert(self, table: "Table | str", data: Any, *, prefix: str = "") -> None:
         self.tx.upsert(self._sink(table), data, barrier=self.plan.hi, prefix=prefix)
 
-    def delete(self, table: "Table | str", where: "Filter | Predicate", *, isolation: str | None = None) -> None:
+    def delete(self, table: "Table | str", where: "Filter | Predicate", *, isolation: Isolation | None = None) -> None:
         self.tx.delete(self._sink(table), where, isolation=isolation, barrier=self.plan.hi)
 
     def update(self, table: "Table | str", set: Mapping[str, Any], where: "Filter | Predicate", *,
-               isolation: str | None = None) -> None:
+               isolation: Isolation | None = None) -> None:
         self.tx.update(self._sink(table), set, where, isolation=isolation, barrier=self.plan.hi)
+
+    def add_files(self, table: "Table | str", files: "Sequence[NewFile]", *, mode: FilesMode = "append") -> None:
+        """Files written elsewhere (Spark executors), tagged ``hi`` (:meth:`Transaction.add_files`)."""
+        self.tx.add_files(table, files, mode=mode, barrier=self.plan.hi)
 
     def abort(self) -> None:
         self.tx.abort()
@@ -271,20 +245,8 @@ class JobBatch:
             if tid not in self.tx.changes:
                 t = self._load(ident, tid)
                 self.tx.append(t, t.schema.empty_table(), barrier=plan.hi)
-        changes = [self.tx.changes[k] for k in sorted(self.tx.changes)]
-        self.tx.closed = True
-        try:
-            committed, results = commit_guarded(self.catalog, changes, self._guard,
-                                                job_id=self.tx.job_id, batch_id=self.tx.batch_id)
-        except BaseException:
-            for c in changes:
-                self.tx._discard_files(c)
-            raise
-        if not committed:
-            for c in changes:
-                self.tx._discard_files(c)
-        self.tx.results = results
-        self.result = BatchResult(plan, not committed, results)
+        results = self.tx.commit()  # the guard checks the plan (step 3b); its errors discard the files
+        self.result = BatchResult(plan, self.tx.replayed, results)
         return self.result
 
     def _guard(self, conn: Connection) -> list[CommitResult] | None:
@@ -299,7 +261,7 @@ class JobBatch:
         open_ = open_epoch(conn)
         src_ids = [s.table_id for s in plan.sources.values()]
         fx = facts(conn, set(plan.sink_ids) | set(src_ids))
-        fr = {t: _sink_frontier(fx[t], open_) for t in plan.sink_ids}
+        fr = {t: tag_frontier(fx[t], open_) for t in plan.sink_ids}
         if all(f >= plan.hi for f in fr.values()):
             log.info("job %s: barriers %d..%d were committed before: replay", plan.job_id, plan.lo, plan.hi)
             return [self._replayed(conn, t, fx[t].ident) for t in plan.sink_ids]

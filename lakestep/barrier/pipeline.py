@@ -24,8 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import enum
-import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 import sqlalchemy as sa
@@ -33,34 +31,32 @@ import sqlalchemy as sa
 from ..catalog import schema as S
 from ..catalog.checks import check_barrier
 from ..errors import VersionNotFoundError
-from .choose import Choice, Level, Resolver, Scope, _norm, choose
-from .epochs import Seal
-from .errors import BarrierNotRetainedError
+from .choose import Choice, Level, Resolver, Scope, norm_idents, choose
+from .epochs import Seal, epoch_row, open_epoch
+from .errors import BarrierNotRetainedError, JobNotFoundError
 from .jobs import BatchPlan, JobBatch, plan_batch
 from .rollback import RollbackResult, rollback
 from .states import (
+    At,
+    BarrierState,
     catching_up,
     common_snapshot,
     committed_barrier,
-    epoch_row,
     facts,
     frontier,
+    heads,
+    job_frontier,
     oldest_retained,
-    open_epoch,
+    table_states,
     version_at,
 )
-from .topology import Job, Topology
+from .graph import Job
+from .topology import Topology
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
     from .status import LagSample, Status
     from ..catalog import Catalog, Table
-
-
-class BarrierState(str, enum.Enum):
-    PRECOMMIT = "PRECOMMIT"
-    COMMIT = "COMMIT"
-    SNAPSHOT = "SNAPSHOT"
 
 
 class Pipeline:
@@ -117,7 +113,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------ states
     def _id(self, conn: Any, table: "str | Table") -> int:
-        ident = _norm([table])[0]
+        ident = norm_idents([table])[0]
         return self._resolver.resolve(conn, [ident])[ident]
 
     def frontier(self, table: "str | Table") -> int | None:
@@ -127,6 +123,28 @@ class Pipeline:
             tid = self._id(conn, table)
             g = self.topology.graph(conn)
             return frontier(g, facts(conn, [tid])[tid], open_epoch(conn))
+
+    def job_frontier(self, job_id: str) -> int:
+        """The barrier the job's sinks have all precommitted (what its batches reached; 0 if none)."""
+        with self.catalog.backend.read() as conn:
+            g = self.topology.graph(conn)
+            job = g.jobs.get(job_id)
+            if job is None:
+                raise JobNotFoundError(job_id)
+            return job_frontier(g, facts(conn, job.sink_ids), job, open_epoch(conn))
+
+    def ready_barrier(self, job_id: str) -> int:
+        """The newest barrier every managed source of the job has precommitted (what it could
+        read up to); the job's own frontier when no source is managed."""
+        with self.catalog.backend.read() as conn:
+            g = self.topology.graph(conn)
+            job = g.jobs.get(job_id)
+            if job is None:
+                raise JobNotFoundError(job_id)
+            o = open_epoch(conn)
+            fx = facts(conn, set(job.source_ids) | set(job.sink_ids))
+            known = [f for f in (frontier(g, fx[s], o) for s in job.source_ids) if f is not None]
+            return min(known) if known else job_frontier(g, fx, job, o)
 
     def committed_barrier(self) -> int:
         """The newest barrier in state COMMIT (every table of the COMMIT set precommitted it)."""
@@ -149,29 +167,16 @@ class Pipeline:
     def states(self, table: "str | Table", barrier: int) -> frozenset[BarrierState]:
         """The states ``table`` holds for ``barrier`` (empty: none yet)."""
         barrier = check_barrier(barrier)
-        out: set[BarrierState] = set()
         with self.catalog.backend.read() as conn:
             tid = self._id(conn, table)
-            g = self.topology.graph(conn)
-            o = open_epoch(conn)
-            f = frontier(g, facts(conn, [tid])[tid], o)
-            if f is not None and barrier <= f:
-                out.add(BarrierState.PRECOMMIT)
-            if f is not None and barrier <= committed_barrier(conn, g, o):
-                out.add(BarrierState.COMMIT)
-            if self._has_snapshot(conn, tid, barrier):
-                out.add(BarrierState.SNAPSHOT)
-        return frozenset(out)
-
-    @staticmethod
-    def _has_snapshot(conn: Any, tid: int, barrier: int) -> bool:
-        c = S.snapshots.c
-        return conn.execute(sa.select(c.name).where(
-            c.table_id == tid, c.barrier == barrier, sa.or_(c.expires_at.is_(None), c.expires_at > time.time())
-        ).limit(1)).first() is not None
+            return table_states(conn, self.topology.graph(conn), tid, barrier, open_epoch(conn))
 
     def version_at(self, table: "str | Table", barrier: int, *, strict: bool = True) -> int:
-        """Time travel by barrier: the version of ``table`` at ``barrier`` (states.py's rule).
+        """Time travel by barrier: the version of ``table`` at ``barrier`` (:meth:`at`)."""
+        return self.at(table, barrier, strict=strict).version
+
+    def at(self, table: "str | Table", barrier: int, *, strict: bool = True) -> At:
+        """The version of ``table`` at ``barrier`` (states.py's rule), with its data version.
 
         Refused (:class:`BarrierNotRetainedError`) below the oldest barrier the
         coordinator's snapshots retain, when retention is in force; with
@@ -189,11 +194,11 @@ class Pipeline:
             g = self.topology.graph(conn)
             f = facts(conn, [tid])[tid]
             if g.kind(tid) == "unmanaged":
-                return f.head
+                return heads(conn, [tid])[tid]
             fr = frontier(g, f, open_epoch(conn))
             if strict and fr is not None and barrier > fr:
                 raise VersionNotFoundError(f.ident, f"state at barrier {barrier} (precommitted up to {fr})")
-            return version_at(conn, tid, barrier).version
+            return version_at(conn, tid, barrier)
 
     # -------------------------------------------------------------------- jobs
     def next_batch(self, job_id: str, *, max_barriers: int | None = None) -> BatchPlan | None:
@@ -206,9 +211,10 @@ class Pipeline:
         plan = self.next_batch(job_id, max_barriers=1)
         return None if plan is None else plan.lo
 
-    def batch(self, plan: BatchPlan) -> JobBatch:
-        """The writes of a planned batch; committed on a clean ``with`` exit (jobs.py)."""
-        return JobBatch(self.catalog, self.topology, plan, self.table)
+    def batch(self, plan: BatchPlan, *, job_id: str | None = None, batch_id: int | None = None) -> JobBatch:
+        """The writes of a planned batch; committed on a clean ``with`` exit (jobs.py).
+        ``(job_id, batch_id)``: a streaming micro-batch's idempotency key, recorded with it."""
+        return JobBatch(self.catalog, self.topology, plan, self.table, job_id=job_id, batch_id=batch_id)
 
     # ------------------------------------------------------------------- reads
     def choose(self, tables: Sequence["str | Table"], *, level: Level = "read_committed", scope: Scope = "query",

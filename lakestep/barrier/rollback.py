@@ -50,16 +50,16 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..catalog.commit import CommitResult, Operation, TableChange
-from .errors import RollbackRefusedError
-from .jobs import commit_guarded
+from .epochs import open_epoch
+from .errors import RollbackRefusedError, RollbackRetriesExhaustedError
 from .states import facts, frontier, newest_snapshot, versions_at
 from .topology import Topology, read_generation
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table
 
+_ATTEMPTS = 5  # the topology gained a table between loading and locking: load and lock again
 _LOCK_LEASE = sa.select(S.coordinator.c.token).where(S.coordinator.c.id == 1).with_for_update()
-_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1)
 _LOCK_TABLES = (
     sa.select(S.tables.c.table_id)
     .where(S.tables.c.table_id.in_(sa.bindparam("ids", expanding=True)))
@@ -111,7 +111,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
             raise _Retry()
         if catalog.backend.row_locks:
             conn.execute(_LOCK_TABLES, {"ids": sorted(ids)})
-        state["open"] = int(conn.execute(_EPOCH).scalar_one())
+        state["open"] = open_epoch(conn)
         snap = newest_snapshot(conn, ids)
         if snap is not None and snap[1] > to:
             raise RollbackRefusedError(to_barrier=to, snapshot_barrier=snap[1], table=graph.names[snap[0]])
@@ -142,9 +142,9 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
         c = S.coordinator.c
         conn.execute(sa.update(S.coordinator).where(c.id == 1, c.snapshot_barrier > to).values(snapshot_barrier=to))
 
-    for _ in range(5):
+    for _ in range(_ATTEMPTS):
         try:
-            committed, results = commit_guarded(catalog, changes, guard, after=after)
+            committed, results = catalog.commit_guarded(changes, guard=guard, after=after)
             break
         except _Retry:
             with catalog.backend.read() as conn:
@@ -152,7 +152,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
             for tid in g.managed:
                 tables.setdefault(tid, load(g.names[tid], tid))
     else:
-        raise RuntimeError("the topology kept changing during the rollback")
+        raise RollbackRetriesExhaustedError(to_barrier=to, attempts=_ATTEMPTS)
     out = {}
     for c, r in zip(changes, results if committed else []):
         out[c.ident] = TableRollback(c.ident, plan[c.table_id][0], plan[c.table_id][1], r.version)

@@ -7,7 +7,7 @@ index seeks (``ls_commit_barrier (table_id, barrier, version)``, the partial
 with the number of barriers. ``O`` is the open epoch; ``t`` a table.
 
 * **sealed** ``e``: ``e < O``.
-* **frontier(t)**: root: ``O - 1`` (sealing ``e`` precommits ``e`` for every
+* **frontier(t)** (:func:`frontier`, the one definition): root: ``O - 1`` (sealing ``e`` precommits ``e`` for every
   root, docs/design.md §3.2); derived: the barrier of its newest commit carrying
   one (0 if none), since a derived job commits its barriers in order;
   unmanaged: none (barriers do not apply).
@@ -49,6 +49,7 @@ consistently at its frontier any more.
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -59,11 +60,9 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from ._sql import Query
 from .errors import BarrierNotRetainedError
-from .topology import Graph
+from .graph import Graph, Job
 
 SNAPSHOT_PREFIX = "lakestep-barrier-"
-
-_EPOCH = sa.select(S.epoch.c.open_epoch, S.epoch.c.opened_at).where(S.epoch.c.id == 1)
 
 # Per table: head, newest RESTORE, and the barrier of the newest barriered
 # commit of the newest era (the frontier of a derived table); with the
@@ -235,15 +234,6 @@ class At:
     data_version: int
 
 
-def open_epoch(conn: Connection) -> int:
-    return int(conn.execute(_EPOCH).one()[0])
-
-
-def epoch_row(conn: Connection) -> tuple[int, float]:
-    r = conn.execute(_EPOCH).one()
-    return int(r[0]), float(r[1])
-
-
 def _chunks(ids: Sequence[int]) -> Iterable[list[int]]:
     ids = sorted(set(ids))
     for i in range(0, len(ids), _CHUNK):
@@ -309,8 +299,46 @@ def frontier(graph: Graph, f: Facts, open_: int) -> int | None:
     if kind == "root":
         return open_ - 1
     if kind == "derived":
-        return 0 if f.tag is None else min(f.tag, open_ - 1)
+        return tag_frontier(f, open_)
     return None
+
+
+def tag_frontier(f: Facts, open_: int) -> int:
+    """The frontier a table's own commits give it, whatever the topology says now: its newest
+    barrier tag (0 if none), at most ``O - 1``. The rule of a derived table, and of a sink a
+    batch judges (which may have left the topology meanwhile)."""
+    return 0 if f.tag is None else min(f.tag, open_ - 1)
+
+
+def job_frontier(graph: Graph, fx: dict[int, Facts], job: Job, open_: int) -> int:
+    """The barrier a job's batches have reached: the lowest frontier of its sinks (0 if none);
+    ``fx`` covers the sinks."""
+    return min(((frontier(graph, fx[t], open_) or 0) for t in job.sink_ids), default=0)
+
+
+class BarrierState(str, enum.Enum):
+    """The states of a table at a barrier (module docstring)."""
+
+    PRECOMMIT = "PRECOMMIT"
+    COMMIT = "COMMIT"
+    SNAPSHOT = "SNAPSHOT"
+
+
+def table_states(conn: Connection, graph: Graph, table_id: int, barrier: int, open_: int
+                 ) -> frozenset[BarrierState]:
+    """The states table ``table_id`` holds for ``barrier`` (empty: none yet)."""
+    out: set[BarrierState] = set()
+    f = frontier(graph, facts(conn, [table_id])[table_id], open_)
+    if f is not None and barrier <= f:
+        out.add(BarrierState.PRECOMMIT)
+    if f is not None and barrier <= committed_barrier(conn, graph, open_):
+        out.add(BarrierState.COMMIT)
+    c = S.snapshots.c
+    if conn.execute(sa.select(c.name).where(
+            c.table_id == table_id, c.barrier == barrier,
+            sa.or_(c.expires_at.is_(None), c.expires_at > time.time())).limit(1)).first() is not None:
+        out.add(BarrierState.SNAPSHOT)
+    return frozenset(out)
 
 
 def catching_up(graph: Graph, f: Facts, open_: int) -> bool:
@@ -337,6 +365,15 @@ def committed_from(graph: Graph, fx: dict[int, Facts], open_: int) -> int:
         if t in fx:  # roots are at open_ - 1
             out = min(out, frontier(graph, fx[t], open_) or 0)
     return out
+
+
+def heads(conn: Connection, ids: Sequence[int]) -> dict[int, At]:
+    """The newest version of each table, with its data version."""
+    if not ids:
+        return {}
+    t = S.tables.c
+    rows = conn.execute(sa.select(t.table_id, t.version, t.data_version).where(t.table_id.in_(list(ids))))
+    return {int(r[0]): At(int(r[1]), int(r[2])) for r in rows}
 
 
 def versions_at(conn: Connection, ids: Iterable[int], barrier: int) -> dict[int, At]:

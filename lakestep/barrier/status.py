@@ -34,9 +34,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
-from .epochs import Lease, db_now, read_lease
+from .epochs import Lease, db_now, epoch_row, read_lease
 from .states import catching_up, committed_from, facts, frontier, oldest_retained
-from .topology import Graph, TableKind, Topology
+from .graph import Graph, TableKind
+from .topology import Topology
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -120,8 +121,7 @@ def _status(conn: Connection, topology: Topology, last: int, only: Sequence[str]
     t = S.tables.c
     graph = topology.graph(conn)
     now = db_now(conn)
-    row = conn.execute(sa.select(S.epoch.c.open_epoch, S.epoch.c.opened_at).where(S.epoch.c.id == 1)).one()
-    open_, opened_at = int(row[0]), float(row[1])
+    open_, opened_at = epoch_row(conn)
     sealed = open_ - 1
     window = range(max(1, sealed - last + 1), sealed + 1)
     q = sa.select(t.table_id, t.namespace, t.name, t.version, t.data_version, t.last_commit_at)

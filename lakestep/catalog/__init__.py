@@ -5,7 +5,8 @@ No pyspark here: the catalog works, and is tested, with no JVM.
 
 from .catalog import Catalog, Transaction, parse_ident
 from .commit import OPEN_EPOCH, CommitResult, Operation
-from .lifecycle import LockNotFoundError, Snapshot, SnapshotExistsError, VersionLock
+from ..errors import LockNotFoundError, SnapshotExistsError
+from .lifecycle import Snapshot, VersionLock
 from .files import DataFile
 from .predicates import Predicate
 from .table import CommitInfo, Table

@@ -1,20 +1,29 @@
-"""The fast path of the hottest commit: one table, blind (appends and key upserts).
+"""The blind append: commits that only add rows (appends and primary-key upserts).
 
-A streaming sink commits a blind append every micro-batch, so this path is
-written straight to the database driver:
+Blind changes never conflict (commit.py step 2c has nothing to decide), so
+they need no read of the table: each backend has exactly ONE implementation,
+written straight to the database driver because a streaming sink commits one
+every micro-batch. The backend runs it (``Backend.append`` inside a write
+transaction, ``Backend.commit_blind`` for the one-table fast path):
 
-* SQLite (inside the caller's ``BEGIN IMMEDIATE`` transaction): the same four
-  statements as the general path (advance the head with ``UPDATE ...
-  RETURNING``, record the transaction, the files and the commit), without
-  SQLAlchemy's per-statement work.
-* PostgreSQL: ONE statement of data-modifying CTEs, run in autocommit mode, so
-  the whole commit is a single round trip: the head row update (which locks
-  the row), the open epoch read ``FOR SHARE`` when the commit takes the open
-  epoch, and the inserts. The statement is atomic on its own. Every insert
-  depends on the head update, so a missing table inserts nothing.
+* SQLite (:func:`sqlite_append`, inside the caller's ``BEGIN IMMEDIATE``
+  transaction): per table, in table-id order, advance the head with
+  ``UPDATE ... RETURNING``; then record the transaction; then, per table,
+  the files and the commit row.
+* PostgreSQL (:func:`postgres_append`): per table, in table-id order, ONE
+  statement of data-modifying CTEs: the head row update (which locks the
+  row), the open epoch read ``FOR SHARE`` when the commit takes the open
+  epoch, the transaction record (with the first table), the files and the
+  commit row. Every insert depends on the head update, so a missing table
+  inserts nothing. The fast path runs its one statement in autocommit mode:
+  the whole commit is a single round trip, atomic on its own; several tables
+  run inside the caller's transaction.
 
-Both raise the driver's integrity error when the idempotency key is taken;
-the caller then returns the recorded result, as on the general path.
+Both take the idempotency key first (commit.py step 2b): a key at or below
+the job's newest batch is a replay (:class:`KeyReplayed`), and a key taken
+concurrently raises the driver's integrity error; the caller then returns the
+recorded result, as on the general path. Commit times are forced to increase
+per table, whatever the writers' clocks say.
 """
 
 from __future__ import annotations
@@ -22,15 +31,29 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
+from .. import _failpoints
 from ..errors import TableNotFoundError
-from .commit import OPEN_EPOCH, CommitResult, KeyReplayed, TableChange
+from .commit import (
+    FILE_FIELDS,
+    OPEN_EPOCH,
+    READ_OPEN_EPOCH,
+    CommitResult,
+    KeyReplayed,
+    TableChange,
+    file_row,
+    open_epoch_for_commit,
+)
 
-_FILE_COLS = "table_id, path, added_version, removed_version, record_count, file_size, partition, stats, source_ids, seq"
+_INSERT_COLS = ("table_id", *FILE_FIELDS)
+_FILE_COLS = ", ".join(_INSERT_COLS)
+# The catalog's epoch read (commit.READ_OPEN_EPOCH), as SQL text for a CTE.
+_EPOCH_SQL = str(READ_OPEN_EPOCH.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
 
 
-def _commit_row(c: TableChange, *, version: int, dv: int, at: float, barrier: int | None) -> CommitResult:
+def _result(c: TableChange, *, version: int, dv: int, at: float, barrier: int | None) -> CommitResult:
     return CommitResult(
         table=c.ident, version=version, data_version=dv, operation=c.operation.value, base_version=version - 1,
         added_files=len(c.added), added_rows=sum(f.record_count for f in c.added), barrier=barrier,
@@ -38,7 +61,11 @@ def _commit_row(c: TableChange, *, version: int, dv: int, at: float, barrier: in
     )
 
 
-def sqlite_commit(conn: Connection, c: TableChange, txn: dict[str, Any]) -> CommitResult:
+def _summary(c: TableChange) -> str:
+    return json.dumps(c.summary, default=str) if c.summary else "{}"
+
+
+def sqlite_append(conn: Connection, changes: Sequence[TableChange], txn: dict[str, Any]) -> list[CommitResult]:
     """Inside the caller's BEGIN IMMEDIATE transaction."""
     cur = conn.exec_driver_sql
     if txn["job_id"] is not None:  # commit.py step 2b
@@ -46,11 +73,10 @@ def sqlite_commit(conn: Connection, c: TableChange, txn: dict[str, Any]) -> Comm
                     (txn["job_id"], txn["batch_id"])).fetchone()
         if taken:
             raise KeyReplayed(txn["job_id"], txn["batch_id"])
-    if True:
-        barrier = c.barrier
-        if barrier == OPEN_EPOCH:
-            barrier = cur("SELECT open_epoch FROM ls_epoch WHERE id = 1").fetchone()[0]
-        now = txn["committed_at"]
+    epoch = open_epoch_for_commit(conn) if any(c.barrier == OPEN_EPOCH for c in changes) else None
+    now = txn["committed_at"]
+    advanced = []
+    for c in sorted(changes, key=lambda c: c.table_id):
         row = cur(
             "UPDATE ls_table SET version = version + 1, data_version = data_version + ?, "
             "last_commit_at = CASE WHEN last_commit_at + 1e-6 > ? THEN last_commit_at + 1e-6 ELSE ? END "
@@ -59,83 +85,114 @@ def sqlite_commit(conn: Connection, c: TableChange, txn: dict[str, Any]) -> Comm
         ).fetchone()
         if row is None:
             raise TableNotFoundError(c.ident)
-        v, dv, at = int(row[0]), int(row[1]), float(row[2])
-        txn_id = cur(
-            "INSERT INTO ls_txn (txn_uuid, job_id, batch_id, committed_at) VALUES (?, ?, ?, ?) RETURNING txn_id",
-            (txn["txn_uuid"], txn["job_id"], txn["batch_id"], now),
-        ).fetchone()[0]
+        advanced.append((c, int(row[0]), int(row[1]), float(row[2])))
+    txn_id = cur(
+        "INSERT INTO ls_txn (txn_uuid, job_id, batch_id, committed_at) VALUES (?, ?, ?, ?) RETURNING txn_id",
+        (txn["txn_uuid"], txn["job_id"], txn["batch_id"], now),
+    ).fetchone()[0]
+    _failpoints.hit("commit.locked")
+    results = []
+    for c, v, dv, at in advanced:
         if c.added:
-            cur(
-                f"INSERT INTO ls_file ({_FILE_COLS}) VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)",
-                [(c.table_id, f.path, v, f.record_count, f.file_size, f.partition_json, f.stats_json,
-                  json.dumps(f.source_ids) if f.source_ids else None, f.seq) for f in c.added],
-            )
-        result = _commit_row(c, version=v, dv=dv, at=at, barrier=barrier)
+            rows = [file_row(c.table_id, v, f) for f in c.added]
+            cur(f"INSERT INTO ls_file ({_FILE_COLS}) VALUES ({', '.join('?' * len(_INSERT_COLS))})",
+                [tuple(r[k] for k in _INSERT_COLS) for r in rows])
+        _failpoints.hit("commit.after_add")
+        result = _result(c, version=v, dv=dv, at=at, barrier=epoch if c.barrier == OPEN_EPOCH else c.barrier)
         cur(
             "INSERT INTO ls_commit (table_id, version, data_version, operation, base_version, txn_id, barrier, "
             "committed_at, added_files, removed_files, added_rows, removed_rows, summary) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, ?)",
-            (c.table_id, v, dv, c.operation.value, v - 1, txn_id, barrier, at, len(c.added), result.added_rows,
-             json.dumps(c.summary, default=str) if c.summary else "{}"),
+            (c.table_id, v, dv, c.operation.value, v - 1, txn_id, result.barrier, at, len(c.added),
+             result.added_rows, _summary(c)),
         )
-        return result
+        results.append(result)
+        _failpoints.hit("commit.table_done")
+    _failpoints.hit("commit.before_db_commit")
+    return results
 
 
-def postgres_commit(conn: Connection, c: TableChange, txn: dict[str, Any]) -> CommitResult:
-    """One statement; the caller's connection is in autocommit mode."""
+def postgres_append(conn: Connection, changes: Sequence[TableChange], txn: dict[str, Any], *,
+                    autocommit: bool) -> list[CommitResult]:
+    """One statement per table. ``autocommit``: the caller's connection is in autocommit
+    mode and there is one change (the fast path); else inside the caller's transaction."""
+    if autocommit and len(changes) != 1:
+        raise ValueError("an autocommit blind append commits one table")
+    results = []
+    txn_id: int | None = None
+    for c in sorted(changes, key=lambda c: c.table_id):
+        result, txn_id = _postgres_one(conn, c, txn, txn_id)
+        results.append(result)
+        if not autocommit:
+            if len(results) == 1:
+                _failpoints.hit("commit.locked")
+            _failpoints.hit("commit.after_add")
+            _failpoints.hit("commit.table_done")
+    if not autocommit:
+        _failpoints.hit("commit.before_db_commit")
+    return results
+
+
+def _postgres_one(conn: Connection, c: TableChange, txn: dict[str, Any], txn_id: int | None
+                  ) -> tuple[CommitResult, int]:
+    """The statement of one table; ``txn_id`` None: it records the transaction too (the first)."""
     params: dict[str, Any] = {
         "tid": c.table_id, "dv_inc": 1 if c.added else 0, "now": txn["committed_at"],
         "uuid": txn["txn_uuid"], "job": txn["job_id"], "batch": txn["batch_id"], "op": c.operation.value,
-        "nfiles": len(c.added), "nrows": sum(f.record_count for f in c.added),
-        "summary": json.dumps(c.summary, default=str) if c.summary else "{}",
+        "nfiles": len(c.added), "nrows": sum(f.record_count for f in c.added), "summary": _summary(c),
+        "txn": txn_id,
     }
     ctes = []
     if c.barrier == OPEN_EPOCH:
-        ctes.append("e AS (SELECT open_epoch FROM ls_epoch WHERE id = 1 FOR SHARE)")
+        ctes.append(f"e AS ({_EPOCH_SQL})")
         barrier_sql = "(SELECT open_epoch FROM e)"
     else:
         barrier_sql = "%(barrier)s::bigint"
         params["barrier"] = c.barrier
     # commit.py step 2b: no head moves when the key is at or below the job's newest batch
-    replay_guard = ("" if txn["job_id"] is None else
+    replay_guard = ("" if txn["job_id"] is None or txn_id is not None else
                     " AND NOT EXISTS (SELECT 1 FROM ls_txn WHERE job_id = %(job)s AND batch_id >= %(batch)s)")
     ctes.append(
         "h AS (UPDATE ls_table SET version = version + 1, data_version = data_version + %(dv_inc)s, "
         "last_commit_at = GREATEST(last_commit_at + 1e-6, %(now)s) WHERE table_id = %(tid)s" + replay_guard +
         " RETURNING version, data_version, last_commit_at)"
     )
-    ctes.append(
-        "t AS (INSERT INTO ls_txn (txn_uuid, job_id, batch_id, committed_at) "
-        "SELECT %(uuid)s, %(job)s, %(batch)s, %(now)s FROM h RETURNING txn_id)"
-    )
+    if txn_id is None:
+        ctes.append(
+            "t AS (INSERT INTO ls_txn (txn_uuid, job_id, batch_id, committed_at) "
+            "SELECT %(uuid)s, %(job)s, %(batch)s, %(now)s FROM h RETURNING txn_id)"
+        )
+    else:
+        ctes.append("t AS (SELECT %(txn)s::bigint AS txn_id)")
     if c.added:
         values = []
         for i, f in enumerate(c.added):
+            row = file_row(c.table_id, 0, f)
             values.append(f"(%(p{i})s, %(r{i})s::bigint, %(s{i})s::bigint, %(pa{i})s, %(st{i})s, %(src{i})s, "
                           f"%(seq{i})s::bigint)")
-            params.update({f"p{i}": f.path, f"r{i}": f.record_count, f"s{i}": f.file_size,
-                           f"pa{i}": f.partition_json, f"st{i}": f.stats_json,
-                           f"src{i}": json.dumps(f.source_ids) if f.source_ids else None, f"seq{i}": f.seq})
+            params.update({f"p{i}": row["path"], f"r{i}": row["record_count"], f"s{i}": row["file_size"],
+                           f"pa{i}": row["partition"], f"st{i}": row["stats"], f"src{i}": row["source_ids"],
+                           f"seq{i}": row["seq"]})
+        from_values = {"table_id": "%(tid)s", "added_version": "h.version", "removed_version": "NULL",
+                       "path": "v.path", "record_count": "v.rc", "file_size": "v.fs", "partition": "v.part",
+                       "stats": "v.stats", "source_ids": "v.src", "seq": "v.seq"}
         ctes.append(
-            f"f AS (INSERT INTO ls_file ({_FILE_COLS}) SELECT %(tid)s, v.path, h.version, NULL, v.rc, v.fs, "
-            f"v.part, v.stats, v.src, v.seq FROM h, (VALUES {', '.join(values)}) AS v(path, rc, fs, part, stats, "
-            f"src, seq))"
+            f"f AS (INSERT INTO ls_file ({_FILE_COLS}) SELECT {', '.join(from_values[k] for k in _INSERT_COLS)} "
+            f"FROM h, (VALUES {', '.join(values)}) AS v(path, rc, fs, part, stats, src, seq))"
         )
     ctes.append(
         "c AS (INSERT INTO ls_commit (table_id, version, data_version, operation, base_version, txn_id, barrier, "
         "committed_at, added_files, removed_files, added_rows, removed_rows, summary) "
         f"SELECT %(tid)s, h.version, h.data_version, %(op)s, h.version - 1, t.txn_id, {barrier_sql}, "
-        "h.last_commit_at, %(nfiles)s, 0, %(nrows)s, 0, %(summary)s FROM h, t RETURNING barrier)"
+        "h.last_commit_at, %(nfiles)s, 0, %(nrows)s, 0, %(summary)s FROM h, t RETURNING barrier, txn_id)"
     )
-    sql = "WITH " + ", ".join(ctes) + " SELECT h.version, h.data_version, h.last_commit_at, c.barrier FROM h, c"
+    sql = ("WITH " + ", ".join(ctes) +
+           " SELECT h.version, h.data_version, h.last_commit_at, c.barrier, c.txn_id FROM h, c")
     row = conn.exec_driver_sql(sql, params).fetchone()
     if row is None:
-        if txn["job_id"] is not None:  # a replay, or a missing table: the caller tells which
+        if txn["job_id"] is not None and txn_id is None:  # a replay, or a missing table: the caller tells which
             raise KeyReplayed(txn["job_id"], txn["batch_id"])
         raise TableNotFoundError(c.ident)
-    return _commit_row(c, version=int(row[0]), dv=int(row[1]), at=float(row[2]),
-                       barrier=None if row[3] is None else int(row[3]))
-
-
-def eligible(changes: Sequence[TableChange]) -> bool:
-    return len(changes) == 1 and changes[0].blind
+    result = _result(c, version=int(row[0]), dv=int(row[1]), at=float(row[2]),
+                     barrier=None if row[3] is None else int(row[3]))
+    return result, int(row[4])

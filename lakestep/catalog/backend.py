@@ -11,6 +11,10 @@ spread through the commit code:
 * whether rows can be locked (``row_locks``);
 * how to take a catalog-wide lock for schema upgrades.
 
+* the blind append (appends.py): one implementation per backend, behind
+  :meth:`Backend.append` (inside a write transaction) and
+  :meth:`Backend.commit_blind` (the one-table fast path).
+
 **One seam for database errors.** Every statement lakestep sends runs inside
 :meth:`Backend.read`, :meth:`Backend.write` or :meth:`Backend.commit_blind`,
 and those turn the driver's and the pool's errors into lakestep's:
@@ -55,13 +59,14 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from .. import _failpoints
+from . import appends
 from ..errors import CatalogCorruptError, CatalogError, CatalogUnavailableError, LakestepError
 from ..secrets import mask_url
 
@@ -201,9 +206,24 @@ class Backend:
                 f"the database holds {found} but no lakestep catalog version: it is not a lakestep catalog, or a "
                 "damaged one. lakestep creates its schema only where none of these exist; nothing was changed")
 
+    def append(self, conn: Connection, changes: Sequence[Any], txn: dict[str, Any]) -> list[Any]:
+        """Commit blind appends and upserts inside ``conn``'s write transaction: this
+        backend's one blind-append implementation (appends.py)."""
+        raise NotImplementedError
+
     def commit_blind(self, change: Any, txn: dict[str, Any]) -> Any:
         """Commit one blind append or upsert on the fast path (appends.py)."""
         raise NotImplementedError
+
+    @property
+    def prepared_statements(self) -> bool:
+        """PostgreSQL: whether hot statements are PREPAREd per server session (see
+        :func:`create_backend`); settable, for connections checked out afterwards."""
+        return bool(self.engine.get_execution_options().get("lakestep_prepared", True))
+
+    @prepared_statements.setter
+    def prepared_statements(self, value: bool) -> None:
+        self.engine.update_execution_options(lakestep_prepared=bool(value))
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -267,14 +287,12 @@ class SQLiteBackend(Backend):
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
-    def commit_blind(self, change: Any, txn: dict[str, Any]) -> Any:
-        from . import appends
+    def append(self, conn: Connection, changes: Sequence[Any], txn: dict[str, Any]) -> list[Any]:
+        return appends.sqlite_append(conn, changes, txn)
 
+    def commit_blind(self, change: Any, txn: dict[str, Any]) -> Any:
         with self.write() as conn:
-            _failpoints.hit("commit.locked")
-            result = appends.sqlite_commit(conn, change, txn)
-            _failpoints.hit("commit.before_db_commit")
-            return result
+            return self.append(conn, [change], txn)[0]
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
@@ -341,12 +359,13 @@ class PostgresBackend(Backend):
     def catalog_lock(self, conn: Connection) -> None:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(7362842190)"))
 
-    def commit_blind(self, change: Any, txn: dict[str, Any]) -> Any:
-        from . import appends
+    def append(self, conn: Connection, changes: Sequence[Any], txn: dict[str, Any]) -> list[Any]:
+        return appends.postgres_append(conn, changes, txn, autocommit=False)
 
+    def commit_blind(self, change: Any, txn: dict[str, Any]) -> Any:
         _failpoints.hit("commit.locked")
         with _seam("commit"), self.engine.connect() as conn:  # autocommit: one statement, one round trip
-            result = appends.postgres_commit(conn, change, txn)
+            result = appends.postgres_append(conn, [change], txn, autocommit=True)[0]
             _failpoints.hit("commit.after_db_commit")
             return result
 
@@ -448,6 +467,18 @@ def _install_watchdog(engine: Engine, seconds: float) -> None:
                 f"the catalog database gave no answer within {seconds:g} s; the connection was dropped")
 
 
+# ------------------------------------------------------------------ settings
+def prepared_statements(conn: Connection) -> bool:
+    """Whether hot statements may be PREPAREd on ``conn``'s server session (PostgreSQL):
+    the ``prepared_statements`` setting of the catalog that opened it."""
+    return bool(conn.get_execution_options().get("lakestep_prepared", True))
+
+
+def _prepared_default() -> bool:
+    """``LAKESTEP_PG_PREPARED`` (default on): read once, when a catalog opens without the setting."""
+    return os.environ.get("LAKESTEP_PG_PREPARED", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 # ------------------------------------------------------------------ factory
 def _sqlite_path(url: sa.URL) -> str:
     db = url.database
@@ -457,8 +488,12 @@ def _sqlite_path(url: sa.URL) -> str:
 
 
 def create_backend(url: str, *, echo: bool = False, pool_size: int = 5,
-                   timeouts: DatabaseTimeouts | None = None) -> Backend:
-    """Open the metadata database at ``url`` (any SQLAlchemy URL of a supported kind)."""
+                   timeouts: DatabaseTimeouts | None = None, prepared_statements: bool | None = None) -> Backend:
+    """Open the metadata database at ``url`` (any SQLAlchemy URL of a supported kind).
+
+    ``prepared_statements`` (PostgreSQL): the barrier layer's hot statements are
+    PREPAREd once per server session; False sends plain SQL (behind pgbouncer's
+    transaction pooling). None: ``LAKESTEP_PG_PREPARED``, default on."""
     timeouts = timeouts or DatabaseTimeouts()
     try:
         parsed = sa.make_url(url)
@@ -504,6 +539,8 @@ def create_backend(url: str, *, echo: bool = False, pool_size: int = 5,
             pool_recycle=3600,
             pool_timeout=timeouts.pool,
             isolation_level="AUTOCOMMIT",
+            execution_options={"lakestep_prepared": _prepared_default() if prepared_statements is None
+                               else bool(prepared_statements)},
             connect_args={
                 "connect_timeout": max(1, round(timeouts.connect)),
                 "application_name": str(parsed.query.get("application_name", "lakestep")),

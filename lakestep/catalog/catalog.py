@@ -7,7 +7,7 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -28,21 +28,21 @@ from ..errors import (
     TableNotFoundError,
     TransactionClosedError,
 )
-from . import appends, locations
+from . import locations
 from . import properties as P
 from . import schema as S
-from .. import _failpoints
 from .backend import Backend, DatabaseTimeouts, create_backend
 from .checks import check_barrier, check_batch_id, check_job_id
 from .commit import (
+    After,
     CommitResult,
-    KeyReplayed,
-    NeedsRebase,
+    FilesMode,
+    Guard,
+    Isolation,
     Operation,
     TableChange,
-    commit_once,
+    commit,
     find_txn,
-    new_txn_uuid,
     txn_results,
 )
 from .files import (FileWriter, NewFile, Storage, check_identifier, check_relative_path, normalize_location,
@@ -64,7 +64,6 @@ from .writes import (
 
 log = logging.getLogger(__name__)
 
-MAX_REBASES = 20
 
 
 def _table_schema(ident: str, schema: pa.Schema, partition_by: Sequence[str],
@@ -140,6 +139,9 @@ class Catalog:
     where managed tables put their data: a local directory or any URI pyarrow's
     filesystems open (``s3://bucket/prefix``). It is stored in the catalog when
     the catalog is created, so later opens need only the URL.
+    ``prepared_statements=False`` (PostgreSQL behind a transaction-pooling
+    pgbouncer) sends the barrier layer's statements as plain SQL; the default
+    comes from ``LAKESTEP_PG_PREPARED`` (on).
 
     ``storage_options`` reach an object store (pyarrow ``S3FileSystem``
     options: ``endpoint_override``, ``region``, ``access_key``, ``secret_key``,
@@ -165,6 +167,7 @@ class Catalog:
         commit_retries: int = 5,
         echo: bool = False,
         timeouts: DatabaseTimeouts | None = None,
+        prepared_statements: bool | None = None,
         storage_options: "Mapping[str, object] | Storage | None" = None,
     ) -> None:
         self.storage = Storage.of(storage_options)
@@ -178,7 +181,8 @@ class Catalog:
             wh = normalize_location(warehouse)
             url = f"sqlite:///{os.path.join(wh, 'catalog.db')}"
         self.commit_retries = commit_retries
-        self.backend: Backend = create_backend(url, echo=echo, timeouts=timeouts)
+        self.backend: Backend = create_backend(url, echo=echo, timeouts=timeouts,
+                                               prepared_statements=prepared_statements)
         try:
             self.warehouse = self._init(warehouse, create)
         except BaseException:
@@ -500,11 +504,14 @@ class Catalog:
                     pass
 
     # ------------------------------------------------------------ transactions
-    def transaction(self, *, job_id: str | None = None, batch_id: int | None = None) -> "Transaction":
+    def transaction(self, *, job_id: str | None = None, batch_id: int | None = None,
+                    guard: "Guard | None" = None, after: "After | None" = None) -> "Transaction":
         """A transaction over any number of tables: all commit, or none.
 
         ``(job_id, batch_id)`` makes it idempotent: committing the same key again
-        returns the first result and changes nothing.
+        returns the first result and changes nothing. ``guard`` and ``after``
+        run inside the commit's database transaction (see :meth:`commit_guarded`):
+        the barrier layer checks a batch's plan with them.
         """
         if job_id is not None:
             check_job_id(job_id)
@@ -515,7 +522,7 @@ class Catalog:
         elif batch_id is not None:
             raise InvalidArgumentError("batch_id needs job_id: the idempotency key is (job_id, batch_id)",
                                        argument="job_id", value=None)
-        return Transaction(self, job_id=job_id, batch_id=batch_id)
+        return Transaction(self, job_id=job_id, batch_id=batch_id, guard=guard, after=after)
 
     def _table(self, table: Table | str) -> Table:
         return table if isinstance(table, Table) else self.load_table(table)
@@ -526,12 +533,19 @@ class Catalog:
         """Commit prepared changes in one database transaction (see ``commit.py``)."""
         return self.commit_guarded(changes, job_id=job_id, batch_id=batch_id)[1]
 
+    def recorded(self, job_id: str, batch_id: int) -> list[CommitResult] | None:
+        """The commits recorded under the idempotency key ``(job_id, batch_id)``, marked
+        replayed; None when the key is not recorded (never committed, or pruned)."""
+        with self.backend.read() as conn:
+            prior = find_txn(conn, key=(job_id, int(batch_id)))
+            return None if prior is None else txn_results(conn, prior, {})
+
     def commit_guarded(
         self,
         changes: Sequence[TableChange],
         *,
-        guard: "Callable[[sa.Connection], list[CommitResult] | None] | None" = None,
-        after: "Callable[[sa.Connection, list[CommitResult]], None] | None" = None,
+        guard: "Guard | None" = None,
+        after: "After | None" = None,
         job_id: str | None = None,
         batch_id: int | None = None,
     ) -> tuple[bool, list[CommitResult]]:
@@ -546,101 +560,8 @@ class Catalog:
         by its uuid; a concurrent commit with the same ``(job_id, batch_id)``
         returns that one's results (committed=False).
         """
-        txn_uuid = new_txn_uuid()
-        attempts = rebases = 0
-        fast = guard is None and after is None and appends.eligible(changes)
-        idents = {c.table_id: c.ident for c in changes}
-        while True:
-            try:
-                if fast:  # one blind append/upsert: the streaming hot path
-                    txn = {"txn_uuid": txn_uuid, "job_id": job_id, "committed_at": time.time(),
-                           "batch_id": None if job_id is None else int(batch_id or 0)}
-                    result = self.backend.commit_blind(changes[0], txn)
-                    _failpoints.hit("commit.after_db_commit")
-                    return True, [result]
-                with self.backend.write() as conn:
-                    stop = guard(conn) if guard is not None else None
-                    if stop is not None:
-                        return False, stop
-                    results = commit_once(conn, changes, txn_uuid=txn_uuid, job_id=job_id, batch_id=batch_id)
-                    if after is not None:
-                        after(conn, results)
-                _failpoints.hit("commit.after_db_commit")
-                return True, results
-            except NeedsRebase as nr:
-                rebases += 1
-                if rebases > MAX_REBASES or nr.change.rebase is None:
-                    raise CommitConflict(
-                        table=nr.change.ident, operation=nr.change.operation.value,
-                        base_version=nr.change.base_version, other_version=-1, other_operation="?",
-                        reason="concurrent commits kept changing the overwritten range") from None
-                log.info("rebasing %s onto %d concurrently added file(s)", nr.change.ident, len(nr.files))
-                nr.change.rebase(nr.change, nr.files)
-            except KeyReplayed as kr:
-                return False, self._replayed(changes, kr)
-            except sa.exc.IntegrityError as e:
-                with self.backend.read() as conn:
-                    # An earlier attempt of this very transaction landed (its outcome was unknown)?
-                    prior = find_txn(conn, txn_uuid=txn_uuid)
-                    if prior is not None:
-                        log.warning("an earlier attempt of this commit had landed; returning its result")
-                        return True, txn_results(conn, prior, idents, replayed=False)
-                    # A concurrent commit with the same idempotency key won the race.
-                    prior = None if job_id is None else find_txn(conn, key=(job_id, int(batch_id or 0)))
-                if prior is None:
-                    raise CatalogError(f"the catalog database refused the commit: {e.orig}") from e
-                assert job_id is not None
-                return False, self._replayed(changes, KeyReplayed(job_id, int(batch_id or 0)))
-            except CatalogUnavailableError as e:
-                attempts += 1
-                known = False
-                try:  # did it land before the connection broke?
-                    with self.backend.read() as conn:
-                        prior = find_txn(conn, txn_uuid=txn_uuid)
-                        known = True
-                        if prior is not None:
-                            log.warning("commit landed before the connection broke; returning its result")
-                            return True, txn_results(conn, prior, idents, replayed=False)
-                except CatalogUnavailableError:
-                    pass
-                if attempts > self.commit_retries:
-                    raise CatalogUnavailableError(
-                        f"{e} (gave up after {attempts} attempts; "
-                        + ("the commit did not land" if known else "whether the commit landed is unknown: "
-                           "replaying it with the same (job_id, batch_id) is safe") + ")",
-                        outcome_unknown=not known) from e
-                delay = min(2.0, 0.05 * 2 ** attempts)
-                log.warning("catalog database unavailable (%s); retry %d/%d in %.2fs", e, attempts,
-                            self.commit_retries, delay)
-                time.sleep(delay)
-
-
-    def _replayed(self, changes: Sequence[TableChange], kr: KeyReplayed) -> list[CommitResult]:
-        """The results of a replayed key (commit.py step 2b): the first commit's, when its
-        record is still there; else each table's current version, marked replayed."""
-        idents = {c.table_id: c.ident for c in changes}
-        with self.backend.read() as conn:
-            prior = find_txn(conn, key=(kr.job_id, kr.batch_id))
-            results = [] if prior is None else txn_results(conn, prior, idents)
-            if results:
-                log.info("transaction (%s, %s) was committed before: returning its result", kr.job_id, kr.batch_id)
-                return results
-            # its record is gone, or kept (a job's newest) while cleanup pruned its commit rows
-            newest = conn.execute(sa.select(sa.func.max(S.txns.c.batch_id)).where(
-                S.txns.c.job_id == kr.job_id)).scalar()
-            heads = {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(
-                sa.select(S.tables.c.table_id, S.tables.c.version, S.tables.c.data_version)
-                .where(S.tables.c.table_id.in_(list(idents))))}
-        if newest is None or int(newest) < kr.batch_id:  # the fast path's head was missing, not a replay
-            missing = next(c for c in changes if c.table_id not in heads)
-            raise TableNotFoundError(missing.ident)
-        log.warning("job %s batch %d is at or below its newest committed batch %s: a replay (its own record was "
-                    "pruned by cleanup); nothing committed. A job id belongs to one stream of batch ids: a new "
-                    "checkpoint needs a new job id", kr.job_id, kr.batch_id, newest)
-        note = {"replay_of_pruned_batch": True, "newest_batch": int(newest)}
-        return [CommitResult(table=c.ident, version=heads[c.table_id][0], data_version=heads[c.table_id][1],
-                             operation=c.operation.value, base_version=heads[c.table_id][0], replayed=True,
-                             summary=note) for c in changes]
+        return commit(self.backend, changes, retries=self.commit_retries, guard=guard, after=after,
+                      job_id=job_id, batch_id=batch_id)
 
 
 class Transaction:
@@ -659,14 +580,18 @@ class Transaction:
         tx.results   # one CommitResult per table
     """
 
-    def __init__(self, catalog: Catalog, *, job_id: str | None, batch_id: int | None) -> None:
+    def __init__(self, catalog: Catalog, *, job_id: str | None, batch_id: int | None,
+                 guard: Guard | None = None, after: After | None = None) -> None:
         self.catalog = catalog
         self.job_id = job_id
         self.batch_id = batch_id
+        self.guard = guard
+        self.after = after
         self.changes: dict[int, TableChange] = {}
         self.results: list[CommitResult] = []
         self.noops: list[CommitResult] = []  # writes with nothing to do (a compaction of nothing)
         self.closed = False
+        self.replayed = False  # the commit found its work done before (by its key, or its guard said so)
 
     def __enter__(self) -> "Transaction":
         return self
@@ -711,7 +636,7 @@ class Transaction:
         self._add(prepare_overwrite(self.catalog._table(table), data, partitions=partitions, where=where,
                                     barrier=barrier, prefix=prefix))
 
-    def add_files(self, table: Table | str, files: Sequence[NewFile], *, mode: str = "append",
+    def add_files(self, table: Table | str, files: Sequence[NewFile], *, mode: FilesMode = "append",
                   barrier: int | None = None) -> None:
         """Commit data files that were written elsewhere (by Spark executors, say).
 
@@ -743,7 +668,7 @@ class Transaction:
             raise NoPrimaryKeyError(t.ident)
         self.append(t, data, barrier=barrier, prefix=prefix)
 
-    def delete(self, table: Table | str, where: Filter | Predicate, *, isolation: str | None = None,
+    def delete(self, table: Table | str, where: Filter | Predicate, *, isolation: Isolation | None = None,
                barrier: int | None = None) -> None:
         self._check_open(barrier)
         t = self.catalog._table(table)
@@ -753,7 +678,7 @@ class Transaction:
             self._add(prepare_delete(t, where, barrier=barrier, isolation=isolation))
 
     def update(self, table: Table | str, set: Mapping[str, Any], where: Filter | Predicate, *,
-               isolation: str | None = None, barrier: int | None = None) -> None:
+               isolation: Isolation | None = None, barrier: int | None = None) -> None:
         self._check_open(barrier)
         t = self.catalog._table(table)
         if t.primary_key:  # the changed rows, upserted
@@ -802,14 +727,28 @@ class Transaction:
         if not changes:
             self.results = list(self.noops)
             return self.results
+        refused: list[bool] = []  # the guard raised: nothing was committed
+
+        def guard(conn: sa.Connection) -> list[CommitResult] | None:
+            refused.clear()
+            try:
+                return self.guard(conn) if self.guard is not None else None
+            except BaseException:
+                refused.append(True)
+                raise
+
         try:
-            self.results = self.catalog.commit_changes(changes, job_id=self.job_id, batch_id=self.batch_id)
-        except CommitConflict:
-            for c in changes:
-                self._discard_files(c)
+            committed, self.results = self.catalog.commit_guarded(
+                changes, guard=guard if self.guard is not None else None, after=self.after,
+                job_id=self.job_id, batch_id=self.batch_id)
+        except BaseException as e:
+            if isinstance(e, CommitConflict) or refused:  # certainly not committed: the files are no one's
+                for c in changes:
+                    self._discard_files(c)
             raise
+        self.replayed = not committed
         for c, r in zip(changes, self.results):
-            if r.discarded or r.replayed:  # files no commit references: a second copy
+            if not committed or r.discarded or r.replayed:  # files no commit references: a second copy
                 self._discard_files(c)
         self.results = self.results + self.noops
         return self.results

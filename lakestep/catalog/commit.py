@@ -23,6 +23,11 @@ The protocol of one catalog transaction (one or several tables):
    transaction up by uuid: found means it landed (the result is returned),
    absent means it did not (it is retried, up to a limit).
 
+:func:`commit` is the one loop that runs these steps and retries them; every
+write (``Table``'s, a :class:`~lakestep.catalog.Transaction`, a barrier
+batch, a rollback) commits through it. A single blind append or upsert takes
+the backend's one-statement fast path (``Backend.commit_blind``, appends.py).
+
 Only one case needs data I/O after the first attempt: an OVERWRITE of a
 predicate range that a concurrent commit filled with files straddling the
 range's edge. Those files (and only those) are rewritten outside the lock and
@@ -41,13 +46,13 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Literal, Protocol, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import _failpoints
-from ..errors import CommitConflict, SchemaChangedConflict, TableNotFoundError
+from ..errors import CatalogError, CatalogUnavailableError, CommitConflict, SchemaChangedConflict, TableNotFoundError
 from . import schema as S
 from .files import DataFile, NewFile
 from .predicates import Predicate, Verdict
@@ -55,6 +60,8 @@ from .predicates import Predicate, Verdict
 log = logging.getLogger(__name__)
 
 Isolation = Literal["snapshot", "serializable"]
+#: How files written elsewhere are committed (Transaction.add_files).
+FilesMode = Literal["append", "overwrite"]
 
 # A commit with this barrier is stamped with the catalog's open epoch, read in
 # the commit's own database transaction under a lock that sealing waits for.
@@ -159,33 +166,36 @@ class NeedsRebase(Exception):
         self.files = files
 
 
-_FILE_COLS = (
-    S.files.c.file_id,
-    S.files.c.path,
-    S.files.c.record_count,
-    S.files.c.file_size,
-    S.files.c.added_version,
-    S.files.c.removed_version,
-    S.files.c.partition,
-    S.files.c.stats,
-    S.files.c.source_ids,
-    S.files.c.seq,
-)
+#: The columns of a file row after its id, in the order :class:`DataFile` takes them
+#: (the one list: selects, inserts and the fast path's SQL are written from it).
+FILE_FIELDS = ("path", "record_count", "file_size", "added_version", "removed_version", "partition", "stats",
+               "source_ids", "seq")
+FILE_COLS = (S.files.c.file_id, *(S.files.c[n] for n in FILE_FIELDS))
 
 
 def row_to_file(r: Any) -> DataFile:
+    """A selected row of :data:`FILE_COLS` as a :class:`DataFile`."""
     return DataFile(
-        file_id=r[0],
-        path=r[1],
-        record_count=r[2],
-        file_size=r[3],
-        added_version=r[4],
-        removed_version=r[5],
-        partition_json=r[6],
-        stats_json=r[7],
-        source_ids_json=r[8],
-        seq_raw=r[9],
+        file_id=r.file_id,
+        path=r.path,
+        record_count=r.record_count,
+        file_size=r.file_size,
+        added_version=r.added_version,
+        removed_version=r.removed_version,
+        partition_json=r.partition,
+        stats_json=r.stats,
+        source_ids_json=r.source_ids,
+        seq_raw=r.seq,
     )
+
+
+def file_row(table_id: int, version: int, f: "NewFile | DataFile") -> dict[str, Any]:
+    """The ``ls_file`` row recording ``f`` as added by ``version`` (a re-added file keeps its
+    position in commit order, and loses its sources: it is no rewrite)."""
+    sources = f.source_ids if isinstance(f, NewFile) else None
+    return {"table_id": table_id, "path": f.path, "record_count": f.record_count, "file_size": f.file_size,
+            "added_version": version, "removed_version": None, "partition": f.partition_json,
+            "stats": f.stats_json, "source_ids": json.dumps(sources) if sources else None, "seq": f.seq}
 
 
 def _chunks(ids: Sequence[int], n: int = 500) -> Iterable[Sequence[int]]:
@@ -197,12 +207,12 @@ def _files_by_ids(conn: Connection, ids: Iterable[int]) -> list[DataFile]:
     ids = sorted(set(ids))
     out: list[DataFile] = []
     for chunk in _chunks(ids):
-        out.extend(row_to_file(r) for r in conn.execute(sa.select(*_FILE_COLS).where(S.files.c.file_id.in_(chunk))))
+        out.extend(row_to_file(r) for r in conn.execute(sa.select(*FILE_COLS).where(S.files.c.file_id.in_(chunk))))
     return out
 
 
 def live_files(conn: Connection, table_id: int) -> list[DataFile]:
-    q = sa.select(*_FILE_COLS).where(S.files.c.table_id == table_id, S.files.c.removed_version.is_(None))
+    q = sa.select(*FILE_COLS).where(S.files.c.table_id == table_id, S.files.c.removed_version.is_(None))
     return [row_to_file(r) for r in conn.execute(q)]
 
 
@@ -370,7 +380,7 @@ class _Resolver:
                 raise self.conflict(rv, f"file {fid} holding rows this {self.c.operation.value} read was removed")
             if at + self.c.retention_seconds < self.now:
                 raise self.conflict(rv, "the compaction that took the files read is older than the retention window")
-            q = sa.select(*_FILE_COLS).where(
+            q = sa.select(*FILE_COLS).where(
                 S.files.c.table_id == self.c.table_id,
                 S.files.c.added_version == rv,
                 S.files.c.source_ids.is_not(None),
@@ -401,7 +411,7 @@ class _Resolver:
 
     def _check_serializable(self) -> None:
         assert self.c.scope is not None
-        q = sa.select(*_FILE_COLS).where(
+        q = sa.select(*FILE_COLS).where(
             S.files.c.table_id == self.c.table_id, S.files.c.added_version > self.c.base_version
         )
         for f in map(row_to_file, self.conn.execute(q)):
@@ -431,7 +441,7 @@ class _Resolver:
         if not 0 <= v <= self.head.version:
             raise ValueError(f"{c.ident}: cannot restore version {v} (newest is {self.head.version})")
         f = S.files.c
-        at_v = [row_to_file(r) for r in self.conn.execute(sa.select(*_FILE_COLS).where(
+        at_v = [row_to_file(r) for r in self.conn.execute(sa.select(*FILE_COLS).where(
             f.table_id == c.table_id, f.added_version <= v,
             sa.or_(f.removed_version.is_(None), f.removed_version > v)))]
         live = live_files(self.conn, c.table_id)
@@ -483,7 +493,7 @@ _INSERT_TXN = sa.insert(S.txns).returning(S.txns.c.txn_id)
 _KEY_TAKEN = sa.select(sa.literal(1)).where(
     S.txns.c.job_id == sa.bindparam("job"), S.txns.c.batch_id >= sa.bindparam("batch")).limit(1)
 # FOR SHARE on PostgreSQL (a seal's FOR UPDATE waits for it); SQLite has one writer.
-_READ_OPEN_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1).with_for_update(read=True)
+READ_OPEN_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1).with_for_update(read=True)
 _INSERT_FILES = sa.insert(S.files)
 _INSERT_COMMIT = sa.insert(S.commits)
 _UPDATE_HEAD = (
@@ -495,22 +505,11 @@ _UPDATE_HEAD = (
         last_commit_at=sa.bindparam("at"),
     )
 )
-# Lock the head row and advance it in one statement (blind appends). Commit
-# times are forced to increase per table, whatever the writers' clocks say.
-_NEXT_AT = sa.case(
-    (S.tables.c.last_commit_at + 1e-6 > sa.bindparam("now"), S.tables.c.last_commit_at + 1e-6),
-    else_=sa.bindparam("now"),
-)
-_ADVANCE_HEAD = (
-    sa.update(S.tables)
-    .where(S.tables.c.table_id == sa.bindparam("tid"))
-    .values(
-        version=S.tables.c.version + 1,
-        data_version=S.tables.c.data_version + sa.bindparam("dv_inc"),
-        last_commit_at=_NEXT_AT,
-    )
-    .returning(S.tables.c.version, S.tables.c.data_version, S.tables.c.last_commit_at)
-)
+def open_epoch_for_commit(conn: Connection) -> int:
+    """The open epoch, read inside the commit's own database transaction under the
+    lock that sealing waits for: the catalog's one read of the epoch (barrier/epochs.py
+    owns every other one)."""
+    return int(conn.execute(READ_OPEN_EPOCH).scalar_one())
 
 
 def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, _Head]:
@@ -562,35 +561,27 @@ def txn_results(conn: Connection, txn_id: int, idents: dict[int, str], *, replay
     return out
 
 
-def commit_once(
-    conn: Connection,
-    changes: Sequence[TableChange],
-    *,
-    txn_uuid: str,
-    job_id: str | None,
-    batch_id: int | None,
-) -> list[CommitResult]:
-    """Steps 2a-2d of the protocol, inside the caller's write transaction.
+def txn_record(txn_uuid: str, job_id: str | None, batch_id: int | None) -> dict[str, Any]:
+    """The ``ls_txn`` row of one commit attempt (its clock reading is the commit's time)."""
+    return {"txn_uuid": txn_uuid, "job_id": job_id, "batch_id": None if job_id is None else int(batch_id or 0),
+            "committed_at": time.time()}
+
+
+def commit_once(conn: Connection, changes: Sequence[TableChange], txn_row: dict[str, Any]) -> list[CommitResult]:
+    """Steps 2a-2d of the protocol, inside the caller's write transaction (changes that
+    only add rows commit through their backend's blind append instead, appends.py).
 
     A transaction whose idempotency key is already recorded fails its
     ``ls_txn`` insert on the unique index (``IntegrityError``); the caller then
-    returns the recorded result. Blind appends take the fast path: one
-    ``UPDATE ... RETURNING`` per table both locks the head and advances it.
+    returns the recorded result.
     """
-    now = time.time()
-    if job_id is not None and conn.execute(_KEY_TAKEN, {"job": job_id, "batch": int(batch_id or 0)}).first():
-        raise KeyReplayed(job_id, int(batch_id or 0))
+    now = txn_row["committed_at"]
+    job_id = txn_row["job_id"]
+    if job_id is not None and conn.execute(_KEY_TAKEN, {"job": job_id, "batch": txn_row["batch_id"]}).first():
+        raise KeyReplayed(job_id, txn_row["batch_id"])
     if any(c.barrier == OPEN_EPOCH for c in changes):
-        open_epoch = int(conn.execute(_READ_OPEN_EPOCH).scalar_one())
+        open_epoch = open_epoch_for_commit(conn)
         changes = [dataclasses.replace(c, barrier=open_epoch) if c.barrier == OPEN_EPOCH else c for c in changes]
-    txn_row = {
-        "txn_uuid": txn_uuid,
-        "job_id": job_id,
-        "batch_id": None if job_id is None else int(batch_id or 0),
-        "committed_at": now,
-    }
-    if all(c.blind for c in changes):
-        return _commit_appends(conn, changes, txn_row)
 
     heads = _lock_heads(conn, changes)
     txn_id = conn.execute(_INSERT_TXN, txn_row).scalar_one()
@@ -635,51 +626,10 @@ def commit_once(
     return results
 
 
-def _commit_appends(conn: Connection, changes: Sequence[TableChange], txn_row: dict[str, Any]) -> list[CommitResult]:
-    now = txn_row["committed_at"]
-    advanced = []
-    for c in sorted(changes, key=lambda c: c.table_id):
-        row = conn.execute(
-            _ADVANCE_HEAD, {"tid": c.table_id, "dv_inc": 1 if c.added else 0, "now": now}
-        ).first()
-        if row is None:
-            raise TableNotFoundError(c.ident)
-        advanced.append((c, int(row[0]), int(row[1]), float(row[2])))
-    txn_id = conn.execute(_INSERT_TXN, txn_row).scalar_one()
-    _failpoints.hit("commit.locked")
-    results = []
-    for c, v, dv, at in advanced:
-        n_added = _insert_files(conn, c.table_id, v, c.added, ())
-        _failpoints.hit("commit.after_add")
-        results.append(_record_commit(
-            conn, c, txn_id=txn_id, version=v, data_version=dv, base=v - 1, committed_at=at,
-            added_files=n_added, removed_files=0, added_rows=sum(f.record_count for f in c.added),
-            removed_rows=0, summary=c.summary,
-        ))
-        _failpoints.hit("commit.table_done")
-    _failpoints.hit("commit.before_db_commit")
-    return results
-
-
 def _insert_files(
     conn: Connection, table_id: int, version: int, added: Sequence[NewFile], readd: Sequence[DataFile]
 ) -> int:
-    rows = [
-        {
-            "table_id": table_id, "path": f.path, "added_version": version, "removed_version": None,
-            "record_count": f.record_count, "file_size": f.file_size, "partition": f.partition_json,
-            "stats": f.stats_json, "source_ids": json.dumps(f.source_ids) if f.source_ids else None,
-            "seq": f.seq,
-        }
-        for f in added
-    ] + [
-        {
-            "table_id": table_id, "path": f.path, "added_version": version, "removed_version": None,
-            "record_count": f.record_count, "file_size": f.file_size, "partition": f.partition_json,
-            "stats": f.stats_json, "source_ids": None, "seq": f.seq,
-        }
-        for f in readd
-    ]
+    rows = [file_row(table_id, version, f) for f in (*added, *readd)]
     if rows:
         conn.execute(_INSERT_FILES, rows)
     return len(rows)
@@ -738,3 +688,147 @@ def _apply_removals(conn: Connection, plan: _Plan, v: int) -> int:
 
 def new_txn_uuid() -> str:
     return str(uuid.uuid4())
+
+
+# ---------------------------------------------------------------------------
+MAX_REBASES = 20
+
+#: Runs first in a commit's database transaction: None to go on, or results to return
+#: without committing (a replay). Whatever it raises aborts the commit.
+Guard = Callable[[Connection], "list[CommitResult] | None"]
+#: Runs in the same database transaction, after the commit, with its results.
+After = Callable[[Connection, "list[CommitResult]"], None]
+
+
+class CommitBackend(Protocol):
+    """What the commit loop needs of a database backend (backend.py's :class:`Backend`)."""
+
+    def write(self) -> ContextManager[Connection]: ...
+
+    def read(self) -> ContextManager[Connection]: ...
+
+    def append(self, conn: Connection, changes: Sequence[TableChange], txn: dict[str, Any]
+               ) -> list[CommitResult]: ...
+
+    def commit_blind(self, change: TableChange, txn: dict[str, Any]) -> CommitResult: ...
+
+
+def commit(
+    backend: "CommitBackend",
+    changes: Sequence[TableChange],
+    *,
+    retries: int,
+    guard: Guard | None = None,
+    after: After | None = None,
+    job_id: str | None = None,
+    batch_id: int | None = None,
+) -> tuple[bool, list[CommitResult]]:
+    """The protocol above, with its one retry loop; returns (committed, results).
+
+    ``guard`` runs first in the database transaction: None to go on, or
+    results to return without committing (a replay); it may fill ``changes``
+    in (rollback computes them under its locks). ``after`` runs in the same
+    transaction, after the commit. An OVERWRITE rebases onto files that landed
+    concurrently (:class:`NeedsRebase`, up to ``MAX_REBASES`` times); transient
+    database errors are retried ``retries`` times, and a commit that landed
+    before its connection broke is found by its uuid (step 3); a concurrent
+    commit with the same ``(job_id, batch_id)`` returns that one's results
+    (committed=False).
+    """
+    txn_uuid = new_txn_uuid()
+    attempts = rebases = 0
+    fast = guard is None and after is None and len(changes) == 1 and changes[0].blind
+    idents = {c.table_id: c.ident for c in changes}
+    while True:
+        try:
+            txn = txn_record(txn_uuid, job_id, batch_id)
+            if fast:  # one blind append/upsert: the streaming hot path, one round trip on PostgreSQL
+                result = backend.commit_blind(changes[0], txn)
+                _failpoints.hit("commit.after_db_commit")
+                return True, [result]
+            with backend.write() as conn:
+                stop = guard(conn) if guard is not None else None
+                if stop is not None:
+                    return False, stop
+                if all(c.blind for c in changes):  # appends and upserts: the backend's blind append
+                    results = backend.append(conn, changes, txn)
+                else:
+                    results = commit_once(conn, changes, txn)
+                if after is not None:
+                    after(conn, results)
+            _failpoints.hit("commit.after_db_commit")
+            return True, results
+        except NeedsRebase as nr:
+            rebases += 1
+            if rebases > MAX_REBASES or nr.change.rebase is None:
+                raise CommitConflict(
+                    table=nr.change.ident, operation=nr.change.operation.value,
+                    base_version=nr.change.base_version, other_version=-1, other_operation="?",
+                    reason="concurrent commits kept changing the overwritten range") from None
+            log.info("rebasing %s onto %d concurrently added file(s)", nr.change.ident, len(nr.files))
+            nr.change.rebase(nr.change, nr.files)
+        except KeyReplayed as kr:
+            return False, _replayed(backend, changes, kr)
+        except sa.exc.IntegrityError as e:
+            with backend.read() as conn:
+                # An earlier attempt of this very transaction landed (its outcome was unknown)?
+                prior = find_txn(conn, txn_uuid=txn_uuid)
+                if prior is not None:
+                    log.warning("an earlier attempt of this commit had landed; returning its result")
+                    return True, txn_results(conn, prior, idents, replayed=False)
+                # A concurrent commit with the same idempotency key won the race.
+                prior = None if job_id is None else find_txn(conn, key=(job_id, int(batch_id or 0)))
+            if prior is None:
+                raise CatalogError(f"the catalog database refused the commit: {e.orig}") from e
+            assert job_id is not None
+            return False, _replayed(backend, changes, KeyReplayed(job_id, int(batch_id or 0)))
+        except CatalogUnavailableError as e:
+            attempts += 1
+            known = False
+            try:  # did it land before the connection broke?
+                with backend.read() as conn:
+                    prior = find_txn(conn, txn_uuid=txn_uuid)
+                    known = True
+                    if prior is not None:
+                        log.warning("commit landed before the connection broke; returning its result")
+                        return True, txn_results(conn, prior, idents, replayed=False)
+            except CatalogUnavailableError:
+                pass
+            if attempts > retries:
+                raise CatalogUnavailableError(
+                    f"{e} (gave up after {attempts} attempts; "
+                    + ("the commit did not land" if known else "whether the commit landed is unknown: "
+                       "replaying it with the same (job_id, batch_id) is safe") + ")",
+                    outcome_unknown=not known) from e
+            delay = min(2.0, 0.05 * 2 ** attempts)
+            log.warning("catalog database unavailable (%s); retry %d/%d in %.2fs", e, attempts,
+                        retries, delay)
+            time.sleep(delay)
+
+
+def _replayed(backend: "CommitBackend", changes: Sequence[TableChange], kr: KeyReplayed) -> list[CommitResult]:
+    """The results of a replayed key (commit.py step 2b): the first commit's, when its
+    record is still there; else each table's current version, marked replayed."""
+    idents = {c.table_id: c.ident for c in changes}
+    with backend.read() as conn:
+        prior = find_txn(conn, key=(kr.job_id, kr.batch_id))
+        results = [] if prior is None else txn_results(conn, prior, idents)
+        if results:
+            log.info("transaction (%s, %s) was committed before: returning its result", kr.job_id, kr.batch_id)
+            return results
+        # its record is gone, or kept (a job's newest) while cleanup pruned its commit rows
+        newest = conn.execute(sa.select(sa.func.max(S.txns.c.batch_id)).where(
+            S.txns.c.job_id == kr.job_id)).scalar()
+        heads = {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(
+            sa.select(S.tables.c.table_id, S.tables.c.version, S.tables.c.data_version)
+            .where(S.tables.c.table_id.in_(list(idents))))}
+    if newest is None or int(newest) < kr.batch_id:  # the fast path's head was missing, not a replay
+        missing = next(c for c in changes if c.table_id not in heads)
+        raise TableNotFoundError(missing.ident)
+    log.warning("job %s batch %d is at or below its newest committed batch %s: a replay (its own record was "
+                "pruned by cleanup); nothing committed. A job id belongs to one stream of batch ids: a new "
+                "checkpoint needs a new job id", kr.job_id, kr.batch_id, newest)
+    note = {"replay_of_pruned_batch": True, "newest_batch": int(newest)}
+    return [CommitResult(table=c.ident, version=heads[c.table_id][0], data_version=heads[c.table_id][1],
+                         operation=c.operation.value, base_version=heads[c.table_id][0], replayed=True,
+                         summary=note) for c in changes]

@@ -129,8 +129,9 @@ class Storage:
     Empty (the default) means the standard AWS environment variables
     (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
     ``AWS_REGION``, ``AWS_ENDPOINT_URL``), the AWS config files and instance
-    roles. Given options win over the environment for what they name. A Storage is small and picklable: the driver hands it
-    to Spark executors with each table's shape, so executors reach the store
+    roles. Given options win over the environment for what they name. A
+    Storage is small and picklable: the driver hands it to Spark executors
+    with each table's shape and read plan, so executors reach the store
     exactly as the driver does without ever talking to the catalog database.
     Its repr never shows a credential.
     """

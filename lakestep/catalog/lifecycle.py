@@ -20,25 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from ..errors import LakestepError, VersionNotFoundError
+from ..errors import LockNotFoundError, SnapshotExistsError, VersionNotFoundError
 from . import schema as S
 
 if TYPE_CHECKING:
     from .catalog import Catalog
     from .table import Table
-
-
-class SnapshotExistsError(LakestepError):
-    def __init__(self, table: str, name: str) -> None:
-        super().__init__(f"table {table!r} already has a snapshot named {name!r}")
-        self.table = table
-        self.name = name
-
-
-class LockNotFoundError(LakestepError):
-    def __init__(self, lock_id: int) -> None:
-        super().__init__(f"version lock {lock_id} does not exist (released or expired)")
-        self.lock_id = lock_id
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from . import cleanup as cleanup_mod
 from . import lifecycle, pk, reader
 from . import properties as P
 from . import schema as S
-from .commit import CommitResult, _FILE_COLS
+from .commit import FILE_COLS, CommitResult, Isolation, row_to_file
 from .checks import check_barrier, check_seconds
 from .files import DataFile, FileWriter
 from .predicates import Filter, Predicate, Verdict
@@ -321,10 +321,10 @@ class Table:
         if v == head:
             return self._live_at_head(conn, head)
         f = S.files.c
-        q = sa.select(*_FILE_COLS).where(
+        q = sa.select(*FILE_COLS).where(
             f.table_id == self.table_id, f.added_version <= v,
             sa.or_(f.removed_version.is_(None), f.removed_version > v))
-        return [DataFile(*r) for r in conn.execute(q.order_by(f.file_id)).all()]
+        return [row_to_file(r) for r in conn.execute(q.order_by(f.file_id)).all()]
 
     def _live_at_head(self, conn: sa.Connection, head: int) -> list[DataFile]:
         """The live files at ``head``, kept per handle and brought up to date incrementally.
@@ -342,20 +342,20 @@ class Table:
                 sa.select(S.commits.c.version).where(
                     S.commits.c.table_id == self.table_id, S.commits.c.version == at)).first() is None
             if cached is None or stale or head < at or head - at > 1000:
-                q = sa.select(*_FILE_COLS).where(
+                q = sa.select(*FILE_COLS).where(
                     f.table_id == self.table_id, f.added_version <= head, f.removed_version.is_(None))
-                cached = {r[0]: DataFile(*r) for r in conn.execute(q.order_by(f.file_id)).all()}
+                cached = {d.file_id: d for d in map(row_to_file, conn.execute(q.order_by(f.file_id)).all())}
             elif head > at:
                 cached = dict(cached)
                 gone = conn.execute(sa.select(f.file_id).where(
                     f.table_id == self.table_id, f.removed_version > at, f.removed_version <= head)).scalars().all()
                 for fid in gone:
                     cached.pop(fid, None)
-                q = sa.select(*_FILE_COLS).where(
+                q = sa.select(*FILE_COLS).where(
                     f.table_id == self.table_id, f.added_version > at, f.added_version <= head,
                     sa.or_(f.removed_version.is_(None), f.removed_version > head))
                 for r in conn.execute(q.order_by(f.file_id)).all():
-                    cached[r[0]] = DataFile(*r)
+                    cached[r.file_id] = row_to_file(r)
             if head >= at:
                 self._live, self._live_version = cached, head
             return list(cached.values())
@@ -375,6 +375,26 @@ class Table:
         with self.catalog.backend.read() as conn:
             v, head = self._resolve(conn, version, data_version, as_of, snapshot)
             return v, self._files_at(conn, v, head=head)
+
+    def added_files(self, from_data_version: int, to_data_version: int) -> list[DataFile]:
+        """The files whose rows a stream of this table emits for the data versions
+        ``(from_data_version, to_data_version]``, oldest first.
+
+        Appends and upserts emit their files; an overwrite emits its new rows (not
+        the rows it kept by rewriting). Compactions have no data version, and the
+        rewrites of copy-on-write deletes and updates are not emitted: the stream
+        is the table's appended and upserted rows.
+        """
+        f, c = S.files.c, S.commits.c
+        q = (
+            sa.select(*FILE_COLS)
+            .select_from(S.files.join(S.commits, sa.and_(c.table_id == f.table_id, c.version == f.added_version)))
+            .where(f.table_id == self.table_id, c.data_version > from_data_version, c.data_version <= to_data_version,
+                   c.operation.in_(["APPEND", "MERGE", "OVERWRITE"]), f.source_ids.is_(None))
+            .order_by(f.file_id)
+        )
+        with self.catalog.backend.read() as conn:
+            return [row_to_file(r) for r in conn.execute(q)]
 
     def _head_and_live(self) -> tuple[int, int, list[DataFile]]:
         """(version, data version, live files) at the head, read consistently."""
@@ -462,6 +482,17 @@ class Table:
         return sum(f.record_count for f in self.files(version=version, data_version=data_version, as_of=as_of,
                                                       snapshot=snapshot))
 
+    def recorded_paths(self, paths: Sequence[str]) -> set[str]:
+        """The ``paths`` (relative to the table's location) that some commit of this table
+        recorded, live or removed since: files a writer must not delete."""
+        found: set[str] = set()
+        wanted = list(dict.fromkeys(paths))
+        with self.catalog.backend.read() as conn:
+            for i in range(0, len(wanted), 500):
+                found.update(conn.execute(sa.select(S.files.c.path).where(
+                    S.files.c.table_id == self.table_id, S.files.c.path.in_(wanted[i:i + 500]))).scalars())
+        return found
+
     def history(self, *, limit: int | None = None) -> list[CommitInfo]:
         """Commits, newest first (version 0 is the table's creation)."""
         c, t = S.commits.c, S.txns.c
@@ -533,12 +564,12 @@ class Table:
         return self._one("overwrite", data, partitions=partitions, where=where,
                          job_id=job_id, batch_id=batch_id, barrier=barrier)
 
-    def delete(self, where: Filter | Predicate, *, isolation: str | None = None,
+    def delete(self, where: Filter | Predicate, *, isolation: Isolation | None = None,
                job_id: str | None = None, batch_id: int | None = None) -> CommitResult:
         """Delete the rows matching ``where`` (copy-on-write)."""
         return self._one("delete", where, isolation=isolation, job_id=job_id, batch_id=batch_id)
 
-    def update(self, set: Mapping[str, Any], where: Filter | Predicate, *, isolation: str | None = None,
+    def update(self, set: Mapping[str, Any], where: Filter | Predicate, *, isolation: Isolation | None = None,
                job_id: str | None = None, batch_id: int | None = None) -> CommitResult:
         """Set columns of the rows matching ``where`` to literals or pyarrow expressions."""
         return self._one("update", set, where, isolation=isolation, job_id=job_id, batch_id=batch_id)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import DataOutOfRangeError, InvalidArgumentError, InvalidDataError, SchemaMismatchError
-from .commit import Operation, TableChange
+from .commit import Isolation, Operation, TableChange
 from . import pk
 from . import properties as P
 from .files import DataFile, NewFile
@@ -236,7 +236,7 @@ def prepare_overwrite(
 
 
 def prepare_delete(table: "Table", where: Filter | Predicate, *, barrier: int | None = None,
-                   isolation: str | None = None) -> TableChange:
+                   isolation: Isolation | None = None) -> TableChange:
     pred = Predicate.parse(where, table.schema)
     base, base_dv, live = table._head_and_live()
     change = change_of(
@@ -272,7 +272,7 @@ def prepare_update(
     where: Filter | Predicate,
     *,
     barrier: int | None = None,
-    isolation: str | None = None,
+    isolation: Isolation | None = None,
 ) -> TableChange:
     _check_set(table, set)
     pred = Predicate.parse(where, table.schema)
@@ -426,7 +426,7 @@ def change_of(table: "Table", **fields: Any) -> TableChange:
                        schema_id=table.meta.schema_id, **fields)
 
 
-def _isolation(table: "Table", explicit: str | None) -> Any:
+def _isolation(table: "Table", explicit: Isolation | None) -> Isolation:
     if explicit is None:
         return P.value(table.ident, table.properties, P.ISOLATION, warned=table._warned)
     if explicit not in P.ISOLATIONS:

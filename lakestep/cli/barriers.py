@@ -10,7 +10,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..barrier import Pipeline, Status
-from ..barrier.topology import Job
+from ..barrier.graph import Job
 from .common import common, open_catalog
 from .output import STATE_LETTER, STATE_STYLE, Output, duration
 

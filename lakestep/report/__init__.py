@@ -26,7 +26,7 @@ from html import escape
 from typing import TYPE_CHECKING, Callable
 
 from ..barrier import Diagnosis, LagSample, Pipeline, Status, diagnose
-from ..barrier.topology import Job
+from ..barrier.graph import Job
 from ..errors import LakestepError
 from ..secrets import mask_url
 from .svg import Node, lag_chart, lineage_svg

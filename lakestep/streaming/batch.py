@@ -49,7 +49,7 @@ from typing import Any, Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 
-from ..errors import QueryError
+from ..errors import LakestepError, QueryError, StreamingJobError
 from . import progress
 from .sink import BatchFiles, FilesWritten, _evolve, _flag, _TableShape, task_prefix
 
@@ -132,7 +132,7 @@ def write_barrier(cat: Any, job: str | None, table: str) -> int | None:
             progress.ensure_sink_registered(cat, job, table, None)
             return OPEN_EPOCH
         if not j.external_input and j.sources:
-            raise progress.StreamingJobError(
+            raise StreamingJobError(
                 f"job {job!r} is a derived job: its tables advance barrier by barrier through its streaming "
                 "query, a batch write would bypass them")
         progress.ensure_sink_registered(cat, job, table, None)
@@ -140,7 +140,7 @@ def write_barrier(cat: Any, job: str | None, table: str) -> int | None:
     tid = cat.load_table(table).table_id
     kind = graph.kind(tid)
     if kind == "derived":
-        raise progress.StreamingJobError(
+        raise StreamingJobError(
             f"{table} is written by the derived job {graph.writer(tid).job_id!r}: a batch write would bypass "
             "its barriers (write its sources instead, or retire the job)")
     return OPEN_EPOCH if kind == "root" else None
@@ -179,5 +179,19 @@ class LakestepBatchWriter(DataSourceArrowWriter):
             tx.add_files(self.shape.ident, files, mode=self.mode, barrier=self.barrier)
         log.info("batch write to %s: %s", self.shape.ident, tx.results)
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        BatchFiles(self.shape, None).delete([m for m in messages if isinstance(m, FilesWritten)])
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # driver
+        """A failed write: its files are deleted only when the catalog says that none of
+        them was recorded (a commit that raised may have landed); when the catalog
+        cannot be asked, they are kept for cleanup."""
+        written = [m for m in messages if isinstance(m, FilesWritten)]
+        paths = [f.path for m in written for f in m.files]
+        try:
+            recorded = progress.open_catalog(self.url, self.storage).load_table(self.shape.ident).recorded_paths(paths)
+        except LakestepError as e:
+            log.warning("batch write to %s aborted; its %d file(s) are kept for cleanup (%s)",
+                        self.shape.ident, len(paths), e)
+            return
+        if recorded:
+            log.warning("batch write to %s aborted after its commit landed: its files are kept", self.shape.ident)
+            return
+        BatchFiles(self.shape, None).delete(written)

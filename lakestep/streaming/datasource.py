@@ -45,7 +45,7 @@ class LakestepDataSource(DataSource):
     def schema(self) -> Any:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        cat = progress.open_catalog(progress.required(self.options, "catalog"))
+        cat = progress.open_catalog(progress.required(self.options, "catalog"), progress.storage_of(self.options))
         return from_arrow_schema(cat.load_table(progress.required(self.options, "table")).schema)
 
     def reader(self, schema: Any) -> Any:

@@ -18,8 +18,13 @@ Protocol of one micro-batch (numbered as it runs):
      precommits its barrier;
    * a dead-letter table (option ``deadLetterTable``) receives the rows whose
      ``_ls_error`` column is set, in the same transaction;
-3. on failure (``abort``): the files of the tasks that finished are deleted.
-   Not guaranteed: files of tasks that died stay as orphans until cleanup.
+3. on failure (``abort``): nothing is deleted. A commit that failed may still
+   have landed (its connection died after the database committed, or the
+   query was stopped while the commit ran in its Python worker, which may
+   finish it after Spark gave up on it), and deleting its files would lose
+   committed rows. The files no commit recorded are orphans that ``cleanup``
+   removes once they are older than the table's retention window.
+   Not guaranteed: orphans take storage until cleanup runs.
 
 Options: ``catalog`` (database URL, required), ``table`` (required), ``job``
 (default: ``spark-<table>``), ``mode`` (``append`` | ``update`` (upsert,
@@ -44,7 +49,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -56,6 +61,8 @@ from . import progress
 log = logging.getLogger(__name__)
 
 ERROR_COL = "_ls_error"
+#: What a sink does with a micro-batch: append rows, upsert them by key, or replace the table.
+SinkMode = Literal["append", "update", "complete"]
 _FLUSH_ROWS = 1_000_000
 
 
@@ -181,7 +188,7 @@ class SinkTarget:
 
     url: str
     job: str
-    mode: str  # append | update | complete
+    mode: SinkMode
     shape: _TableShape
     dead: _TableShape | None
 
@@ -280,5 +287,8 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[FilesWritten | None], batchId: int) -> None:  # driver
         self.target.commit(messages, batchId)
 
-    def abort(self, messages: list[FilesWritten | None], batchId: int) -> None:
-        self.target.files().delete(messages)
+    def abort(self, messages: list[FilesWritten | None], batchId: int) -> None:  # driver
+        # Step 3: keep the files (the commit may have landed, or land yet); cleanup takes orphans.
+        n = sum(len(m.files) + len(m.dead_letters) for m in messages if m is not None)
+        log.warning("job %s batch %d aborted: its %d file(s) are kept (a commit may have landed); cleanup "
+                    "removes the ones no commit recorded", self.target.job, batchId, n)

@@ -37,7 +37,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from ..barrier import triggers
+from ..barrier import Pipeline, triggers
 from ..catalog import reader
 from . import progress
 from .sink import _TableShape
@@ -78,17 +78,18 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None  # Trigger.AvailableNow: the last barrier to read
 
     def _offset(self, barrier: int) -> dict[str, int]:
-        _, dv = progress.data_version_at(progress.open_catalog(self.url, self.storage), self.table, barrier)
+        cat = progress.open_catalog(self.url, self.storage)
+        dv = Pipeline(cat).at(self.table, barrier).data_version if barrier > 0 else 0
         return {"barrier": barrier, "dv": dv}
 
     def initialOffset(self) -> dict[str, int]:
-        return self._offset(progress.job_frontier(progress.open_catalog(self.url, self.storage), self.job))
+        return self._offset(Pipeline(progress.open_catalog(self.url, self.storage)).job_frontier(self.job))
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the barrier an availableNow query reads up to: the newest one
         every source of the job has precommitted now. The query then runs its
         batches (one barrier each, or ``maxBarriersPerTrigger``) up to it and stops."""
-        self._target = progress.ready_barrier(progress.open_catalog(self.url, self.storage), self.job)
+        self._target = Pipeline(progress.open_catalog(self.url, self.storage)).ready_barrier(self.job)
         log.info("job %s: availableNow reads %s up to barrier %d", self.job, self.table, self._target)
 
     def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
@@ -99,8 +100,6 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         most = self.max_barriers if self._target is None else min(self.max_barriers, self._target - s)
 
         def plan() -> int:
-            from ..barrier import Pipeline
-
             if most < 1:
                 return s
             nxt = Pipeline(cat).next_batch(self.job, max_barriers=most)
@@ -112,9 +111,9 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         if int(end["dv"]) <= int(start["dv"]):
             return []
-        files = progress.added_files(progress.open_catalog(self.url, self.storage), self.table, int(start["dv"]),
-                                     int(end["dv"]))
-        return [FilesPartition([FileToRead(path, rows, size)]) for path, rows, size in files]
+        t = progress.open_catalog(self.url, self.storage).load_table(self.table)
+        return [FilesPartition([FileToRead(f.path, f.record_count, f.file_size)])
+                for f in t.added_files(int(start["dv"]), int(end["dv"]))]
 
     def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:  # executors
         data = reader.read(self.shape.ident, self.shape.store(), partition.files,
@@ -131,7 +130,8 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         release_locks(cat, locker)
         try:
-            v, _ = progress.data_version_at(cat, self.table, int(end["barrier"]))
+            b = int(end["barrier"])
+            v = Pipeline(cat).version_at(self.table, b) if b > 0 else 0
             t.lock(locker=locker, version=v, lease_seconds=3600)
         except Exception as e:  # a pin is a courtesy to cleanup; never fail the stream for it
             log.warning("could not pin %s for stream %s: %s", self.table, self.job, e)

@@ -131,8 +131,8 @@ def two_components(catalog: Catalog, p: Pipeline, coord: Coordinator) -> None:
 @pytest.mark.parametrize("prepared", ["1", "0"])
 def test_levels_scopes_and_explanations(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator,
                                         prepared: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same on PostgreSQL with prepared statements and without (LAKESTEP_PG_PREPARED=0, for pgbouncer)."""
-    monkeypatch.setenv("LAKESTEP_PG_PREPARED", prepared)
+    """The same on PostgreSQL with prepared statements and without (prepared_statements=False, for pgbouncer)."""
+    catalog.backend.prepared_statements = prepared == "1"
     p = pipeline
     two_components(catalog, p, coordinator)
     c = p.choose(["s.r1", "s.d1"])

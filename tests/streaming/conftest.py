@@ -22,7 +22,7 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakestep.streaming.broker import TansuBroker
+    from lakestep.testing import TansuBroker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,9 +92,18 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="session")
+def kafka_spark(spark: SparkSession) -> SparkSession:
+    """The ``spark`` session with the ``lakestep-kafka`` source registered."""
+    from lakestep.streaming.kafka.source import register_kafka_source
+
+    register_kafka_source(spark)
+    return spark
+
+
+@pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[TansuBroker]:
     """An in-memory tansu broker on a free loopback port, for the whole run."""
-    from lakestep.streaming.broker import TansuBroker
+    from lakestep.testing import TansuBroker
 
     with TansuBroker() as broker:
         yield broker

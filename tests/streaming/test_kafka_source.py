@@ -19,25 +19,29 @@ import pytest
 from lakestep.streaming.kafka import (
     FORMAT_NAME,
     KafkaSourceOptions,
-    _OffsetClient,
     arrow_schema,
     kafka_consumer_config,
     kafka_schema,
-    offsets_from_json,
-    offsets_to_json,
     parse_starting_offsets,
-    rate_limit,
-    read_partition_range,
     register_kafka_source,
-    split_ranges,
 )
-from lakestep.streaming.kafka._kafka_python import import_kafka_python
+from lakestep.streaming.kafka.offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
+from lakestep.streaming.kafka.reader import read_partition_range
+from lakestep.streaming.kafka.kafka_python import import_kafka_python
+from tests.streaming.kafka_helpers import (
+    await_end,
+    batch_sizes,
+    keyed,
+    memory_query,
+    produce_per_partition,
+    stream,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from lakestep.streaming.broker import TansuBroker
+    from lakestep.testing import TansuBroker
 
 
 # ============================================================================ pure option handling
@@ -152,12 +156,20 @@ def test_source_options_validation() -> None:
     assert opts.topics == ("t1", "t2")
     assert opts.starting_offsets == "latest"  # Spark's default for streaming
     assert opts.max_offsets_per_trigger == 10 and opts.include_headers
+    assert opts.fail_on_data_loss and opts.pattern is None and opts.assign is None
+    assert not KafkaSourceOptions.from_options({**base, "failOnDataLoss": "false"}).fail_on_data_loss
+    assigned = KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "a:1", "assign": '{"b": [2, 0], "a": [1]}'})
+    assert assigned.assign == (("a", 1), ("b", 0), ("b", 2)) and assigned.topics == ("a", "b")
+    pattern = KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "a:1", "subscribePattern": "ord.*"})
+    assert pattern.pattern is not None and pattern.pattern.fullmatch("orders") and not pattern.pattern.fullmatch("xorders")
     bad = [
-        ({"kafka.bootstrap.servers": "a:1"}, "'subscribe' is required"),
-        ({**base, "assign": '{"t1":[0]}'}, "'assign' is not supported"),
+        ({"kafka.bootstrap.servers": "a:1"}, "exactly one of the options 'subscribe'.*is required$"),
+        ({**base, "assign": '{"t1":[0]}'}, "exactly one of .*; got subscribe, assign"),
+        ({"kafka.bootstrap.servers": "a:1", "assign": '{"t1": 0}'}, "'assign' must be JSON like"),
+        ({"kafka.bootstrap.servers": "a:1", "subscribePattern": "t("}, "'subscribePattern' is not a valid"),
         ({**base, "maxOffsetsPerTrigger": "0"}, "'maxOffsetsPerTrigger' must be a positive integer"),
         ({**base, "endingOffsets": "latest"}, "not valid for streaming"),
-        ({**base, "failOnDataLoss": "false"}, "failOnDataLoss"),
+        ({**base, "failOnDataLoss": "maybe"}, "failOnDataLoss"),
         ({**base, "startingOffsets": "yesterday"}, "'startingOffsets'"),
         ({**base, "rowFormat": "csv"}, "'rowFormat'"),
         ({**base, "minPartitions": "-1"}, "'minPartitions' must be a positive integer"),
@@ -232,17 +244,17 @@ def test_arrow_schema_is_what_pyspark_expects() -> None:
         assert arrow_schema(headers).equals(to_arrow_schema(kafka_schema(headers), timezone="UTC"))
 
 
-def test_package_loads_lazily_and_exports_every_name() -> None:
+def test_package_loads_lazily_and_exports_its_public_names() -> None:
     """Importing the package (as the test broker does) needs neither pyspark nor
-    kafka-python; every name of the former single-module kafka.py still resolves."""
+    kafka-python; every public name resolves."""
     import subprocess
     import sys
 
     code = (
-        "import sys, lakestep.streaming.kafka as k, lakestep.streaming.broker\n"
+        "import sys, lakestep.streaming.kafka as k, lakestep.testing\n"
         "assert 'pyspark' not in sys.modules and 'kafka' not in sys.modules, sorted(sys.modules)\n"
         "from lakestep.streaming.kafka import *\n"
-        "missing = [n for n in k._EXPORTS if getattr(k, n, None) is None]\n"
+        "missing = [n for n in k.__all__ if getattr(k, n, None) is None]\n"
         "assert not missing, missing\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
@@ -361,21 +373,33 @@ def test_decoder_control_log_append_and_legacy_batches() -> None:
 
 
 def test_decoder_rejects_corrupt_batches() -> None:
-    import_kafka_python()
-    from kafka.errors import CorruptRecordError
+    import struct
 
     from lakestep.streaming.kafka import decode
+    from lakestep.streaming.kafka.errors import KafkaDecodeError
 
-    good = bytearray(_record_set([[(1, b"k", b"value", [])] * 3]))
+    def batch_at(base: int) -> bytearray:  # as a broker writes it: the base offset in the header
+        data = bytearray(_record_set([[(1, b"k", b"value", [])] * 3]))
+        struct.pack_into(">q", data, 0, base)  # (not covered by the CRC)
+        return data
+
+    good = batch_at(7)
     bad_crc = bytearray(good)
     bad_crc[-1] ^= 0xFF
-    with pytest.raises(CorruptRecordError, match="crc"):
-        list(decode.BatchIterator(bytes(bad_crc), 0, check_crcs=True))
+    with pytest.raises(KafkaDecodeError, match="at offset 7 of topic 't' partition 4: CorruptRecordError.*crc"):
+        list(decode.BatchIterator(bytes(bad_crc), 0, check_crcs=True, topic="t", partition=4))
     bad_length = bytearray(good)
     bad_length[61] = 0x7E  # the first record's length varint: 63 bytes, more than there are
-    segments = list(decode.BatchIterator(bytes(bad_length), 0, check_crcs=False))
-    with pytest.raises(CorruptRecordError):
-        decode.to_record_batch(segments, "t", 0, 0, 10, include_headers=False)
+    segments = list(decode.BatchIterator(bytes(bad_length + good), 0, check_crcs=False))
+    with pytest.raises(KafkaDecodeError, match="at offset 7 of topic 't' partition 0") as failed:
+        decode.to_record_batch(segments, "t", 0, 0, 20, include_headers=False)
+    assert (failed.value.topic, failed.value.partition, failed.value.offset) == ("t", 0, 7)
+    # the first batch that fails alone is named, also when batches before it are fine
+    bad_second = batch_at(10)
+    bad_second[61] = 0x7E
+    segments = list(decode.BatchIterator(bytes(good + bad_second), 0, check_crcs=False))
+    with pytest.raises(KafkaDecodeError, match="at offset 10 of topic 't' partition 0"):
+        decode.to_record_batch(segments, "t", 0, 0, 20, include_headers=False)
 
 
 def test_decoder_property_against_kafka_python() -> None:
@@ -402,19 +426,6 @@ def test_decoder_property_against_kafka_python() -> None:
 # ============================================================================ kafka helpers
 
 
-def _produce_per_partition(
-    broker: TansuBroker, topic: str, counts: list[int], *, tag: str = "v"
-) -> dict[tuple[int, int], bytes]:
-    """Produce ``counts[p]`` records to partition ``p``; returns {(partition, offset): value}."""
-    expected: dict[tuple[int, int], bytes] = {}
-    for partition, count in enumerate(counts):
-        values = [f"{tag}-{partition}-{i}".encode() for i in range(count)]
-        keys = [f"k{i}".encode() for i in range(count)]
-        for (p, offset), value in zip(broker.produce(topic, values, partition=partition, keys=keys), values):
-            expected[(p, offset)] = value
-    return expected
-
-
 @pytest.mark.kafka
 def test_high_watermark_comes_from_fetch(
     kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str]
@@ -427,7 +438,7 @@ def test_high_watermark_comes_from_fetch(
     for _ in range(3):  # several record batches in partition 0
         kafka_broker.produce(topic, [b"x"] * 4, partition=0)
     config = kafka_consumer_config({"kafka.bootstrap.servers": kafka_broker.bootstrap_servers})
-    client = _OffsetClient(config, 10_000)
+    client = OffsetClient(config, 10_000)
     try:
         tps = client.partitions([topic], force=True)
         assert tps == [(topic, 0), (topic, 1)]
@@ -459,7 +470,7 @@ def test_partition_reader_reads_exactly_its_range(
     assert decode._partition_records_class() is not None
     topic = kafka_topic_name()
     kafka_broker.create_topic(topic, 1)
-    expected = _produce_per_partition(kafka_broker, topic, [25])
+    expected = produce_per_partition(kafka_broker, topic, [25])
     import_kafka_python()
     from kafka import KafkaProducer
 
@@ -494,7 +505,7 @@ def test_partition_reader_reads_exactly_its_range(
 
 @pytest.mark.kafka
 def test_broker_startup_failure_shows_its_output() -> None:
-    from lakestep.streaming.broker import TansuBroker, TansuBrokerError
+    from lakestep.testing import TansuBroker, TansuBrokerError
 
     broker = TansuBroker(extra_args=["--no-such-flag"], startup_timeout=10)
     with pytest.raises(TansuBrokerError, match="(?s)exited with code 2.*--no-such-flag"):
@@ -503,44 +514,6 @@ def test_broker_startup_failure_shows_its_output() -> None:
 
 
 # ============================================================================ spark
-
-
-@pytest.fixture(scope="module")
-def kafka_spark(spark: SparkSession) -> SparkSession:
-    register_kafka_source(spark)
-    return spark
-
-
-def _stream(spark: SparkSession, broker: TansuBroker, topic: str, **options: Any) -> DataFrame:
-    reader = (
-        spark.readStream.format(FORMAT_NAME)
-        .option("kafka.bootstrap.servers", broker.bootstrap_servers)
-        .option("subscribe", topic)
-    )
-    for name, value in options.items():
-        reader = reader.option(name, value if isinstance(value, str) else json.dumps(value))
-    return reader.load()
-
-
-def _memory_query(df: DataFrame, **trigger: Any) -> tuple[StreamingQuery, str]:
-    name = f"kafka_{uuid.uuid4().hex[:10]}"
-    query = df.writeStream.format("memory").queryName(name).trigger(**trigger).start()
-    return query, name
-
-
-def _await(query: StreamingQuery, timeout: int = 60) -> None:
-    finished = query.awaitTermination(timeout)
-    if not finished:
-        query.stop()
-        pytest.fail(f"query did not finish within {timeout}s: {query.status}")
-
-
-def _batch_sizes(query: StreamingQuery) -> list[int]:
-    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
-
-
-def _keyed(rows: list[Any]) -> dict[tuple[int, int], bytes]:
-    return {(r["partition"], r["offset"]): r["value"] for r in rows}
 
 
 @pytest.fixture
@@ -555,7 +528,7 @@ def topic3(kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str]) -> st
 def test_available_now_reads_every_record_exactly_once(
     kafka_spark: SparkSession, kafka_broker: TansuBroker, topic3: str
 ) -> None:
-    expected = _produce_per_partition(kafka_broker, topic3, [7, 5, 0])
+    expected = produce_per_partition(kafka_broker, topic3, [7, 5, 0])
     # a record without key, a tombstone (no value) and headers, in partition 2
     kafka_broker.produce(topic3, [b"no-key"], partition=2)
     kafka_broker.produce(topic3, [None], partition=2, keys=[b"tomb"], headers=[("h1", b"x"), ("h2", b"")])
@@ -564,16 +537,16 @@ def test_available_now_reads_every_record_exactly_once(
     before = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(minutes=5)
 
     # minPartitions=4: the 7 records of partition 0 are read by two tasks ([0, 3) and [3, 7))
-    df = _stream(
+    df = stream(
         kafka_spark, kafka_broker, topic3, startingOffsets="earliest", includeHeaders="true", minPartitions=4
     )
     assert df.schema == kafka_schema(include_headers=True)
-    query, name = _memory_query(df, availableNow=True)
-    _await(query)
+    query, name = memory_query(df, availableNow=True)
+    await_end(query)
     rows = kafka_spark.table(name).collect()
 
     assert len(rows) == len(expected) == 14
-    assert _keyed(rows) == expected
+    assert keyed(rows) == expected
     assert {r["topic"] for r in rows} == {topic3}
     assert {r["timestampType"] for r in rows} == {0}
     assert all(before < r["timestamp"] < before + timedelta(minutes=10) for r in rows)
@@ -583,7 +556,7 @@ def test_available_now_reads_every_record_exactly_once(
     assert by_offset[(2, 1)]["key"] == b"tomb"
     assert [tuple(h) for h in by_offset[(2, 1)]["headers"]] == [("h1", b"x"), ("h2", b"")]
     assert by_offset[(0, 0)]["headers"] == []
-    assert _batch_sizes(query) == [14]
+    assert batch_sizes(query) == [14]
 
 
 @pytest.mark.spark
@@ -591,11 +564,11 @@ def test_available_now_reads_every_record_exactly_once(
 def test_max_offsets_per_trigger_and_restart_from_checkpoint(
     kafka_spark: SparkSession, kafka_broker: TansuBroker, topic3: str, tmp_path: Path
 ) -> None:
-    expected = _produce_per_partition(kafka_broker, topic3, [20, 20, 20])
+    expected = produce_per_partition(kafka_broker, topic3, [20, 20, 20])
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
 
     def run() -> StreamingQuery:
-        df = _stream(kafka_spark, kafka_broker, topic3, startingOffsets="earliest", maxOffsetsPerTrigger=30)
+        df = stream(kafka_spark, kafka_broker, topic3, startingOffsets="earliest", maxOffsetsPerTrigger=30)
         query = (
             df.writeStream.format("parquet")
             .option("path", out)
@@ -603,34 +576,34 @@ def test_max_offsets_per_trigger_and_restart_from_checkpoint(
             .trigger(availableNow=True)
             .start()
         )
-        _await(query)
+        await_end(query)
         return query
 
     first = run()
-    assert _batch_sizes(first) == [30, 30]  # 10 per partition and batch
+    assert batch_sizes(first) == [30, 30]  # 10 per partition and batch
     progress = first.lastProgress
     assert progress is not None
     end_offset = progress["sources"][0]["endOffset"]  # JSON text for Python sources
     assert json.loads(end_offset) == {topic3: {"0": 20, "1": 20, "2": 20}}
 
-    expected.update(_produce_per_partition(kafka_broker, topic3, [5, 0, 3], tag="late"))
+    expected.update(produce_per_partition(kafka_broker, topic3, [5, 0, 3], tag="late"))
     second = run()  # same checkpoint: continues where the first run stopped
-    assert _batch_sizes(second) == [8]
+    assert batch_sizes(second) == [8]
 
     rows = kafka_spark.read.parquet(out).collect()
     assert len(rows) == 68
-    assert _keyed(rows) == expected
+    assert keyed(rows) == expected
 
 
 @pytest.mark.spark
 @pytest.mark.kafka
 def test_starting_offsets_json(kafka_spark: SparkSession, kafka_broker: TansuBroker, topic3: str) -> None:
-    expected = _produce_per_partition(kafka_broker, topic3, [6, 4, 5])
+    expected = produce_per_partition(kafka_broker, topic3, [6, 4, 5])
     starting = {topic3: {"0": 2, "1": -2, "2": -1}}
-    df = _stream(kafka_spark, kafka_broker, topic3, startingOffsets=starting)
-    query, name = _memory_query(df, availableNow=True)
-    _await(query)
-    got = _keyed(kafka_spark.table(name).collect())
+    df = stream(kafka_spark, kafka_broker, topic3, startingOffsets=starting)
+    query, name = memory_query(df, availableNow=True)
+    await_end(query)
+    got = keyed(kafka_spark.table(name).collect())
     assert got == {k: v for k, v in expected.items() if (k[0] == 0 and k[1] >= 2) or k[0] == 1}
 
 
@@ -639,9 +612,9 @@ def test_starting_offsets_json(kafka_spark: SparkSession, kafka_broker: TansuBro
 def test_latest_then_records_produced_while_running(
     kafka_spark: SparkSession, kafka_broker: TansuBroker, topic3: str
 ) -> None:
-    _produce_per_partition(kafka_broker, topic3, [3, 3, 3], tag="old")
-    df = _stream(kafka_spark, kafka_broker, topic3)  # startingOffsets defaults to latest
-    query, name = _memory_query(df, processingTime="200 milliseconds")
+    produce_per_partition(kafka_broker, topic3, [3, 3, 3], tag="old")
+    df = stream(kafka_spark, kafka_broker, topic3)  # startingOffsets defaults to latest
+    query, name = memory_query(df, processingTime="200 milliseconds")
     try:
         query.processAllAvailable()  # the initial (latest) offsets are resolved
         assert kafka_spark.table(name).count() == 0
@@ -657,7 +630,7 @@ def test_latest_then_records_produced_while_running(
     finally:
         query.stop()
     assert len(rows) == 36
-    assert _keyed(rows) == expected
+    assert keyed(rows) == expected
     assert min(r["offset"] for r in rows) == 3
 
 
@@ -673,7 +646,7 @@ def test_unknown_topic_is_a_clear_error(kafka_spark: SparkSession, kafka_broker:
     from pyspark.errors import StreamingQueryException
 
     missing = f"missing-{uuid.uuid4().hex[:8]}"
-    query, _ = _memory_query(_stream(kafka_spark, kafka_broker, missing), availableNow=True)
+    query, _ = memory_query(stream(kafka_spark, kafka_broker, missing), availableNow=True)
     with pytest.raises(StreamingQueryException, match=f"topic\\(s\\) '{missing}' do not exist"):
         query.awaitTermination(60)
     assert not query.isActive

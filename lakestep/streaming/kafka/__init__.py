@@ -26,8 +26,9 @@ Options (names are case-insensitive, like every Spark option):
 
 =================================  ==========================================================
 ``kafka.bootstrap.servers``        required; comma-separated ``host:port`` list.
-``subscribe``                      required; comma-separated topic names. ``assign`` and
-                                   ``subscribePattern`` are not supported.
+``subscribe``                      comma-separated topic names; or ``subscribePattern`` (a
+                                   regex matched against whole topic names, re-read every
+                                   trigger) or ``assign`` (JSON ``{"t": [0, 1]}``): exactly one.
 ``startingOffsets``                ``latest`` (default, as in Spark), ``earliest``, or JSON
                                    ``{"topic": {"0": 23, "1": -2}}`` naming *every*
                                    partition of the subscribed topics (-2 = earliest,
@@ -43,8 +44,11 @@ Options (names are case-insensitive, like every Spark option):
                                    with few partitions still uses every core. Default: one
                                    task per Kafka partition.
 ``includeHeaders``                 ``false`` (default) / ``true``.
-``failOnDataLoss``                 only ``true`` (the default) is supported: offsets that
-                                   vanished from the log fail the query.
+``failOnDataLoss``                 ``true`` (default): offsets that vanished from the log, a
+                                   topic deleted or recreated, fail the query
+                                   (KafkaDataLossError). ``false``: one warning per event,
+                                   reading goes on from what is there; counts in the progress
+                                   report's ``latestOffset`` under ``"$dataLoss"``.
 ``kafkaConsumer.pollTimeoutMs``    executor-side: fail a task whose partition makes no
                                    progress for this long (default 120000).
 ``fetchOffset.timeoutMs``          driver-side: bound on each metadata / offset lookup
@@ -79,10 +83,13 @@ Not guaranteed / not supported:
 * ``read_committed`` reads: ``kafka.isolation.level`` may be set, but the end
   offset is the high watermark, so with open transactions a task can wait for
   records that are not yet readable until ``kafkaConsumer.pollTimeoutMs``.
-* Batch queries (``spark.read``), ``endingOffsets``, ``minPartitions``,
-  ``assign``, ``subscribePattern``, ``failOnDataLoss=false``.
-* Partitions added to a topic while a query runs are discovered at most every
-  30 seconds and are read from their earliest offset (as Spark does).
+* Batch queries (``spark.read``), ``endingOffsets``, timestamps as starting offsets.
+* Partitions and topics added while a query runs are found at the next trigger
+  (metadata is read every trigger) and are read from their earliest offset (as
+  Spark does).
+* Codecs: gzip, snappy, lz4 and zstd (the ``spark`` extra installs their
+  libraries). A batch that cannot be decoded fails the task with
+  ``KafkaDecodeError`` naming topic, partition and offset.
 * ``startingOffsets=latest`` is resolved when the query first asks for it; if
   the query dies before its first batch is committed, a restart resolves it
   again (Spark's own Kafka source keeps its initial offsets in the checkpoint;
@@ -110,143 +117,51 @@ Needs pyspark >= 4.2 (admission control: ``latestOffset(start, limit)``).
 Modules: ``options`` (option parsing), ``offsets`` (offset JSON, rate limit,
 driver-side offset client), ``reader`` (executor side), ``decode`` (column-wise
 record batch decoding), ``source`` (the Spark
-data source), ``schema``, ``errors``. Every name below is importable from this
-package; they are loaded on first use, so importing the package itself needs
-neither pyspark nor kafka-python.
+data source), ``schema``, ``errors``. The public names (``__all__``) are
+importable from this package, loaded on first use, so importing the package
+itself needs neither pyspark nor kafka-python; everything else is imported
+from its module.
 """
 
-# ruff: noqa: F401
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # re-exports for type checkers; loaded lazily by __getattr__ at run time
-    from ._kafka_python import import_kafka_python as _import_kafka_python
+if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
     from .errors import (
         KafkaDataLossError,
+        KafkaDecodeError,
         KafkaSourceError,
         KafkaSourceTimeoutError,
         KafkaTopicNotFoundError,
     )
-    from .offsets import (
-        _consumer,
-        _OffsetClient,
-        _ProbeStalled,
-        offsets_from_json,
-        offsets_to_json,
-        rate_limit,
-        split_ranges,
-    )
-    from .options import (
-        EARLIEST,
-        FORMAT_NAME,
-        LATEST,
-        TP,
-        KafkaSourceOptions,
-        Offsets,
-        StartingOffsets,
-        kafka_consumer_config,
-        parse_starting_offsets,
-        redact,
-    )
-    from .reader import read_partition_range
+    from .options import FORMAT_NAME, KafkaSourceOptions, kafka_consumer_config, parse_starting_offsets
     from .schema import arrow_schema, kafka_schema
     from .source import KafkaDataSource, KafkaInputPartition, KafkaStreamReader, register_kafka_source
 
-__all__ = [
-    "FORMAT_NAME",
-    "KafkaDataLossError",
-    "KafkaDataSource",
-    "KafkaInputPartition",
-    "KafkaSourceError",
-    "KafkaSourceOptions",
-    "KafkaSourceTimeoutError",
-    "KafkaStreamReader",
-    "KafkaTopicNotFoundError",
-    "arrow_schema",
-    "kafka_consumer_config",
-    "kafka_schema",
-    "parse_starting_offsets",
-    "rate_limit",
-    "register_kafka_source",
-]
-
-#: Where each name lives (module-level names of the former single-module kafka.py).
-_EXPORTS: dict[str, str] = {
-    "_import_kafka_python": "_kafka_python:import_kafka_python",
-    **dict.fromkeys(
-        ["KafkaSourceError", "KafkaTopicNotFoundError", "KafkaDataLossError", "KafkaSourceTimeoutError"],
-        "errors",
-    ),
-    **dict.fromkeys(
-        ["kafka_schema", "arrow_schema", "_HEADERS_ARROW_TYPE", "_TIMESTAMP_ARROW_TYPE"], "schema"
-    ),
-    **dict.fromkeys(
-        [
-            "FORMAT_NAME",
-            "EARLIEST",
-            "LATEST",
-            "TP",
-            "Offsets",
-            "StartingOffsets",
-            "KafkaSourceOptions",
-            "kafka_consumer_config",
-            "parse_starting_offsets",
-            "redact",
-            "_parse_bool",
-            "_parse_jaas",
-            "_positive_int",
-            "_SECRET_KEYS",
-            "_RENAMED",
-            "_GROUP_KEYS",
-            "_REFUSED",
-            "_NOT_STRING_SETTABLE",
-            "_INT_WITHOUT_DEFAULT",
-            "_JAAS_MODULES",
-            "_JAAS_RE",
-            "_JAAS_ARG_RE",
-            "_KNOWN_OPTIONS",
-            "_UNSUPPORTED_OPTIONS",
-        ],
-        "options",
-    ),
-    **dict.fromkeys(
-        [
-            "offsets_to_json",
-            "offsets_from_json",
-            "rate_limit",
-            "split_ranges",
-            "_consumer",
-            "_OffsetClient",
-            "_ProbeStalled",
-            "_PARTITION_DISCOVERY_INTERVAL_S",
-            "_PROBE_FETCH_WAIT_MS",
-            "_PROBE_PARTITION_FETCH_BYTES",
-            "_PROBE_MAX_RECORDS",
-            "_PROBE_STALL_S",
-        ],
-        "offsets",
-    ),
-    **dict.fromkeys(
-        ["read_partition_range", "_records_to_batch", "_record_to_tuple", "_ARROW_BATCH_ROWS", "_EPOCH"],
-        "reader",
-    ),
-    **dict.fromkeys(
-        ["KafkaInputPartition", "KafkaStreamReader", "KafkaDataSource", "register_kafka_source"], "source"
-    ),
+#: The package's public names and the module each lives in. Everything else is
+#: imported from its module (``from lakestep.streaming.kafka.offsets import ...``).
+_PUBLIC: dict[str, str] = {
+    **dict.fromkeys(["KafkaSourceError", "KafkaTopicNotFoundError", "KafkaDataLossError", "KafkaDecodeError",
+                     "KafkaSourceTimeoutError"], "errors"),
+    **dict.fromkeys(["FORMAT_NAME", "KafkaSourceOptions", "kafka_consumer_config", "parse_starting_offsets"],
+                    "options"),
+    **dict.fromkeys(["kafka_schema", "arrow_schema"], "schema"),
+    **dict.fromkeys(["KafkaDataSource", "KafkaInputPartition", "KafkaStreamReader", "register_kafka_source"],
+                    "source"),
 }
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:
-    target = _EXPORTS.get(name)
-    if target is None:
+    module = _PUBLIC.get(name)
+    if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module_name, _, attr = target.partition(":")
-    value = getattr(importlib.import_module(f"{__name__}.{module_name}"), attr or name)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -41,8 +41,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._kafka_python import import_kafka_python
-from .schema import _HEADERS_ARROW_TYPE, _TIMESTAMP_ARROW_TYPE, arrow_schema
+from .kafka_python import import_kafka_python
+from .errors import KafkaDecodeError, describe
+from .schema import HEADERS_ARROW_TYPE, TIMESTAMP_ARROW_TYPE, arrow_schema
 
 # RecordBatch v2 header: BaseOffset q, Length i, PartitionLeaderEpoch i, Magic b, CRC I,
 # Attributes h, LastOffsetDelta i, FirstTimestamp q, MaxTimestamp q, ProducerId q,
@@ -118,7 +119,10 @@ def _decompress(codec: int, data: memoryview) -> bytes:
     name, available, decode = decoders[codec]
     if not available():
         raise UnsupportedCodecError(f"Libraries for {name} compression codec not found")
-    return bytes(decode(data))
+    try:
+        return bytes(decode(data))
+    except Exception as exc:  # each codec library has its own error types
+        raise _corrupt(f"the {name}-compressed records do not decompress ({describe(exc)})") from exc
 
 
 def split_batches(buffer: bytes | bytearray | memoryview) -> Iterator[memoryview]:
@@ -146,8 +150,11 @@ class BatchIterator:
     kafka-python's ``PartitionRecords`` does.
     """
 
-    def __init__(self, buffer: bytes | bytearray | memoryview, fetch_offset: int, check_crcs: bool) -> None:
+    def __init__(self, buffer: bytes | bytearray | memoryview, fetch_offset: int, check_crcs: bool,
+                 topic: str = "?", partition: int = -1) -> None:
         self.buffer = buffer
+        self.topic = topic
+        self.partition = partition
         self.fetch_offset = fetch_offset
         self.check_crcs = check_crcs
         self.next_fetch_offset = fetch_offset
@@ -156,38 +163,57 @@ class BatchIterator:
         self.bytes_read = 0
 
     def __iter__(self) -> Iterator[Segment]:
+        """The segments; a batch that cannot be decoded raises :class:`KafkaDecodeError`
+        naming its base offset."""
+        batches = split_batches(self.buffer)
+        while True:
+            try:
+                view = next(batches)
+            except StopIteration:
+                return
+            except Exception as exc:  # framing: the batch at the fetch position is unreadable
+                raise KafkaDecodeError(self.topic, self.partition, self.next_fetch_offset, describe(exc)) from exc
+            try:
+                segment = self._segment(view)
+            except KafkaDecodeError:
+                raise
+            except Exception as exc:  # CRC, codec, a payload that does not decompress
+                (base_offset,) = struct.unpack_from(">q", view)
+                raise KafkaDecodeError(self.topic, self.partition, base_offset, describe(exc)) from exc
+            if segment is not None:
+                yield segment
+
+    def _segment(self, view: memoryview) -> Segment | None:
+        """One batch: a segment to yield, or None (nothing to return from it)."""
         import_kafka_python()
         from kafka.record.util import calc_crc32c
 
-        for view in split_batches(self.buffer):
-            magic = view[_MAGIC_OFFSET]
-            if magic < 2:
-                decoded = self._legacy(view, magic)
-                if decoded is not None:
-                    yield decoded
-                continue
-            if len(view) < _V2_HEADER.size:
-                raise _corrupt(f"Record batch of {len(view)} bytes is shorter than its header")
-            (base_offset, _length, leader_epoch, _magic, crc, attributes, last_offset_delta, first_ts, max_ts,
-             _pid, _epoch, _seq, count) = _V2_HEADER.unpack_from(view)
-            if self.check_crcs and calc_crc32c(view[_CRC_COVERED_FROM:]) != crc:
-                raise _corrupt(f"Record batch at offset {base_offset} failed crc check")
-            self.leader_epoch = leader_epoch
-            next_offset = base_offset + last_offset_delta + 1
-            if attributes & _CONTROL_MASK:  # transaction markers are not records
-                self.next_fetch_offset = max(self.next_fetch_offset, next_offset)
-                continue
-            body: Any = view[_V2_HEADER.size:]
-            codec = attributes & _CODEC_MASK
-            body = _decompress(codec, body) if codec else body.tobytes()
-            self.records_read += count
-            self.bytes_read += len(view)
-            # advanced before yielding, as kafka-python does: the fetcher takes the
-            # position from here as soon as it has taken a segment
+        magic = view[_MAGIC_OFFSET]
+        if magic < 2:
+            return self._legacy(view, magic)
+        if len(view) < _V2_HEADER.size:
+            raise _corrupt(f"Record batch of {len(view)} bytes is shorter than its header")
+        (base_offset, _length, leader_epoch, _magic, crc, attributes, last_offset_delta, first_ts, max_ts,
+         _pid, _epoch, _seq, count) = _V2_HEADER.unpack_from(view)
+        if self.check_crcs and calc_crc32c(view[_CRC_COVERED_FROM:]) != crc:
+            raise _corrupt(f"Record batch at offset {base_offset} failed crc check")
+        self.leader_epoch = leader_epoch
+        next_offset = base_offset + last_offset_delta + 1
+        if attributes & _CONTROL_MASK:  # transaction markers are not records
             self.next_fetch_offset = max(self.next_fetch_offset, next_offset)
-            if next_offset > self.fetch_offset and count > 0:
-                yield RawBatch(body, count, base_offset, first_ts, max_ts,
-                               1 if attributes & _TIMESTAMP_TYPE_MASK else 0, self.fetch_offset)
+            return None
+        body: Any = view[_V2_HEADER.size:]
+        codec = attributes & _CODEC_MASK
+        body = _decompress(codec, body) if codec else body.tobytes()
+        self.records_read += count
+        self.bytes_read += len(view)
+        # advanced before yielding, as kafka-python does: the fetcher takes the
+        # position from here as soon as it has taken a segment
+        self.next_fetch_offset = max(self.next_fetch_offset, next_offset)
+        if next_offset > self.fetch_offset and count > 0:
+            return RawBatch(body, count, base_offset, first_ts, max_ts,
+                            1 if attributes & _TIMESTAMP_TYPE_MASK else 0, self.fetch_offset)
+        return None
 
     def _legacy(self, view: memoryview, magic: int) -> DecodedBatch | None:
         from kafka.record.legacy_records import LegacyRecordBatch
@@ -426,7 +452,33 @@ def _constant_string(value: str, n: int) -> pa.Array:
 def to_record_batch(segments: Sequence[Segment], topic: str, partition: int, start: int, end: int,
                     include_headers: bool) -> pa.RecordBatch | None:
     """One Arrow batch of :func:`~.schema.arrow_schema` with the records of
-    ``segments`` whose offsets are in ``[start, end)`` (None if there are none)."""
+    ``segments`` whose offsets are in ``[start, end)`` (None if there are none).
+
+    Raises:
+        KafkaDecodeError: naming the base offset of the first batch whose records
+            cannot be decoded.
+    """
+    try:
+        return _to_record_batch(segments, topic, partition, start, end, include_headers)
+    except KafkaDecodeError:
+        raise
+    except Exception as exc:
+        # The batches were decoded together; find the first one that fails alone.
+        offset = next((s.base_offset for s in segments if isinstance(s, RawBatch) and _fails(s, include_headers)),
+                      segments[0].base_offset if segments and isinstance(segments[0], RawBatch) else start)
+        raise KafkaDecodeError(topic, partition, offset, describe(exc)) from exc
+
+
+def _fails(batch: RawBatch, include_headers: bool) -> bool:
+    try:
+        _raw_to_batch([batch], "", 0, -1, 2**63 - 1, include_headers)
+    except Exception:
+        return True
+    return False
+
+
+def _to_record_batch(segments: Sequence[Segment], topic: str, partition: int, start: int, end: int,
+                     include_headers: bool) -> pa.RecordBatch | None:
     parts: list[pa.RecordBatch] = []
     run: list[RawBatch] = []
 
@@ -476,13 +528,13 @@ def _raw_to_batch(batches: Sequence[RawBatch], topic: str, partition: int, start
         _constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(pick(offset)),
-        pa.array(pick(columns["timestamp"]) * 1000).view(_TIMESTAMP_ARROW_TYPE),
+        pa.array(pick(columns["timestamp"]) * 1000).view(TIMESTAMP_ARROW_TYPE),
         pa.array(pick(columns["timestampType"])),
     ]
     if include_headers:
         assert headers is not None
         chosen = headers if rows is None else [headers[i] for i in rows.tolist()]
-        arrays.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in chosen], _HEADERS_ARROW_TYPE))
+        arrays.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in chosen], HEADERS_ARROW_TYPE))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
@@ -496,11 +548,11 @@ def _decoded_to_batch(batch: DecodedBatch, topic: str, partition: int, start: in
         _constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array([batch.offsets[i] for i in rows], pa.int64()),
-        pc.multiply(pa.array([batch.timestamps[i] for i in rows], pa.int64()), 1000).cast(_TIMESTAMP_ARROW_TYPE),
+        pc.multiply(pa.array([batch.timestamps[i] for i in rows], pa.int64()), 1000).cast(TIMESTAMP_ARROW_TYPE),
         pa.array([batch.timestamp_types[i] for i in rows], pa.int32()),
     ]
     if include_headers:
-        arrays.append(pa.array([[] for _ in rows], _HEADERS_ARROW_TYPE))
+        arrays.append(pa.array([[] for _ in rows], HEADERS_ARROW_TYPE))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
@@ -545,7 +597,7 @@ def _partition_records_class() -> Any:
             buffer = getattr(records, "_buffer", None)
             if buffer is None:
                 raise RuntimeError("kafka-python's MemoryRecords has no _buffer")
-            batches = BatchIterator(buffer, self.fetch_offset, self.check_crcs)
+            batches = BatchIterator(buffer, self.fetch_offset, self.check_crcs, tp.topic, tp.partition)
             for segment in batches:
                 self.leader_epoch = batches.leader_epoch
                 self.records_read, self.bytes_read = batches.records_read, batches.bytes_read
@@ -556,8 +608,32 @@ def _partition_records_class() -> Any:
             self.next_fetch_offset = batches.next_fetch_offset
             self.drain()
 
+    class SkippingPartitionRecords(base):  # type: ignore[misc, valid-type]
+        """Yields nothing: reads only the batch headers to move the fetch position
+        (for consumers that only want high watermarks; nothing is decompressed or decoded,
+        so a batch that cannot be decoded does not stop them)."""
+
+        def _unpack_records(self, tp: Any, records: Any, key_deserializer: Any, value_deserializer: Any
+                            ) -> Iterator[Segment]:
+            buffer = getattr(records, "_buffer", None)
+            if buffer is None:
+                raise RuntimeError("kafka-python's MemoryRecords has no _buffer")
+            for view in split_batches(buffer):
+                (base_offset,) = struct.unpack_from(">q", view)
+                if view[_MAGIC_OFFSET] >= 2 and len(view) >= _V2_HEADER.size:
+                    (last_offset_delta,) = struct.unpack_from(">i", view, 23)
+                    base_offset += last_offset_delta  # a legacy entry's offset is already its last
+                self.next_fetch_offset = max(self.next_fetch_offset, base_offset + 1)
+            self.drain()
+            return
+            yield  # a generator, like the method it replaces
+
     _hook_class = SegmentPartitionRecords
+    _skip_class_holder.append(SkippingPartitionRecords)
     return _hook_class
+
+
+_skip_class_holder: list[Any] = []
 
 
 def install(consumer: Any) -> bool:
@@ -577,4 +653,15 @@ def install(consumer: Any) -> bool:
     if cls is None or fetcher is None or not hasattr(fetcher, "PartitionRecords"):
         return False
     fetcher.PartitionRecords = cls
+    return True
+
+
+def install_skipping(consumer: Any) -> bool:
+    """Make ``consumer.poll()`` move positions without decoding any record (it returns
+    nothing). Returns False (and leaves the consumer as it is) when kafka-python's
+    internals differ from the expected ones."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    if _partition_records_class() is None or fetcher is None or not hasattr(fetcher, "PartitionRecords"):
+        return False
+    fetcher.PartitionRecords = _skip_class_holder[0]
     return True

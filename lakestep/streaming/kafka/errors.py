@@ -23,3 +23,35 @@ class KafkaDataLossError(KafkaSourceError):
 class KafkaSourceTimeoutError(KafkaSourceError, TimeoutError):
     """The broker did not answer, or a partition made no progress, in time."""
 
+
+
+class KafkaDecodeError(KafkaSourceError):
+    """A record batch could not be decoded: corrupt bytes (a CRC or framing error), a
+    codec that is unknown or whose library is not installed, a compressed payload that
+    does not decompress. Names where it is: ``topic``, ``partition`` and ``offset`` (the
+    base offset of the batch when it is known, else the offset the read had reached).
+
+    Not data loss: ``failOnDataLoss=false`` does not skip such a batch.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason
+        super().__init__(
+            f"cannot decode the Kafka record batch at offset {offset} of topic {topic!r} partition "
+            f"{partition}: {reason}"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, int, str]]:
+        return (type(self), (self.topic, self.partition, self.offset, self.reason))
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of ``exc``; a type from a library is named with its package
+    (``snappy.UncompressError``: some codec errors have an empty message)."""
+    package = type(exc).__module__.split(".")[0]
+    name = type(exc).__name__ if package in ("builtins", "kafka", "lakestep") else f"{package}.{type(exc).__name__}"
+    text = str(exc)
+    return f"{name}: {text}" if text else name

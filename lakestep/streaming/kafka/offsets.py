@@ -9,8 +9,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._kafka_python import import_kafka_python as _import_kafka_python
-from .errors import KafkaDataLossError, KafkaSourceTimeoutError, KafkaTopicNotFoundError
+from . import decode as _decode
+from .kafka_python import import_kafka_python as _import_kafka_python
+from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceTimeoutError, KafkaTopicNotFoundError
 from .options import TP, Offsets
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_PARTITION_DISCOVERY_INTERVAL_S = 30.0
+_PARTITION_DISCOVERY_INTERVAL_S = 1.0  # metadata at most once a second (Spark: every trigger)
 _PROBE_FETCH_WAIT_MS = 10  # tansu never answers a Fetch with max_wait 0 (kafka-python gets nothing)
 _PROBE_PARTITION_FETCH_BYTES = 8 * 1024
 _PROBE_MAX_RECORDS = 1_000_000  # drain a probe's fetches at once (records are dropped)
@@ -106,7 +107,7 @@ def split_ranges(ranges: Sequence[tuple[TP, int, int]], min_partitions: int | No
 # ============================================================================ kafka access
 
 
-def _consumer(config: Mapping[str, Any], *, timeout_ms: int, **overrides: Any) -> KafkaConsumer:
+def new_consumer(config: Mapping[str, Any], *, timeout_ms: int, **overrides: Any) -> KafkaConsumer:
     """A group-less, non-committing kafka-python consumer.
 
     ``timeout_ms`` bounds the initial bootstrap (connection + metadata) unless
@@ -137,7 +138,7 @@ class _ProbeStalled(Exception):
     """A high-watermark probe got no answer in time (internal)."""
 
 
-class _OffsetClient:
+class OffsetClient:
     """Driver-side metadata and offset lookups.
 
     Holds two kafka-python consumers for the life of the stream reader: one for
@@ -149,10 +150,19 @@ class _OffsetClient:
     def __init__(self, config: Mapping[str, Any], timeout_ms: int) -> None:
         self._config = dict(config)
         self._timeout_ms = timeout_ms
-        self._consumer = _consumer(config, timeout_ms=timeout_ms)
+        self._consumer = new_consumer(config, timeout_ms=timeout_ms)
         self._probe: KafkaConsumer | None = None
         self._partitions: dict[str, list[int]] = {}
         self._refreshed_at = -math.inf
+        self._topics: list[str] = []
+        self._topics_at = -math.inf
+        self._topic_ids: dict[str, Any] = {}
+        #: topics named in the last call of partitions() that do not exist
+        self.missing: list[str] = []
+        #: topics seen with a new topic id (deleted and created again); emptied by the caller
+        self.recreated: set[str] = set()
+        #: log start offsets found by high-watermark probes that started below them
+        self.log_starts: Offsets = {}
 
     def close(self) -> None:
         for consumer in (self._probe, self._consumer):
@@ -164,35 +174,65 @@ class _OffsetClient:
                 logger.debug("closing a driver consumer failed", exc_info=True)
         self._probe = None
 
-    def partitions(self, topics: Sequence[str], *, force: bool = False) -> list[TP]:
-        """All partitions of ``topics``; metadata is refreshed at most every 30 s
+    def partitions(self, topics: Sequence[str], *, force: bool = False, missing_ok: bool = False) -> list[TP]:
+        """All partitions of ``topics``; metadata is refreshed at most once a second
         unless ``force``.
 
+        With ``missing_ok``, topics that do not exist are left out (and listed in
+        :attr:`missing`) instead of raising. A topic whose id changed since the last
+        refresh (deleted and created again) is added to :attr:`recreated`, which the
+        caller empties.
+
         Raises:
-            KafkaTopicNotFoundError: a topic does not exist (after ~1 s of retries).
+            KafkaTopicNotFoundError: a topic does not exist (after ~1 s of retries),
+                unless ``missing_ok``.
         """
         stale = time.monotonic() - self._refreshed_at > _PARTITION_DISCOVERY_INTERVAL_S
         if force or stale or any(t not in self._partitions for t in topics):
-            deadline = time.monotonic() + 1.0
-            while True:
-                self._consumer.topics()  # forces a Metadata round trip
-                found = {t: sorted(self._consumer.partitions_for_topic(t) or ()) for t in topics}
-                missing = [t for t, parts in found.items() if not parts]
-                if not missing or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
-            if missing:
+            found = self._refresh(topics, wait_for_all=not missing_ok)
+            self.missing = sorted(t for t, parts in found.items() if not parts)
+            if self.missing and not missing_ok:
                 raise KafkaTopicNotFoundError(
-                    f"option 'subscribe': topic(s) {', '.join(map(repr, missing))} do not exist "
+                    f"option 'subscribe': topic(s) {', '.join(map(repr, self.missing))} do not exist "
                     f"on {','.join(self._consumer.config['bootstrap_servers'])}"
                 )
             for topic, parts in found.items():
                 known = self._partitions.get(topic)
-                if known is not None and len(parts) > len(known):
+                if known and parts and len(parts) > len(known):
                     logger.info("topic %r grew from %d to %d partitions", topic, len(known), len(parts))
-                self._partitions[topic] = parts
+                if parts:
+                    self._partitions[topic] = parts
+                else:
+                    self._partitions.pop(topic, None)
             self._refreshed_at = time.monotonic()
-        return [(t, p) for t in topics for p in self._partitions[t]]
+        return [(t, p) for t in topics for p in self._partitions.get(t, ())]
+
+    def all_topics(self, *, force: bool = False) -> list[str]:
+        """Every topic of the cluster (a Metadata round trip at most once a second unless ``force``)."""
+        if force or time.monotonic() - self._topics_at > _PARTITION_DISCOVERY_INTERVAL_S:
+            self._topics = sorted(self._consumer.topics())
+            self._topics_at = time.monotonic()
+        return self._topics
+
+    def _refresh(self, topics: Sequence[str], wait_for_all: bool) -> dict[str, list[int]]:
+        deadline = time.monotonic() + 1.0
+        while True:
+            self._consumer.topics()  # forces a Metadata round trip
+            found = {t: sorted(self._consumer.partitions_for_topic(t) or ()) for t in topics}
+            if not wait_for_all or all(found.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        cluster = getattr(getattr(self._consumer, "_client", None), "cluster", None)
+        topic_id = getattr(cluster, "topic_id", None)  # kafka-python 3 keeps topic ids (KIP-516)
+        for topic, parts in found.items():
+            current = topic_id(topic) if topic_id is not None and parts else None
+            if current is None:
+                continue
+            previous = self._topic_ids.get(topic)
+            if previous is not None and previous != current:
+                self.recreated.add(topic)
+            self._topic_ids[topic] = current
+        return found
 
     def earliest(self, tps: Sequence[TP]) -> Offsets:
         """Log start offsets (ListOffsets earliest)."""
@@ -221,13 +261,13 @@ class _OffsetClient:
         what was appended since). ListOffsets(latest) is not used on purpose,
         see the module docstring.
 
-        A returned value is never above the true high watermark and never below
-        the given position. It can lag by the few milliseconds between a fetch
+        A returned value is never above the true high watermark. It is below the
+        given position only when the log no longer reaches it (the topic was
+        recreated, or the broker lost data). It can lag by the few milliseconds between a fetch
         and this call (a response to a fetch sent by the previous probe from
         the same position may be used).
 
         Raises:
-            KafkaDataLossError: a position is beyond the end of the log.
             KafkaSourceTimeoutError: no answer within ``fetchOffset.timeoutMs``.
         """
         if not positions:
@@ -235,7 +275,7 @@ class _OffsetClient:
         deadline = time.monotonic() + self._timeout_ms / 1000
         for attempt in (1, 2):
             if self._probe is None:
-                self._probe = _consumer(
+                self._probe = new_consumer(
                     self._config,
                     timeout_ms=self._timeout_ms,
                     fetch_max_wait_ms=_PROBE_FETCH_WAIT_MS,
@@ -246,6 +286,9 @@ class _OffsetClient:
                     # their high watermark. Full Fetch requests answer for all.
                     enable_incremental_fetch_sessions=False,
                 )
+                # Records are dropped: read only batch headers, so that probing is cheap and a
+                # batch that cannot be decoded is reported by the task that reads it, with its offset.
+                _decode.install_skipping(self._probe)
             # The first attempt gets a short leash: a healthy broker answers in
             # milliseconds, and a wedged consumer is replaced by a fresh one.
             until = min(deadline, time.monotonic() + _PROBE_STALL_S) if attempt == 1 else deadline
@@ -270,7 +313,7 @@ class _OffsetClient:
     def _probe_once(self, consumer: KafkaConsumer, positions: Mapping[TP, int], until: float) -> Offsets:
         _import_kafka_python()
         from kafka import TopicPartition
-        from kafka.errors import OffsetOutOfRangeError
+        from kafka.errors import CorruptRecordError, OffsetOutOfRangeError, UnsupportedCodecError
 
         wanted = {TopicPartition(t, p): off for (t, p), off in positions.items()}
         result: Offsets = {}
@@ -287,6 +330,8 @@ class _OffsetClient:
                     consumer.poll(timeout_ms=_PROBE_FETCH_WAIT_MS, max_records=_PROBE_MAX_RECORDS)
                 except OffsetOutOfRangeError as exc:
                     self._handle_out_of_range(consumer, exc, wanted)
+                except (CorruptRecordError, UnsupportedCodecError, KafkaDecodeError):
+                    pass  # (without install_skipping) the response's high watermark is known all the same
                 for tp in list(pending):
                     hw = consumer.highwater(tp)
                     if hw is not None:
@@ -307,12 +352,10 @@ class _OffsetClient:
         earliest = self.earliest([(tp.topic, tp.partition) for tp in bad])
         for tp, off in bad.items():
             start = earliest[(tp.topic, tp.partition)]
-            if off < start:  # deleted by retention: the end is still after it
-                consumer.seek(tp, start)
-                wanted[tp] = start
-            else:
-                raise KafkaDataLossError(
-                    f"{tp.topic}-{tp.partition}: offset {off} is beyond the end of the log; the "
-                    "topic was deleted and recreated, or the broker lost data"
-                ) from exc
+            # Below the log start: deleted by retention, the end is still after it. Beyond
+            # the end: the log was reset (topic recreated, broker lost data); its end, now
+            # below the position, tells the caller (failOnDataLoss decides what then).
+            consumer.seek(tp, start)
+            wanted[tp] = start
+            self.log_starts[(tp.topic, tp.partition)] = start
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
-from ._kafka_python import import_kafka_python as _import_kafka_python
+from .kafka_python import import_kafka_python as _import_kafka_python
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ def redact(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: ("***" if k in _SECRET_KEYS and v is not None else v) for k, v in config.items()}
 
 
-def parse_starting_offsets(value: str | None, topics: Sequence[str]) -> StartingOffsets:
+def parse_starting_offsets(value: str | None, topics: Sequence[str] | None) -> StartingOffsets:
     """Parse ``startingOffsets``: ``earliest``, ``latest`` or Spark's JSON form.
 
     JSON partitions are not checked against the cluster here (that happens when
@@ -261,7 +261,7 @@ def parse_starting_offsets(value: str | None, topics: Sequence[str]) -> Starting
         raise ValueError("option 'startingOffsets' JSON must be a non-empty object of topics")
     result: Offsets = {}
     for topic, parts in parsed.items():
-        if topic not in topics:
+        if topics is not None and topic not in topics:
             raise ValueError(
                 f"option 'startingOffsets' names topic {topic!r}, which is not subscribed "
                 f"(subscribe={','.join(topics)!r})"
@@ -289,6 +289,51 @@ def parse_starting_offsets(value: str | None, topics: Sequence[str]) -> Starting
     return result
 
 
+_SUBSCRIPTIONS = ("subscribe", "subscribepattern", "assign")
+
+
+def _parse_subscription(
+    opts: Mapping[str, Any],
+) -> tuple[tuple[str, ...], re.Pattern[str] | None, tuple[TP, ...] | None]:
+    """Exactly one of ``subscribe``, ``subscribePattern``, ``assign``: (topics, pattern, assign).
+
+    Raises:
+        ValueError: naming the option.
+    """
+    given = [name for name in _SUBSCRIPTIONS if str(opts.get(name) or "").strip()]
+    if len(given) != 1:
+        raise ValueError(
+            "exactly one of the options 'subscribe' (comma-separated topic names), 'subscribePattern' "
+            "(a regular expression) and 'assign' (JSON like {\"topicA\": [0, 1]}) is required"
+            + (f"; got {', '.join(given)}" if given else "")
+        )
+    value = str(opts[given[0]]).strip()
+    if given[0] == "subscribe":
+        topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
+        if not topics:
+            raise ValueError("option 'subscribe' is required (comma-separated topic names)")
+        return topics, None, None
+    if given[0] == "subscribepattern":
+        try:
+            return (), re.compile(value), None
+        except re.error as exc:
+            raise ValueError(f"option 'subscribePattern' is not a valid regular expression: {exc}") from None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed or not all(
+        isinstance(parts, list) and parts and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
+                                                  for p in parts)
+        for parts in parsed.values()
+    ):
+        raise ValueError(
+            f'option \'assign\' must be JSON like {{"topicA": [0, 1], "topicB": [2, 4]}}, got {value!r}'
+        )
+    assign = tuple(sorted({(str(topic), int(p)) for topic, parts in parsed.items() for p in parts}))
+    return tuple(sorted(parsed)), None, assign
+
+
 def _positive_int(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
     raw = options.get(name.lower())
     if raw is None or str(raw).strip() == "":
@@ -304,6 +349,8 @@ def _positive_int(options: Mapping[str, Any], name: str, default: int | None) ->
 
 _KNOWN_OPTIONS = {
     "subscribe",
+    "subscribepattern",
+    "assign",
     "startingoffsets",
     "maxoffsetspertrigger",
     "minpartitions",
@@ -315,8 +362,6 @@ _KNOWN_OPTIONS = {
     "path",
 }
 _UNSUPPORTED_OPTIONS = {
-    "assign": "only 'subscribe' is supported",
-    "subscribepattern": "only 'subscribe' is supported",
     "endingoffsets": "it is not valid for streaming queries",
     "endingoffsetsbytimestamp": "it is not valid for streaming queries",
     "startingoffsetsbytimestamp": "use startingOffsets",
@@ -331,8 +376,15 @@ _UNSUPPORTED_OPTIONS = {
 class KafkaSourceOptions:
     """Validated source options (see the module docstring)."""
 
+    #: ``subscribe``: the topics; ``assign``: the topics of the assigned partitions;
+    #: ``subscribePattern``: empty (the topics are those matching at each trigger)
     topics: tuple[str, ...]
     consumer_config: dict[str, Any] = field(repr=False)
+    #: ``subscribePattern``, compiled (matched against whole topic names, as Java's ``matches``)
+    pattern: re.Pattern[str] | None = None
+    #: ``assign``: exactly these partitions
+    assign: tuple[TP, ...] | None = None
+    fail_on_data_loss: bool = True
     starting_offsets: StartingOffsets = "latest"
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
@@ -357,24 +409,19 @@ class KafkaSourceOptions:
         if unknown:
             logger.warning("%s ignores unknown options %s", FORMAT_NAME, unknown)
 
-        subscribe = str(opts.get("subscribe") or "")
-        topics = tuple(dict.fromkeys(t.strip() for t in subscribe.split(",") if t.strip()))
-        if not topics:
-            raise ValueError("option 'subscribe' is required (comma-separated topic names)")
-
+        topics, pattern, assign = _parse_subscription(opts)
         fail_on_data_loss = _parse_bool("failOnDataLoss", str(opts.get("failondataloss", "true")))
-        if not fail_on_data_loss:
-            raise ValueError(
-                "option 'failOnDataLoss'=false is not supported: lost offsets always fail the query"
-            )
         row_format = str(opts.get("rowformat", "arrow")).strip().lower()
         if row_format not in ("arrow", "tuples"):
             raise ValueError(f"option 'rowFormat' must be 'arrow' or 'tuples', got {row_format!r}")
 
         return cls(
             topics=topics,
+            pattern=pattern,
+            assign=assign,
+            fail_on_data_loss=fail_on_data_loss,
             consumer_config=consumer_config,
-            starting_offsets=parse_starting_offsets(opts.get("startingoffsets"), topics),
+            starting_offsets=parse_starting_offsets(opts.get("startingoffsets"), topics if pattern is None else None),
             max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger", None),
             min_partitions=_positive_int(opts, "minPartitions", None),
             include_headers=_parse_bool("includeHeaders", str(opts.get("includeheaders", "false"))),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
@@ -11,11 +12,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import decode as _decode
-from ._kafka_python import import_kafka_python as _import_kafka_python
-from .errors import KafkaDataLossError, KafkaSourceTimeoutError
-from .offsets import _consumer
+from .kafka_python import import_kafka_python as _import_kafka_python
+from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceError, KafkaSourceTimeoutError, describe
+from .offsets import new_consumer
 from .options import KafkaSourceOptions
-from .schema import _HEADERS_ARROW_TYPE, _TIMESTAMP_ARROW_TYPE, arrow_schema
+from .schema import HEADERS_ARROW_TYPE, TIMESTAMP_ARROW_TYPE, arrow_schema
+
+logger = logging.getLogger(__name__)
 
 _ARROW_BATCH_ROWS = 10_000
 #: Decode record batches column-wise when kafka-python allows it (tests switch it off).
@@ -41,14 +44,14 @@ def _records_to_batch(
         pa.array([topic] * n, pa.string()),
         pa.array([partition] * n, pa.int32()),
         pa.array(column("offset"), pa.int64()),
-        pc.multiply(pa.array(column("timestamp"), pa.int64()), 1000).cast(_TIMESTAMP_ARROW_TYPE),
+        pc.multiply(pa.array(column("timestamp"), pa.int64()), 1000).cast(TIMESTAMP_ARROW_TYPE),
         pa.array(column("timestamp_type"), pa.int32()),
     ]
     if include_headers:
         arrays.append(
             pa.array(
                 [[{"key": k, "value": v} for k, v in (h or ())] for h in column("headers")],
-                _HEADERS_ARROW_TYPE,
+                HEADERS_ARROW_TYPE,
             )
         )
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
@@ -69,6 +72,14 @@ def _record_to_tuple(r: Any, include_headers: bool) -> tuple[Any, ...]:
     return row
 
 
+def _log_start(consumer: Any, tp: Any) -> int | None:
+    try:
+        return int(consumer.beginning_offsets([tp])[tp])
+    except Exception:  # the data loss is reported as such
+        logger.debug("no log start offset for %s", tp, exc_info=True)
+        return None
+
+
 def read_partition_range(
     options: KafkaSourceOptions, topic: str, partition: int, start: int, end: int
 ) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
@@ -81,15 +92,16 @@ def read_partition_range(
     Raises:
         KafkaSourceTimeoutError: no progress for ``kafkaConsumer.pollTimeoutMs``.
         KafkaDataLossError: ``start`` is no longer (or ``end`` not yet) in the log.
+        KafkaDecodeError: a record batch cannot be decoded (names topic, partition, offset).
     """
     _import_kafka_python()
     from kafka import TopicPartition
-    from kafka.errors import OffsetOutOfRangeError
+    from kafka.errors import CorruptRecordError, KafkaError, OffsetOutOfRangeError, UnsupportedCodecError
 
     if end <= start:
         return
     tp = TopicPartition(topic, partition)
-    consumer = _consumer(options.consumer_config, timeout_ms=options.poll_timeout_ms)
+    consumer = new_consumer(options.consumer_config, timeout_ms=options.poll_timeout_ms)
     arrow = options.row_format == "arrow"
     # Arrow: poll() yields undecoded record batches, decoded column-wise (decode.py),
     # unless kafka-python's internals are not the expected ones.
@@ -107,10 +119,32 @@ def read_partition_range(
             try:
                 polled = consumer.poll(timeout_ms=200, max_records=_ARROW_BATCH_ROWS)
             except OffsetOutOfRangeError as exc:
-                raise KafkaDataLossError(
-                    f"{topic}-{partition}: offsets [{position}, {end}) are not in the log any "
-                    "more (retention, topic recreated, or broker data loss)"
-                ) from exc
+                log_start = _log_start(consumer, tp) if not options.fail_on_data_loss else None
+                if log_start is None or log_start <= position:
+                    raise KafkaDataLossError(
+                        f"{topic}-{partition}: offsets [{position}, {end}) are not in the log any "
+                        "more (retention, topic recreated, or broker data loss)"
+                    ) from exc
+                # failOnDataLoss=false: retention deleted them since the batch was planned
+                logger.warning(
+                    "%s-%d: offsets [%d, %d) were deleted from the log (retention) before they were read; "
+                    "continuing (failOnDataLoss=false): %d offset(s) skipped",
+                    topic, partition, position, min(log_start, end), min(log_start, end) - position,
+                )
+                if log_start >= end:
+                    break
+                consumer.seek(tp, log_start)
+                position = log_start
+                last_progress = time.monotonic()
+                continue
+            except KafkaSourceError:
+                raise
+            except (CorruptRecordError, UnsupportedCodecError) as exc:  # kafka-python decoded
+                raise KafkaDecodeError(topic, partition, position, describe(exc)) from exc
+            except KafkaError:
+                raise
+            except Exception as exc:  # a codec library's own error, while kafka-python decoded
+                raise KafkaDecodeError(topic, partition, position, describe(exc)) from exc
             records = polled.get(tp, ())
             new_position = max(position, consumer.position(tp))
             if not segmented:  # (segments may reach past `end`: they are trimmed when decoded)

@@ -32,10 +32,10 @@ def kafka_schema(include_headers: bool = False) -> StructType:
     return StructType(fields)
 
 
-_HEADERS_ARROW_TYPE = pa.list_(
+HEADERS_ARROW_TYPE = pa.list_(
     pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 )
-_TIMESTAMP_ARROW_TYPE = pa.timestamp("us", tz="UTC")
+TIMESTAMP_ARROW_TYPE = pa.timestamp("us", tz="UTC")
 
 
 def arrow_schema(include_headers: bool = False) -> pa.Schema:
@@ -50,10 +50,10 @@ def arrow_schema(include_headers: bool = False) -> pa.Schema:
         pa.field("topic", pa.string()),
         pa.field("partition", pa.int32()),
         pa.field("offset", pa.int64()),
-        pa.field("timestamp", _TIMESTAMP_ARROW_TYPE),
+        pa.field("timestamp", TIMESTAMP_ARROW_TYPE),
         pa.field("timestampType", pa.int32()),
     ]
     if include_headers:
-        fields.append(pa.field("headers", _HEADERS_ARROW_TYPE))
+        fields.append(pa.field("headers", HEADERS_ARROW_TYPE))
     return pa.schema(fields)
 

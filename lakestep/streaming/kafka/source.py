@@ -24,8 +24,8 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed pyspa
         f"import failed: {_exc}"
     ) from _exc
 
-from .errors import KafkaDataLossError
-from .offsets import _OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
+from .errors import KafkaDataLossError, KafkaTopicNotFoundError
+from .offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from .options import EARLIEST, FORMAT_NAME, LATEST, TP, KafkaSourceOptions, Offsets, redact
 from .reader import read_partition_range
 from .schema import kafka_schema
@@ -47,6 +47,49 @@ class KafkaInputPartition(InputPartition):
     end: int
 
 
+_FAIL_ON_DATA_LOSS_HINT = (
+    "Some data may have been lost: offsets the query has not read are no longer in Kafka "
+    "(retention, a topic deleted or recreated, a broker that lost data). To continue from "
+    "the offsets that are there instead, set the option failOnDataLoss=false"
+)
+#: Key of the data-loss accounting in the reported latest offset (``$`` is never in a topic name).
+DATA_LOSS_KEY = "$dataLoss"
+
+
+class DataLoss:
+    """``failOnDataLoss``: raise (``true``, the default), or log one warning per event and
+    count the offsets skipped per partition (``false``), for this run of the query.
+
+    The counts are in every progress report of the query, in the source's
+    ``latestOffset`` under ``"$dataLoss"``: ``{"events": n, "skippedOffsets":
+    {"topic": {"partition": count}}}``. Events whose loss cannot be counted (a
+    topic deleted, or recreated: its old offsets not read yet are unknown) count
+    as events only.
+    """
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.events = 0
+        self.skipped: Offsets = {}
+
+    def report(self, message: str, skipped: Mapping[TP, int] | None = None) -> None:
+        """Raises:
+            KafkaDataLossError: with ``failOnDataLoss=true``."""
+        if self.fail:
+            raise KafkaDataLossError(f"{message}. {_FAIL_ON_DATA_LOSS_HINT}")
+        self.events += 1
+        counted = {tp: n for tp, n in (skipped or {}).items() if n > 0}
+        for tp, n in counted.items():
+            self.skipped[tp] = self.skipped.get(tp, 0) + n
+        logger.warning(
+            "%s; continuing (failOnDataLoss=false): %s", message,
+            f"{sum(counted.values())} offset(s) skipped in {sorted(counted)}" if counted else "offsets skipped unknown",
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"events": self.events, "skippedOffsets": offsets_to_json(self.skipped)}
+
+
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches on the driver; reads partitions on executors.
 
@@ -58,9 +101,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
-        self._client: _OffsetClient | None = None
+        self._client: OffsetClient | None = None
         self._known_end: Offsets = {}
         self._target: Offsets | None = None
+        self.data_loss = DataLoss(options.fail_on_data_loss)
+        self._gone: set[TP] = set()
+        #: partitions whose log was reset (recreated topic): (offset in the old log, where to read from)
+        self._restart_at: dict[TP, tuple[int, int]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -70,10 +117,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---------------------------------------------------------------- driver
 
     @property
-    def client(self) -> _OffsetClient:
+    def client(self) -> OffsetClient:
         if self._client is None:
             logger.debug("connecting with %s", redact(self.options.consumer_config))
-            self._client = _OffsetClient(self.options.consumer_config, self.options.fetch_offset_timeout_ms)
+            self._client = OffsetClient(self.options.consumer_config, self.options.fetch_offset_timeout_ms)
         return self._client
 
     def _ends(self, start: Mapping[TP, int]) -> Offsets:
@@ -84,9 +131,37 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._known_end.update(ends)
         return ends
 
+    def current_partitions(self, *, force: bool = False) -> list[TP]:
+        """The partitions the query reads now (``subscribe``: of its topics; ``subscribePattern``:
+        of the topics matching now; ``assign``: the assigned ones that exist)."""
+        o = self.options
+        if o.pattern is not None:
+            topics = [t for t in self.client.all_topics(force=force) if o.pattern.fullmatch(t)]
+            return self.client.partitions(topics, force=force, missing_ok=True)
+        tps = self.client.partitions(o.topics, force=force, missing_ok=True)
+        if o.assign is not None:
+            present = set(tps)
+            return [tp for tp in o.assign if tp in present]
+        return tps
+
+    def _require_all(self, tps: Sequence[TP]) -> None:
+        """At start: every subscribed topic / assigned partition exists."""
+        o = self.options
+        if o.pattern is None and self.client.missing:
+            name = "assign" if o.assign is not None else "subscribe"
+            raise KafkaTopicNotFoundError(
+                f"option {name!r}: topic(s) {', '.join(map(repr, self.client.missing))} do not exist "
+                f"on {','.join(o.consumer_config['bootstrap_servers'])}"
+            )
+        if o.assign is not None and len(tps) != len(o.assign):
+            raise KafkaTopicNotFoundError(
+                f"option 'assign': partition(s) {sorted(set(o.assign) - set(tps))} do not exist"
+            )
+
     def initialOffset(self) -> dict[str, dict[str, int]]:
         """Resolve ``startingOffsets`` against the cluster."""
-        tps = self.client.partitions(self.options.topics, force=True)
+        tps = self.current_partitions(force=True)
+        self._require_all(tps)
         starting = self.options.starting_offsets
         earliest = self.client.earliest(tps)
         if starting == "earliest":
@@ -123,33 +198,76 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the end of every current partition: an availableNow query reads
         up to here and stops."""
-        tps = self.client.partitions(self.options.topics, force=True)
+        tps = self.current_partitions(force=True)
         self._target = self._ends(self.client.earliest(tps))
         logger.info("availableNow target offsets %s", offsets_to_json(self._target))
+
+    def _note_gone(self, begin: Mapping[TP, int], tps: Sequence[TP]) -> None:
+        """Partitions the query read that are not in the metadata any more (their topic
+        was deleted): a data-loss event, once per partition."""
+        present = set(tps)
+        gone = sorted(tp for tp in begin if tp not in present and tp not in self._gone)
+        if self.options.pattern is not None:  # a topic that stopped matching is not gone
+            gone = [tp for tp in gone if self.options.pattern.fullmatch(tp[0])]
+        self._gone = {tp for tp in self._gone if tp not in present}
+        if gone:
+            topics = sorted({t for t, _ in gone})
+            self.data_loss.report(
+                f"topic(s) {', '.join(map(repr, topics))} (partitions {gone}) were deleted while the "
+                "query read them; records not read yet are lost"
+            )
+            self._gone.update(gone)
+
+    def _note_recreated(self, begin: Mapping[TP, int], origin: dict[TP, int]) -> None:
+        """Topics whose id changed since the last trigger: their logs start again; read
+        them from their new start."""
+        recreated = sorted(self.client.recreated)
+        self.client.recreated.clear()
+        tps = [tp for tp in begin if tp[0] in recreated and tp in origin]
+        if not tps:
+            return
+        self.data_loss.report(
+            f"topic(s) {', '.join(map(repr, recreated))} were deleted and created again while the query "
+            "read them; records of the old topic not read yet are lost"
+        )
+        earliest = self.client.earliest(tps)
+        for tp in tps:
+            self._restart_at[tp] = (begin[tp], earliest[tp])
+            origin[tp] = earliest[tp]
+            self._known_end.pop(tp, None)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
         """End offsets of the next micro-batch (``start`` if there is nothing new)."""
         begin = offsets_from_json(start)
-        tps = self.client.partitions(self.options.topics)
+        self._restart_at.clear()  # (for the batch planned last; a new one is being planned)
+        tps = self.current_partitions(force=True)  # metadata every trigger, as Spark's source
+        self._note_gone(begin, tps)
         new = [tp for tp in tps if tp not in begin]
         if self._target is not None:
             new = [tp for tp in new if tp in self._target]
         origin = dict(begin)
         origin.update(self.client.earliest(new))
+        self._note_recreated(begin, origin)
         ends = self._ends({tp: origin[tp] for tp in tps if tp in origin})
+        if not self.data_loss.fail:  # deleted by retention: not read, so not counted against the limit
+            for tp, log_start in self.client.log_starts.items():
+                if tp in origin and origin[tp] < log_start:
+                    origin[tp] = log_start
+        self.client.log_starts.clear()
         until: Offsets = {}
         for tp, offset in origin.items():
             end = ends.get(tp)
-            if end is None:  # not subscribed any more, or gone from metadata: hold it
-                if tp[0] in self.options.topics:
-                    logger.warning("partition %s-%d is missing from the topic metadata", *tp)
-                until[tp] = offset
+            if end is None:  # not read any more (deleted, or no longer matching): hold it
+                until[tp] = begin.get(tp, offset)
                 continue
             if end < offset:
-                raise KafkaDataLossError(
-                    f"{tp[0]}-{tp[1]}: the log ends at {end} but the query already read up to "
-                    f"{offset}; the topic was recreated or the broker lost data"
+                self.data_loss.report(
+                    f"{tp[0]}-{tp[1]}: the log ends at {end} but the query already read up to {offset}; "
+                    "the topic was recreated or the broker lost data"
                 )
+                log_start = self.client.earliest([tp])[tp]
+                self._restart_at[tp] = (begin.get(tp, offset), log_start)
+                origin[tp] = offset = log_start
             if self._target is not None:
                 end = max(offset, min(end, self._target.get(tp, offset)))
             until[tp] = end
@@ -157,24 +275,51 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             until = rate_limit(origin, until, limit.max_rows)
         return offsets_to_json(until)
 
-    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
-        return offsets_to_json(self._known_end) if self._known_end else None
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The newest offsets seen (for the query's progress), and the data-loss accounting
+        of ``failOnDataLoss=false`` under ``"$dataLoss"`` once there was any."""
+        report: dict[str, Any] = offsets_to_json(self._known_end)
+        if self.data_loss.events:
+            report[DATA_LOSS_KEY] = self.data_loss.to_json()
+        return report or None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One input partition per Kafka partition with offsets in ``[start, end)``
-        (or consecutive pieces of it, see ``minPartitions``)."""
+        (or consecutive pieces of it, see ``minPartitions``).
+
+        Offsets no longer in the log (retention), partitions that do not start at 0
+        when discovered, and logs that were reset are data loss (``failOnDataLoss``)."""
         begin = offsets_from_json(start)
         until = offsets_from_json(end)
-        new = [tp for tp in until if tp not in begin]
-        if new:
-            begin.update(self.client.earliest(new))
+        moving = [tp for tp in sorted(until) if tp not in begin or until[tp] != begin[tp]]
+        log_start = self.client.earliest(moving)
         ranges: list[tuple[TP, int, int]] = []
-        for tp in sorted(until):
-            first, stop = begin[tp], until[tp]
-            if stop < first:
-                raise KafkaDataLossError(
-                    f"{tp[0]}-{tp[1]}: batch end {stop} is before its start {first}"
+        for tp in moving:
+            stop, first = until[tp], begin.get(tp)
+            if tp not in log_start:
+                continue  # gone between planning and now; the next trigger reports it
+            if first is None:  # discovered while the query runs
+                first = log_start[tp]
+                if first != 0:
+                    self.data_loss.report(
+                        f"{tp[0]}-{tp[1]}: a partition found while the query runs starts at offset {first}, "
+                        "not 0", {tp: first}
+                    )
+            elif tp in self._restart_at and self._restart_at[tp][0] == first:
+                first = self._restart_at.pop(tp)[1]  # reported when planned
+            elif stop < first:  # (a batch planned before a restart of the query)
+                self.data_loss.report(
+                    f"{tp[0]}-{tp[1]}: the batch ends at {stop}, before its start {first}; the topic "
+                    "was recreated or the broker lost data"
                 )
+                first = log_start[tp]
+            elif first < log_start[tp]:
+                kept = min(log_start[tp], stop)
+                self.data_loss.report(
+                    f"{tp[0]}-{tp[1]}: offsets [{first}, {log_start[tp]}) were deleted from the log "
+                    "(retention) before the query read them", {tp: kept - first}
+                )
+                first = kept
             ranges.append((tp, first, stop))
         return [
             KafkaInputPartition(tp[0], tp[1], first, stop)

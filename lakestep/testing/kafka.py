@@ -29,7 +29,7 @@ What is not:
   :mod:`lakestep.streaming.kafka` works around that.
 
 Only the standard library, :mod:`lakestep.errors` and the stdlib-only
-:mod:`lakestep.streaming.kafka._kafka_python` are imported at module import
+:mod:`lakestep.streaming.kafka.kafka_python` are imported at module import
 time (importing the ``lakestep.streaming.kafka`` package loads neither pyspark
 nor kafka-python); kafka-python is imported lazily by the helpers that need it.
 """
@@ -41,6 +41,7 @@ import logging
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -51,7 +52,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
 from lakestep.errors import LakestepError
-from lakestep.streaming.kafka._kafka_python import import_kafka_python as _import_kafka_python
+from lakestep.streaming.kafka.kafka_python import import_kafka_python as _import_kafka_python
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
@@ -300,14 +301,17 @@ class TansuBroker:
                 last = exc
                 time.sleep(0.05)
 
-    def stop(self) -> None:
-        """Stop the broker (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
+    def _close_producer(self) -> None:
         if self._producer is not None:
             try:
                 self._producer.close(timeout=2)
             except Exception:  # the broker may already be gone
                 logger.debug("closing the helper producer failed", exc_info=True)
             self._producer = None
+
+    def stop(self) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
+        self._close_producer()
         if self._finalizer is not None:
             self._finalizer()  # runs _stop_process once
             self._finalizer = None
@@ -371,6 +375,97 @@ class TansuBroker:
         finally:
             consumer.close()
 
+    def delete_topic(self, name: str, timeout: float = 10.0) -> None:
+        """Delete ``name`` (DeleteTopics) and wait until it stays gone.
+
+        tansu creates a topic that a Fetch names, and a consumer's long-poll Fetch sent
+        before the deletion (kafka-python waits up to ``fetch_max_wait_ms``, 500 ms by
+        default) can be answered after it and create the topic again. So the topic
+        counts as deleted once it is still missing from the metadata a second after it
+        was first seen missing (every pending Fetch has been answered by then); if it
+        came back, it is deleted again.
+
+        Raises:
+            TansuBrokerError: the topic could not be deleted, or is listed after ``timeout``.
+        """
+        _import_kafka_python()
+        from kafka import KafkaAdminClient, KafkaConsumer
+
+        self._close_producer()  # its metadata (partition count) would outlive the topic
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False,
+                                 allow_auto_create_topics=False)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                admin = KafkaAdminClient(
+                    bootstrap_servers=self.bootstrap_servers, request_timeout_ms=int(timeout * 1000)
+                )
+                try:
+                    admin.delete_topics([name])
+                except Exception as exc:
+                    raise TansuBrokerError(f"cannot delete topic {name!r}: {exc}") from exc
+                finally:
+                    admin.close()
+                gone_at = None
+                while True:
+                    listed = name in consumer.topics()  # each call is a Metadata round trip
+                    now = time.monotonic()
+                    if not listed and gone_at is None:
+                        gone_at = now
+                    if listed and gone_at is not None:
+                        break  # created again by a pending Fetch: delete it again
+                    if not listed and now - gone_at >= 1.0:
+                        return
+                    if now > deadline:
+                        raise TansuBrokerError(f"topic {name!r} is still listed {timeout:g}s after its deletion")
+                    time.sleep(0.05)
+        finally:
+            consumer.close()
+
+    def append_raw(self, topic: str, partition: int, records: bytes, timeout: float = 10.0) -> int:
+        """Append ``records``, the bytes of record batches exactly as given (a Produce v3
+        request, acks=all, written with the standard library), and return the base offset
+        the broker assigned.
+
+        For tests of what readers do with batches no well-behaved producer writes (a
+        corrupt payload, an unknown codec): the broker stores them as they are.
+
+        Raises:
+            TansuBrokerError: the broker answered with an error code.
+        """
+
+        def string(value: str) -> bytes:
+            encoded = value.encode("utf-8")
+            return struct.pack(">h", len(encoded)) + encoded
+
+        body = (
+            struct.pack(">hhi", -1, -1, int(timeout * 1000))  # no transactional id, acks, timeout
+            + struct.pack(">i", 1) + string(topic)
+            + struct.pack(">ii", 1, partition) + struct.pack(">i", len(records)) + records
+        )
+        request = struct.pack(">hhi", 0, 3, 1) + string("lakestep-testing") + body  # Produce v3
+        host, port = self.bootstrap_servers.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+            sock.sendall(struct.pack(">i", len(request)) + request)
+
+            def receive(size: int) -> bytes:
+                data = b""
+                while len(data) < size:
+                    chunk = sock.recv(size - len(data))
+                    if not chunk:
+                        raise TansuBrokerError("the broker closed the connection during a Produce request")
+                    data += chunk
+                return data
+
+            (size,) = struct.unpack(">i", receive(4))
+            response = receive(size)
+        # correlation id, [topic: name, [partition, error_code, base_offset, ...]]
+        (name_length,) = struct.unpack_from(">h", response, 8)
+        _partition, error_code, base_offset = struct.unpack_from(">ihq", response, 10 + name_length + 4)
+        if error_code:
+            raise TansuBrokerError(f"Produce to {topic}-{partition} failed with error code {error_code}")
+        return int(base_offset)
+
     @property
     def producer(self) -> KafkaProducer:
         """A shared kafka-python producer connected to this broker (created lazily)."""
@@ -382,6 +477,9 @@ class TansuBroker:
                 bootstrap_servers=self.bootstrap_servers,
                 linger_ms=5,
                 batch_size=256 * 1024,
+                # it asks for the metadata of topics it wrote to again after they are deleted,
+                # and tansu creates the topics a metadata request names unless told not to
+                allow_auto_create_topics=False,
             )
         return self._producer
 

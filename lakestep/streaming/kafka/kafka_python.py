@@ -1,7 +1,7 @@
 """Import kafka-python quietly: one helper for the Kafka source and the test broker.
 
 This module imports nothing but the standard library, so
-:mod:`lakestep.streaming.broker` can use it without pulling in pyspark.
+:mod:`lakestep.testing.kafka` can use it without pulling in pyspark.
 """
 
 from __future__ import annotations

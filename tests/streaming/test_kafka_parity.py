@@ -1,0 +1,136 @@
+"""Options of Spark's own Kafka source that ``lakestep-kafka`` also has (issue 15), against
+the real (tansu) broker: failOnDataLoss with deleted and recreated topics, subscribePattern
+and assign with topics appearing mid-stream.
+
+The driver side (:class:`KafkaStreamReader`: planning, offsets, data-loss accounting) is
+driven directly, trigger by trigger, as Spark drives it; fewer tests run whole queries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from lakestep.streaming.kafka.errors import KafkaDataLossError
+from lakestep.streaming.kafka.options import KafkaSourceOptions
+from lakestep.streaming.kafka.source import DATA_LOSS_KEY, KafkaStreamReader
+from tests.streaming.kafka_helpers import keyed, memory_query, produce_per_partition, stream
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakestep.testing import TansuBroker
+
+
+class Driver:
+    """Spark's calls on a stream reader, one trigger at a time; ``read`` runs the tasks here."""
+
+    def __init__(self, broker: TansuBroker, **options: str) -> None:
+        self.reader = KafkaStreamReader(
+            KafkaSourceOptions.from_options({"kafka.bootstrap.servers": broker.bootstrap_servers, **options})
+        )
+        self.offset: dict[str, Any] = self.reader.initialOffset()
+
+    def trigger(self) -> dict[tuple[str, int, int], bytes | None]:
+        """One micro-batch: {(topic, partition, offset): value} of what it read."""
+        end = self.reader.latestOffset(self.offset, ReadAllAvailable())
+        rows: dict[tuple[str, int, int], bytes | None] = {}
+        if end != self.offset:
+            for part in self.reader.partitions(self.offset, end):
+                for batch in self.reader.read(part):
+                    for r in batch.to_pylist():
+                        assert (r["topic"], r["partition"], r["offset"]) not in rows
+                        rows[(r["topic"], r["partition"], r["offset"])] = r["value"]
+            self.offset = end
+        return rows
+
+    def close(self) -> None:
+        self.reader.stop()
+
+    def delete_topic(self, broker: TansuBroker, topic: str) -> None:
+        """Delete ``topic``, the reader's consumers closed first (as a restart of the query does).
+
+        tansu creates a topic that a Fetch names, and the last long-poll Fetch of the
+        reader's high-watermark probe can still be pending at the broker: answered after
+        the deletion, it would create the topic again. (A Kafka broker never creates topics
+        on Fetch.) The reader connects again at its next trigger."""
+        self.reader.stop()
+        broker.delete_topic(topic)
+
+
+@pytest.fixture
+def own_broker() -> Iterator[TansuBroker]:
+    """A broker of this test's own: tansu creates a topic that any Fetch names, so a consumer
+    left polling by another test of the session could bring a deleted topic back."""
+    from lakestep.testing import TansuBroker
+
+    with TansuBroker() as broker:
+        yield broker
+
+
+def _tagged(topic: str, expected: dict[tuple[int, int], bytes]) -> dict[tuple[str, int, int], bytes]:
+    return {(topic, p, o): v for (p, o), v in expected.items()}
+
+
+@pytest.mark.kafka
+def test_deleted_topic_fails_the_query_by_default(
+    own_broker: TansuBroker, kafka_topic_name: Callable[[], str]
+) -> None:
+    topic = kafka_topic_name()
+    own_broker.create_topic(topic, 2)
+    expected = produce_per_partition(own_broker, topic, [3, 2])
+    driver = Driver(own_broker, subscribe=topic, startingOffsets="earliest")
+    try:
+        assert driver.trigger() == _tagged(topic, expected)
+        driver.delete_topic(own_broker, topic)
+        with pytest.raises(KafkaDataLossError, match=f"topic\\(s\\) '{topic}' .* were deleted.*failOnDataLoss=false"):
+            driver.trigger()
+        own_broker.create_topic(topic, 1)  # recreated: its log starts again, below the query's offsets
+        produce_per_partition(own_broker, topic, [1])
+        with pytest.raises(KafkaDataLossError, match=f"'{topic}'|{topic}-0"):
+            driver.trigger()
+    finally:
+        driver.close()
+
+
+@pytest.mark.kafka
+def test_fail_on_data_loss_false_follows_deleted_and_recreated_topics(
+    own_broker: TansuBroker, kafka_topic_name: Callable[[], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A topic deleted while read is held; recreated with more partitions and fewer records
+    (growth and lost offsets at once), it is read from its new start; each event is one
+    warning and is counted in the reported latest offset."""
+    topic, other = kafka_topic_name(), kafka_topic_name() + "-other"
+    own_broker.create_topic(topic, 1)
+    own_broker.create_topic(other, 1)
+    first = produce_per_partition(own_broker, topic, [10])
+    driver = Driver(own_broker, subscribe=f"{topic},{other}", startingOffsets="earliest", failOnDataLoss="false")
+    caplog.set_level(logging.WARNING, logger="lakestep.streaming.kafka")
+    try:
+        assert driver.trigger() == _tagged(topic, first)
+        assert DATA_LOSS_KEY not in (driver.reader.reportLatestOffset() or {})
+
+        driver.delete_topic(own_broker, topic)
+        more = produce_per_partition(own_broker, other, [4], tag="other")
+        assert driver.trigger() == _tagged(other, more)  # the other topic goes on
+        assert driver.offset[topic] == {"0": 10}  # held
+        assert driver.trigger() == {}  # one warning per event, not per trigger
+        deleted = [r for r in caplog.records if "were deleted while the query read them" in r.getMessage()]
+        assert len(deleted) == 1 and topic in deleted[0].getMessage()
+
+        own_broker.create_topic(topic, 3)
+        second = produce_per_partition(own_broker, topic, [4, 2, 0], tag="new")
+        assert driver.trigger() == _tagged(topic, second)  # every record of the new topic, once
+        assert driver.offset[topic] == {"0": 4, "1": 2, "2": 0}
+        assert driver.trigger() == {}
+        report = driver.reader.reportLatestOffset()
+        assert report is not None and report[DATA_LOSS_KEY]["events"] == 2  # deleted, recreated
+        assert report[DATA_LOSS_KEY]["skippedOffsets"] == {}  # none that could be counted
+        messages = [r.getMessage() for r in caplog.records if "failOnDataLoss=false" in r.getMessage()]
+        assert len(messages) == 2 and any("created again" in m or "the log ends at" in m for m in messages)
+    finally:
+        driver.close()

@@ -33,7 +33,8 @@ within ``R`` of writing them, so step 3 never takes a file about to commit.
 Step 3 is the only one that lists storage: one recursive listing of ``data/``
 per run (on an object store, the store's paged listing of that prefix); the
 other steps delete paths the catalog names. On object stores a file's age
-counts from its LastModified time, whole seconds, less one second of slack.
+is read from its LastModified time, which S3 gives in whole seconds: there a
+file counts as an orphan only once it is a second older than ``R``.
 
 Not guaranteed: with several machines, clocks (the object store's included)
 must agree to well within ``R``. An S3 multipart upload's LastModified is when

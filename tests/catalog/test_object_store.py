@@ -193,3 +193,25 @@ def test_wrong_credentials_fail_without_showing_them(catalog_spec, s3_server: S3
         Catalog(catalog_spec.url, storage_options={"secret": "x"})
     cat.close()
     good.close()
+
+
+def test_storage_options_are_checked_masked_and_travel_as_spark_options() -> None:
+    import pickle
+
+    from lakestep.catalog.files import Storage
+    from lakestep.streaming.progress import storage_of
+
+    s = Storage.of({"endpoint_override": "http://127.0.0.1:9", "secret_key": "s3cr3t", "session_token": "t0k3n",
+                    "force_virtual_addressing": "false", "request_timeout": "2.5"})
+    assert s.as_dict() == {"endpoint_override": "http://127.0.0.1:9", "secret_key": "s3cr3t", "session_token": "t0k3n",
+                           "force_virtual_addressing": False, "request_timeout": 2.5}
+    assert repr(s) == ("Storage(endpoint_override='http://127.0.0.1:9', force_virtual_addressing=False, "
+                       "request_timeout=2.5, secret_key=***, session_token=***)")
+    # what the driver reads from a Spark source's or sink's options, and what executors unpickle
+    options = {"catalog": "postgresql://db/lake", "table": "s.t", **s.spark_options()}
+    assert storage_of(options) == s and pickle.loads(pickle.dumps(s)) == s
+    assert storage_of({"catalog": "x"}) == Storage()
+    with pytest.raises(ValueError, match="true or false"):
+        Storage.of({"force_virtual_addressing": "maybe"})
+    with pytest.raises(ValueError, match="unknown storage option"):
+        storage_of({"storage.secret": "x"})

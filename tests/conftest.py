@@ -28,6 +28,7 @@ import pytest
 import sqlalchemy as sa
 
 from lakestep import Catalog
+from lakestep.clock import ManualClock
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -82,6 +83,11 @@ class CatalogSpec:
         root = self.fs_path(location).rstrip("/")
         infos = self.filesystem().get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
         return {i.path[len(root) + 1:]: i.size for i in infos if i.type == pafs.FileType.File}
+
+    def mtime(self, location: str, rel: str) -> float:
+        """The modification time storage reports for ``rel`` under ``location`` (S3: whole seconds)."""
+        info = self.filesystem().get_file_info(f"{self.fs_path(location).rstrip('/')}/{rel}")
+        return info.mtime.timestamp()
 
     def put(self, location: str, rel: str, data: bytes) -> None:
         with self.filesystem().open_output_stream(f"{self.fs_path(location).rstrip('/')}/{rel}") as out:
@@ -180,6 +186,21 @@ def pg_proxied(pg_spec: CatalogSpec) -> Iterator[tuple[CatalogSpec, "PgProxy"]]:
 @pytest.fixture
 def catalog(catalog_spec: CatalogSpec) -> Iterator[Catalog]:
     cat = catalog_spec.open()
+    yield cat
+    cat.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A clock that moves only when the test moves it (lakestep/clock.py)."""
+    return ManualClock()
+
+
+@pytest.fixture
+def clocked(catalog_spec: CatalogSpec, clock: ManualClock) -> Iterator[Catalog]:
+    """The catalog of ``catalog_spec`` (SQLite and PostgreSQL) on ``clock``: ages, leases and
+    expiry are decided by moving the clock, never by sleeping."""
+    cat = catalog_spec.open(clock=clock)
     yield cat
     cat.close()
 

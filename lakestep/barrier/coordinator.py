@@ -129,7 +129,7 @@ class Coordinator:
         if lease is not None and (self.lease is None or lease.token != self.lease.token):
             log.info("coordinator %s took the lease (token %d)", self.holder, lease.token)
         self.lease = lease
-        self._renewed_at = time.monotonic()
+        self._renewed_at = self.catalog.clock.monotonic()
         return lease is not None
 
     def release(self) -> None:
@@ -139,7 +139,7 @@ class Coordinator:
             self.lease = None
 
     def _hold(self) -> bool:
-        if self.lease is None or time.monotonic() - self._renewed_at > self.lease_seconds / 3:
+        if self.lease is None or self.catalog.clock.monotonic() - self._renewed_at > self.lease_seconds / 3:
             return self.acquire()
         return True
 
@@ -162,7 +162,7 @@ class Coordinator:
         except NotCoordinatorError:
             self.lease = None
             raise
-        self._renewed_at = time.monotonic()
+        self._renewed_at = self.catalog.clock.monotonic()
         if s is not None:
             self.seals.append(s)
             del self.seals[:-1000]
@@ -191,7 +191,7 @@ class Coordinator:
             if self.mode == "per_batch":
                 roots = self.topology.graph(conn).roots
                 return epochs.root_batch_pending(conn, roots, open_), self.poll, open_
-            wait = opened_at + self.interval - epochs.db_now(conn)
+            wait = opened_at + self.interval - self.catalog.clock.shared_now(conn)
             return wait <= 0, max(wait, 0.0), open_
 
     def request_seal(self) -> None:
@@ -208,7 +208,7 @@ class Coordinator:
             snaps = tuple(made)
             if sealed is not None and self.mode == "interval":
                 wait = self.interval
-            lease_left = self.lease_seconds / 3 - (time.monotonic() - self._renewed_at)
+            lease_left = self.lease_seconds / 3 - (self.catalog.clock.monotonic() - self._renewed_at)
             return Tick(True, sealed, snaps, max(0.0, min(wait, lease_left)))
         except NotCoordinatorError as e:
             log.warning("coordinator %s lost the lease: %s", self.holder, e)

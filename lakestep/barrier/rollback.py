@@ -41,7 +41,6 @@ commit check (:class:`StaleBatchError`) and must be planned again.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -112,7 +111,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
         if catalog.backend.row_locks:
             conn.execute(_LOCK_TABLES, {"ids": sorted(ids)})
         state["open"] = open_epoch(conn)
-        snap = newest_snapshot(conn, ids)
+        snap = newest_snapshot(conn, ids, catalog.clock.now())
         if snap is not None and snap[1] > to:
             raise RollbackRefusedError(to_barrier=to, snapshot_barrier=snap[1], table=graph.names[snap[0]])
         fx = facts(conn, ids)
@@ -137,7 +136,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
         summary = {r.table: {"from_version": plan[c.table_id][0], "to_version": plan[c.table_id][1],
                              "restore_version": r.version} for c, r in zip(changes, results)}
         state["id"] = int(conn.execute(sa.insert(S.rollbacks).values(
-            to_barrier=to, open_epoch=state["open"], created_at=time.time(), summary=json.dumps(summary),
+            to_barrier=to, open_epoch=state["open"], created_at=catalog.clock.now(), summary=json.dumps(summary),
         ).returning(S.rollbacks.c.rollback_id)).scalar_one())
         c = S.coordinator.c
         conn.execute(sa.update(S.coordinator).where(c.id == 1, c.snapshot_barrier > to).values(snapshot_barrier=to))

@@ -40,7 +40,6 @@ catch up again.)
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Literal, Sequence
 
 import sqlalchemy as sa
@@ -269,7 +268,7 @@ class Topology:
         src_ids = [t.table_id for t in src_tables]
         snk_ids = [t.table_id for t in snk_tables]
         names = {t.table_id: t.ident for t in src_tables + snk_tables}
-        now = time.time()
+        now = self.catalog.clock.now()
         with self.catalog.backend.write() as conn:
             gen = read_generation(conn, lock="update")
             jobs, known = load_jobs(conn)
@@ -308,7 +307,7 @@ class Topology:
 
     def retire_job(self, job_id: str) -> Job:
         """Retire a job: its tables leave the topology (their data stays). History is kept."""
-        now = time.time()
+        now = self.catalog.clock.now()
         with self.catalog.backend.write() as conn:
             gen = read_generation(conn, lock="update")
             res = conn.execute(sa.update(S.jobs).where(S.jobs.c.job_id == job_id, S.jobs.c.retired_at.is_(None))

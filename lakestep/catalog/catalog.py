@@ -31,6 +31,7 @@ from ..errors import (
 from . import locations
 from . import properties as P
 from . import schema as S
+from ..clock import SYSTEM_CLOCK, Clock
 from .backend import Backend, DatabaseTimeouts, create_backend
 from .checks import check_barrier, check_batch_id, check_job_id
 from .commit import (
@@ -168,8 +169,10 @@ class Catalog:
         echo: bool = False,
         timeouts: DatabaseTimeouts | None = None,
         prepared_statements: bool | None = None,
+        clock: Clock | None = None,
         storage_options: "Mapping[str, object] | Storage | None" = None,
     ) -> None:
+        self.clock: Clock = clock or SYSTEM_CLOCK  # every age, lease and expiry (lakestep/clock.py)
         self.storage = Storage.of(storage_options)
         if warehouse is not None:
             locations.check_not_under_file(normalize_location(warehouse))
@@ -214,6 +217,10 @@ class Catalog:
                         raise CatalogError(f"no lakestep catalog at {self.url} (create=False)")
                     self.backend.check_empty(conn)
                 S.upgrade(conn)
+                if found == 0:  # a new catalog: its first epoch opened by the catalog's clock
+                    now = self.clock.now()
+                    conn.execute(sa.update(S.epoch).where(S.epoch.c.id == 1).values(opened_at=now))
+                    conn.execute(sa.update(S.topology).where(S.topology.c.id == 1).values(updated_at=now))
                 row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
                 if row is None:
                     if warehouse is None:
@@ -269,7 +276,7 @@ class Catalog:
                     return
                 raise NamespaceAlreadyExistsError(name)
             conn.execute(sa.insert(S.namespaces).values(
-                name=name, properties=json.dumps(dict(properties or {})), created_at=time.time()))
+                name=name, properties=json.dumps(dict(properties or {})), created_at=self.clock.now()))
 
     def list_namespaces(self) -> list[str]:
         with self.backend.read() as conn:
@@ -332,7 +339,7 @@ class Catalog:
         # 2. the directory exists and takes files before any catalog row names it
         made = self._make_location(loc)
         # 3. the row, after checking 1 again under the catalog lock
-        now = time.time()
+        now = self.clock.now()
         try:
             with self.backend.write() as conn:
                 self.backend.catalog_lock(conn)
@@ -561,7 +568,7 @@ class Catalog:
         returns that one's results (committed=False).
         """
         return commit(self.backend, changes, retries=self.commit_retries, guard=guard, after=after,
-                      job_id=job_id, batch_id=batch_id)
+                      job_id=job_id, batch_id=batch_id, clock=self.clock)
 
 
 class Transaction:

@@ -14,7 +14,6 @@ version references.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +37,8 @@ class Snapshot:
     expires_at: float | None
 
 
-def _now() -> float:
-    return time.time()
+def _now(catalog: "Catalog") -> float:
+    return catalog.clock.now()
 
 
 def _live_snapshot_clause(now: float) -> Any:
@@ -57,7 +56,7 @@ def create_snapshot(
 ) -> Snapshot:
     if not name or len(name) > 256:
         raise ValueError("a snapshot name is 1 to 256 characters")
-    now = _now()
+    now = _now(table.catalog)
     with table.catalog.backend.write() as conn:
         v = _pinnable_version(conn, table, version, now, retained=False)
         existing = conn.execute(
@@ -86,7 +85,7 @@ def _snapshot(ident: str, r: Any) -> Snapshot:
 def list_snapshots(table: "Table") -> list[Snapshot]:
     q = (
         sa.select(S.snapshots)
-        .where(S.snapshots.c.table_id == table.table_id, _live_snapshot_clause(_now()))
+        .where(S.snapshots.c.table_id == table.table_id, _live_snapshot_clause(_now(table.catalog)))
         .order_by(S.snapshots.c.version, S.snapshots.c.name)
     )
     with table.catalog.backend.read() as conn:
@@ -96,7 +95,7 @@ def list_snapshots(table: "Table") -> list[Snapshot]:
 def snapshot_version(table: "Table", conn: sa.Connection, name: str) -> int:
     row = conn.execute(
         sa.select(S.snapshots.c.version).where(
-            S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name, _live_snapshot_clause(_now())
+            S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name, _live_snapshot_clause(_now(table.catalog))
         )
     ).first()
     if row is None:
@@ -115,7 +114,7 @@ def drop_snapshot(table: "Table", name: str) -> None:
 def expire_snapshots(table: "Table", *, keep_last: int | None = None, older_than: float | None = None) -> int:
     """Drop expired snapshots, all but the newest ``keep_last``, and those created
     more than ``older_than`` seconds ago. Returns how many were dropped."""
-    now = _now()
+    now = _now(table.catalog)
     dropped = 0
     with table.catalog.backend.write() as conn:
         c = S.snapshots.c
@@ -150,10 +149,10 @@ class VersionLock:
 
     def renew(self, lease_seconds: float) -> None:
         with self.catalog.backend.write() as conn:
-            exp = _now() + lease_seconds
+            exp = _now(self.catalog) + lease_seconds
             res = conn.execute(sa.update(S.locks).where(
                 S.locks.c.lock_id == self.lock_id,
-                sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now()),
+                sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now(self.catalog)),
             ).values(expires_at=exp))
             if res.rowcount == 0:
                 raise LockNotFoundError(self.lock_id)
@@ -180,7 +179,7 @@ def lock_version(
 ) -> VersionLock:
     if not locker or len(locker) > 256:
         raise ValueError("a locker name is 1 to 256 characters")
-    now = _now()
+    now = _now(table.catalog)
     with table.catalog.backend.write() as conn:
         v = _pinnable_version(conn, table, version, now, retained=True)
         exp = None if lease_seconds is None else now + lease_seconds
@@ -221,7 +220,7 @@ def live_locks(catalog: "Catalog", table_id: int | None = None) -> list[tuple[in
     """(lock_id, locker, table_id, version, kind, expires_at) of the locks in force."""
     q = sa.select(S.locks.c.lock_id, S.locks.c.locker, S.locks.c.table_id, S.locks.c.version, S.locks.c.kind,
                   S.locks.c.expires_at).where(
-        sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now()))
+        sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now(catalog)))
     if table_id is not None:
         q = q.where(S.locks.c.table_id == table_id)
     with catalog.backend.read() as conn:

@@ -16,7 +16,6 @@ it gets, so the tests can say exactly what lakestep did on the wire:
 from __future__ import annotations
 
 import datetime as dt
-import time
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -24,6 +23,7 @@ import pytest
 
 from lakestep import Catalog, errors
 from lakestep.barrier import OPEN_EPOCH, Pipeline
+from lakestep.catalog.cleanup import IN_FLIGHT_FLOOR_SECONDS
 from lakestep.query import consistent_arrow, duckdb_query
 from tests.s3server import SECRET_KEY, Request, S3Server, summary
 
@@ -126,21 +126,19 @@ def test_commits_and_reads_neither_list_nor_rename(catalog_spec, s3_server: S3Se
 
 
 @S3_ONLY
-def test_cleanup_lists_once_per_run_and_purge_leaves_nothing(catalog_spec, s3_server: S3Server) -> None:  # type: ignore[no-untyped-def]
-    cat = catalog_spec.open()
+def test_cleanup_lists_once_per_run_and_purge_leaves_nothing(catalog_spec, s3_server: S3Server, clock) -> None:  # type: ignore[no-untyped-def]
+    cat = catalog_spec.open(clock=clock)
     cat.create_namespace("s")
     t = cat.create_table("s.t", ORDERS, partition_by=["day"], properties={"lakestep.retention-seconds": "60"})
     for i in range(6):
         t.append({"id": [i], "day": [f"d{i % 3}"], "cents": [i]})
     t.compact()
     catalog_spec.put(t.location, "data/d0/never-committed.parquet", b"x" * 7)
-    deadline = time.time() + 10  # old enough for cleanup: S3's whole-second mtimes get a second of slack
-    while not t.cleanup(retention_seconds=0, force=True, dry_run=True).orphan_files:
-        assert time.time() < deadline, "the orphan never became old enough"
-        time.sleep(0.05)
+    # past the window and the in-flight floor, by the store's clock plus the second of slack
+    clock.set(catalog_spec.mtime(t.location, "data/d0/never-committed.parquet") + 1 + IN_FLIGHT_FLOOR_SECONDS)
     for run in range(2):
         start = s3_server.mark()
-        report = t.cleanup(retention_seconds=0, force=True)
+        report = t.cleanup()
         reqs = s3_server.requests(start)
         lists = [r for r in reqs if r.is_list]
         assert len(lists) == 1, f"cleanup run {run} listed {len(lists)} times: {summary(lists)}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import time
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -12,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakestep import Catalog, errors
+from lakestep.clock import ManualClock
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("amount", pa.float64())])
 
@@ -134,12 +134,16 @@ def test_not_null_primary_key(catalog: Catalog) -> None:
         t.append(pa.table({"id": [None], "day": ["x"], "amount": [1.0]}, schema=SCHEMA))
 
 
-def test_time_travel(table) -> None:  # type: ignore[no-untyped-def]
-    t0 = time.time()
+def test_time_travel(clocked: Catalog, clock: ManualClock) -> None:
+    clocked.create_namespace("s")
+    table = clocked.create_table("s.t", SCHEMA, partition_by=["day"])
+    created = clock.now()
+    clock.advance(10)
+    t0 = clock.now()
     table.append(data((1, "d1", 1.0)))
-    time.sleep(0.02)
-    t1 = time.time()
-    time.sleep(0.02)
+    clock.advance(10)
+    t1 = clock.now()
+    clock.advance(10)
     table.append(data((2, "d1", 2.0)))
     table.compact()
     table.delete([("id", "=", 1)])
@@ -152,9 +156,12 @@ def test_time_travel(table) -> None:  # type: ignore[no-untyped-def]
     assert rows(table.to_arrow()) == [(2, "d1", 2.0)]
     assert rows(table.to_arrow(as_of=t1)) == [(1, "d1", 1.0)]
     assert rows(table.to_arrow(as_of=dt.datetime.fromtimestamp(t1, dt.timezone.utc))) == [(1, "d1", 1.0)]
-    assert rows(table.to_arrow(as_of=t0 - 1e-3)) == []  # before the first commit: the empty table
+    assert rows(table.to_arrow(as_of=t0)) == [(1, "d1", 1.0)]  # the last commit at or before it
+    assert rows(table.to_arrow(as_of=t0 - 1)) == []  # before the first commit: the empty table
+    assert table.meta.created_at == created
+    assert rows(table.to_arrow(as_of=created)) == []
     with pytest.raises(errors.VersionNotFoundError):
-        table.to_arrow(as_of=table.meta.created_at - 100)
+        table.to_arrow(as_of=created - 1e-3)  # before the table existed
     with pytest.raises(errors.VersionNotFoundError):
         table.to_arrow(version=99)
     with pytest.raises(errors.VersionNotFoundError):
@@ -162,7 +169,8 @@ def test_time_travel(table) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError):
         table.to_arrow(version=1, data_version=1)
     times = [h.committed_at for h in reversed(table.history())]
-    assert times == sorted(times) and len(set(times)) == len(times)
+    # commits in the same instant still get increasing times (1 us apart)
+    assert times == [created, t0, t1 + 10, t1 + 10 + 1e-6, t1 + 10 + 2e-6]
 
 
 def test_reads_prune_by_stats(table) -> None:  # type: ignore[no-untyped-def]

@@ -9,9 +9,12 @@ Tests marked ``s3`` run on a second kind of storage as well: ``catalog_spec``
 gains ``sqlite-s3`` and ``postgres-s3``, whose warehouse is a fresh bucket of
 a real S3-protocol server (moto's, in its own process on 127.0.0.1:
 ``tests/s3server.py``), reached with ``storage_options``. Only the suites the
-storage matters to carry the mark (the conflict matrix, cleanup, the
-streaming crash test): S3 costs time. The Druid scenarios carry it with
-``opt_in=True``: on S3 only when ``LAKESTEP_TEST_S3=all`` (CI does not set it).
+storage matters to carry the mark (the conflict matrix and cleanup, on S3
+with PostgreSQL): S3 costs time. The Druid scenarios carry it with
+``opt_in=True``: on S3 only when ``LAKESTEP_TEST_S3=all`` (CI does not set
+it). The streaming crash test chooses its own pairs (SQLite on the local
+disk, PostgreSQL on S3); tests/catalog/test_object_store.py and
+tests/streaming/test_object_store_spark.py run on S3 only.
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from .errors import InvalidArgumentError
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
@@ -100,14 +102,16 @@ class ManualClock(Clock):
     def advance(self, seconds: float) -> float:
         """Move forward by ``seconds`` (>= 0); returns the new time."""
         if not seconds >= 0:
-            raise ValueError(f"a clock moves forward: advance({seconds!r})")
+            raise InvalidArgumentError(f"a clock moves forward: advance({seconds!r})", argument="seconds",
+                                       value=seconds)
         self._t += float(seconds)
         return self._t
 
     def set(self, t: float) -> None:
         """Jump to ``t`` (not earlier than now)."""
         if not t >= self._t:
-            raise ValueError(f"a clock moves forward: set({t!r}) is before {self._t!r}")
+            raise InvalidArgumentError(f"a clock moves forward: set({t!r}) is before {self._t!r}", argument="t",
+                                       value=t)
         self._t = float(t)
 
     def __repr__(self) -> str:

@@ -42,7 +42,7 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..catalog.lifecycle import VersionLock
-from ..errors import TableNotFoundError
+from ..errors import InvalidArgumentError, TableNotFoundError
 from .errors import BarrierNotRetainedError, NoSnapshotError
 from .states import (
     Facts,
@@ -219,12 +219,12 @@ def choose(
 ) -> Choice:
     """Choose the versions to read ``tables`` at (module docstring)."""
     if level not in LEVELS:
-        raise ValueError(f"level must be one of {LEVELS}, not {level!r}")
+        raise InvalidArgumentError(f"level must be one of {LEVELS}, not {level!r}", argument="level", value=level)
     if scope not in SCOPES:
-        raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}")
+        raise InvalidArgumentError(f"scope must be one of {SCOPES}, not {scope!r}", argument="scope", value=scope)
     idents = norm_idents(tables)
     if not idents:
-        raise ValueError("choose needs at least one table")
+        raise InvalidArgumentError("choose needs at least one table", argument="tables", value=tables)
     if level == "repeatable_read":
         return _repeatable(catalog, topology, resolver, idents, scope, locker, lease_seconds,
                            load or (lambda ident, _tid: catalog.load_table(ident)))

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from . import epochs
 from .epochs import Lease, Seal, epoch_row
-from ..errors import CatalogUnavailableError
+from ..errors import CatalogUnavailableError, InvalidArgumentError
 from .errors import NotCoordinatorError
 from .topology import Topology
 
@@ -96,9 +96,11 @@ class Coordinator:
         holder: str | None = None,
     ) -> None:
         if seal not in ("interval", "per_batch"):
-            raise ValueError(f"seal must be 'interval' or 'per_batch', not {seal!r}")
+            raise InvalidArgumentError(f"seal must be 'interval' or 'per_batch', not {seal!r}", argument="seal",
+                                       value=seal)
         if interval <= 0 or lease_seconds <= 0 or poll <= 0:
-            raise ValueError("interval, lease_seconds and poll must be positive")
+            raise InvalidArgumentError("interval, lease_seconds and poll must be positive", argument="interval",
+                                       value=(interval, lease_seconds, poll))
         self.policy = None if snapshot_every is None else epochs.SnapshotPolicy(
             snapshot_every, retain_count, retain_seconds)  # checks the values
         self.catalog = catalog

@@ -57,6 +57,7 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..clock import database_now
+from ..errors import InvalidArgumentError
 from .errors import NotCoordinatorError
 from .graph import Graph
 from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, committed_from, facts, versions_at
@@ -172,9 +173,11 @@ class SnapshotPolicy:
 
     def __post_init__(self) -> None:
         if self.every < 1:
-            raise ValueError("snapshot every k-th committed barrier needs k >= 1")
+            raise InvalidArgumentError("snapshot every k-th committed barrier needs k >= 1", argument="snapshot_every",
+                                       value=self.every)
         if self.retain_count is not None and self.retain_count < 1:
-            raise ValueError("retain_count is None (keep all) or >= 1")
+            raise InvalidArgumentError("retain_count is None (keep all) or >= 1", argument="retain_count",
+                                       value=self.retain_count)
 
 
 def seal(catalog: "Catalog", lease: Lease, lease_seconds: float, *, expected: int | None = None) -> Seal | None:

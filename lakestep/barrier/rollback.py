@@ -48,6 +48,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
+from ..errors import InvalidArgumentError
 from ..catalog.commit import CommitResult, Operation, TableChange
 from .epochs import open_epoch
 from .errors import RollbackRefusedError, RollbackRetriesExhaustedError
@@ -87,7 +88,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
              load: "Callable[[str, int], Table] | None" = None) -> RollbackResult:
     """Roll every table of the topology back to barrier ``to`` (module docstring)."""
     if to < 0:
-        raise ValueError("a barrier is >= 0")
+        raise InvalidArgumentError("a barrier is >= 0", argument="to", value=to)
     load = load or (lambda ident, _tid: catalog.load_table(ident))
     tables: dict[int, "Table"] = {}
     with catalog.backend.read() as conn:

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
+from ..errors import InvalidArgumentError
 from .epochs import Lease, epoch_row, read_lease
 from .states import catching_up, committed_from, facts, frontier, oldest_retained
 from .graph import Graph, TableKind
@@ -110,7 +111,7 @@ def status(catalog: "Catalog", topology: Topology | None = None, *, last: int = 
     barriers the window holds. ``tables``: the tables to describe (default: every
     table of the catalog)."""
     if last < 1:
-        raise ValueError("last must be >= 1")
+        raise InvalidArgumentError("last must be >= 1", argument="last", value=last)
     topology = topology or Topology(catalog)
     with catalog.backend.read() as conn:
         return _status(conn, topology, last, tables)

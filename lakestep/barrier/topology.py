@@ -47,7 +47,7 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..catalog.files import check_identifier
-from ..errors import TableNotFoundError
+from ..errors import ArgumentTypeError, TableNotFoundError
 from .errors import CycleError, JobNotFoundError, TopologyError
 from .graph import Graph, Job, TableKind
 from .epochs import open_epoch
@@ -260,7 +260,8 @@ class Topology:
         """
         _check_job_id(job_id)
         if isinstance(sources, str) or isinstance(sinks, str):
-            raise TypeError("sources and sinks are sequences of table names")
+            raise ArgumentTypeError("sources and sinks are sequences of table names", argument="sources/sinks",
+                                    value=(sources, sinks))
         if not sinks:
             raise TopologyError(job_id, "a job needs at least one sink table")
         src_tables = [self.catalog.load_table(s) for s in dict.fromkeys(sources)]

@@ -14,11 +14,13 @@ import pyarrow.fs as pafs
 import sqlalchemy as sa
 
 from ..errors import (
+    ArgumentTypeError,
     CatalogError,
     CatalogUnavailableError,
     CommitConflict,
     InvalidArgumentError,
     InvalidIdentifierError,
+    InvalidLocationError,
     InvalidSchemaError,
     NamespaceAlreadyExistsError,
     NamespaceNotEmptyError,
@@ -71,7 +73,8 @@ def _table_schema(ident: str, schema: pa.Schema, partition_by: Sequence[str],
                   primary_key: Sequence[str]) -> pa.Schema:
     """The schema a new table stores, or InvalidSchemaError: nothing of a bad definition is created."""
     if not isinstance(schema, pa.Schema):
-        raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        raise ArgumentTypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}", argument="schema",
+                                value=schema)
 
     def refuse(msg: str, column: str | None = None) -> InvalidSchemaError:
         return InvalidSchemaError(f"table {ident!r}: {msg}", table=ident, column=column)
@@ -178,9 +181,11 @@ class Catalog:
             locations.check_not_under_file(normalize_location(warehouse))
         if url is None:
             if warehouse is None:
-                raise ValueError("Catalog needs a database url, a warehouse, or both")
+                raise InvalidArgumentError("Catalog needs a database url, a warehouse, or both", argument="url",
+                                           value=None)
             if "://" in warehouse and not warehouse.startswith("file://"):
-                raise ValueError("a SQLite catalog needs a local warehouse; give a database url for remote storage")
+                raise InvalidLocationError("a SQLite catalog needs a local warehouse; give a database url for remote "
+                                           "storage", location=warehouse)
             wh = normalize_location(warehouse)
             url = f"sqlite:///{os.path.join(wh, 'catalog.db')}"
         self.commit_retries = commit_retries
@@ -628,9 +633,9 @@ class Transaction:
             prior.added.extend(change.added)
         else:
             self._discard_files(change)
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{change.ident} already has a {prior.operation.value} in this transaction; "
-                "a table takes one write per transaction (appends accumulate)"
+                "a table takes one write per transaction (appends accumulate)", argument="table", value=change.ident
             )
 
     def append(self, table: Table | str, data: Any, *, barrier: int | None = None, prefix: str = "") -> None:
@@ -655,7 +660,7 @@ class Transaction:
         self._check_open(barrier)
         t = self.catalog._table(table)
         if mode not in ("append", "overwrite"):
-            raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+            raise InvalidArgumentError(f"mode must be 'append' or 'overwrite', got {mode!r}", argument="mode", value=mode)
         for f in files:
             check_relative_path(f.path)
         if mode == "append":

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from ..errors import LockNotFoundError, SnapshotExistsError, VersionNotFoundError
+from ..errors import InvalidArgumentError, LockNotFoundError, SnapshotExistsError, VersionNotFoundError
 from . import schema as S
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def create_snapshot(
     exist_ok: bool = False,
 ) -> Snapshot:
     if not name or len(name) > 256:
-        raise ValueError("a snapshot name is 1 to 256 characters")
+        raise InvalidArgumentError("a snapshot name is 1 to 256 characters", argument="name", value=name)
     now = _now(table.catalog)
     with table.catalog.backend.write() as conn:
         v = _pinnable_version(conn, table, version, now, retained=False)
@@ -178,7 +178,7 @@ def lock_version(
     lease_seconds: float | None = 300.0,
 ) -> VersionLock:
     if not locker or len(locker) > 256:
-        raise ValueError("a locker name is 1 to 256 characters")
+        raise InvalidArgumentError("a locker name is 1 to 256 characters", argument="locker", value=locker)
     now = _now(table.catalog)
     with table.catalog.backend.write() as conn:
         v = _pinnable_version(conn, table, version, now, retained=True)

@@ -6,7 +6,7 @@ from typing import Callable
 
 import pytest
 
-from lakestep import Catalog
+from lakestep import Catalog, errors
 from lakestep.barrier import OPEN_EPOCH, BarrierState, Coordinator, NoSnapshotError, Pipeline
 from lakestep.catalog.lifecycle import live_locks
 from lakestep.clock import ManualClock
@@ -85,7 +85,7 @@ def test_replay_and_empty_batches(catalog: Catalog, pipeline: Pipeline, coordina
     res = again.commit()
     assert res.replayed and res.results[0].replayed and res.results[0].barrier == 1
     assert d.version == version and d.to_arrow().num_rows == 0  # nothing committed
-    with pytest.raises(ValueError, match="not a sink"):
+    with pytest.raises(errors.InvalidArgumentError, match="not a sink"):
         p.batch(plan).append("s.a", kv((1, 1)))
 
 
@@ -273,7 +273,7 @@ def test_choice_follows_renames_and_drops(catalog: Catalog, pipeline: Pipeline, 
     catalog.drop_table("s.b")
     with pytest.raises(TableNotFoundError):
         pipeline.choose(["s.b"])
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         pipeline.choose(["s.a2"], level="serializable")  # type: ignore[arg-type]
 
 

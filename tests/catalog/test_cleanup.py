@@ -202,7 +202,7 @@ def test_a_shorter_window_than_the_tables_needs_force(clocked, clock) -> None:  
     t = catalog.create_table("w.t", pa.schema([("id", pa.int64())]), properties={"lakestep.retention-seconds": "60"})
     t.append({"id": [1]})
     t.overwrite({"id": [2]})
-    with pytest.raises(ValueError, match="shorter than"):
+    with pytest.raises(errors.InvalidArgumentError, match="shorter than"):
         t.cleanup(retention_seconds=0)
     assert t.to_arrow(version=1).column("id").to_pylist() == [1]  # nothing went
     t.cleanup(retention_seconds=120)  # longer is always fine

@@ -61,7 +61,7 @@ def test_overwrite_variants(table) -> None:  # type: ignore[no-untyped-def]
     assert rows(table.to_arrow()) == [(10, "d1", 10.0), (35, "d3", 35.0), (41, "d3", 41.0)]
     with pytest.raises(errors.DataOutOfRangeError):
         table.overwrite(data((99, "d1", 1.0)), where=[("id", "<", 50)])
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         table.overwrite(data((1, "d1", 1.0)), partitions=[{"amount": 1.0}])
     # the whole table
     table.overwrite(data((7, "d7", 7.0)))
@@ -118,7 +118,7 @@ def test_schema_mismatch_is_refused_and_nothing_written(table) -> None:  # type:
         with pytest.raises(errors.SchemaMismatchError) as ei:
             table.append(b)
         assert ei.value.table == "s.t" and ei.value.problems
-    with pytest.raises(TypeError):
+    with pytest.raises(errors.ArgumentTypeError):
         table.append("not data")
     assert table.version == 1
     assert sum(len(fs) for _, _, fs in os.walk(table.location)) == n_files
@@ -166,7 +166,7 @@ def test_time_travel(clocked: Catalog, clock: ManualClock) -> None:
         table.to_arrow(version=99)
     with pytest.raises(errors.VersionNotFoundError):
         table.to_arrow(data_version=99)
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         table.to_arrow(version=1, data_version=1)
     times = [h.committed_at for h in reversed(table.history())]
     # commits in the same instant still get increasing times (1 us apart)

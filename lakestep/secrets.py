@@ -11,8 +11,10 @@ import re
 
 # scheme://user:password@  (also when the scheme is malformed, e.g. "postgres ql://")
 _USERINFO = re.compile(r"(?P<head>[A-Za-z][\w+.\- ]*://[^\s:/@'\"]*:)(?P<secret>[^\s'\"/]+)(?P<tail>@)")
-# libpq key=value strings and URL query parameters: password=..., passwd=..., sslpassword=...
-_KEYVALUE = re.compile(r"(?P<head>\b(?:password|passwd|pwd|sslpassword|secret|token)\s*[=:]\s*)(?P<secret>[^\s&;,'\"]+)",
+# libpq key=value strings and URL query parameters: password=..., passwd=..., sslpassword=...;
+# object-store credentials (storage options and the AWS variables): secret_key=..., AWS_SESSION_TOKEN=...
+_KEYVALUE = re.compile(r"(?P<head>\b(?:password|passwd|pwd|sslpassword|secret|token|(?:aws_)?(?:secret_key|access_key"
+                       r"|session_token|secret_access_key|access_key_id))\s*[=:]\s*)(?P<secret>[^\s&;,'\"]+)",
                        re.IGNORECASE)
 
 MASK = "***"

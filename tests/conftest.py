@@ -4,11 +4,23 @@ Every catalog behaviour runs on SQLite and on PostgreSQL: ``catalog_spec`` is
 parametrized over both. PostgreSQL tests get a fresh schema (``search_path``)
 in the server named by ``LAKESTEP_TEST_PG_URL`` (default: the local server on
 127.0.0.1:5432, database ``test``); ``make test`` makes sure one is running.
+
+Tests marked ``s3`` run on a second kind of storage as well: ``catalog_spec``
+gains ``sqlite-s3`` and ``postgres-s3``, whose warehouse is a fresh bucket of
+a real S3-protocol server (moto's, in its own process on 127.0.0.1:
+``tests/s3server.py``), reached with ``storage_options``. Only the suites the
+storage matters to carry the mark (the conflict matrix and cleanup, on S3
+with PostgreSQL): S3 costs time. The Druid scenarios carry it with
+``opt_in=True``: on S3 only when ``LAKESTEP_TEST_S3=all`` (CI does not set
+it). The streaming crash test chooses its own pairs (SQLite on the local
+disk, PostgreSQL on S3); tests/catalog/test_object_store.py and
+tests/streaming/test_object_store_spark.py run on S3 only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import uuid
 from dataclasses import dataclass
@@ -22,8 +34,11 @@ from lakestep import Catalog
 from lakestep.clock import ManualClock
 
 if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
     from tests.catalog.workers import Worker
     from tests.pgproxy import PgProxy
+    from tests.s3server import S3Server
 
 PG_URL = os.environ.get("LAKESTEP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -35,9 +50,51 @@ class CatalogSpec:
     backend: str
     url: str
     warehouse: str
+    storage: tuple[tuple[str, str], ...] = ()  # storage_options (an S3 warehouse)
+
+    @property
+    def on_s3(self) -> bool:
+        return self.warehouse.startswith("s3://")
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return dict(self.storage)
 
     def open(self, **kwargs: object) -> Catalog:
-        return Catalog(self.url, warehouse=self.warehouse, **kwargs)  # type: ignore[arg-type]
+        return Catalog(self.url, warehouse=self.warehouse,  # type: ignore[arg-type]
+                       storage_options=self.storage_options, **kwargs)
+
+    def filesystem(self) -> "pafs.FileSystem":
+        """The warehouse's storage as pyarrow sees it, made here (not through lakestep): for checks."""
+        import pyarrow.fs as pafs
+
+        if not self.on_s3:
+            return pafs.LocalFileSystem()
+        o = self.storage_options
+        return pafs.S3FileSystem(endpoint_override=o["endpoint_override"], access_key=o["access_key"],
+                                 secret_key=o["secret_key"], region=o["region"])
+
+    @staticmethod
+    def fs_path(location: str) -> str:
+        """``location`` as a path of :meth:`filesystem`."""
+        return location.split("://", 1)[1] if "://" in location else location
+
+    def files_under(self, location: str) -> dict[str, int]:
+        """Every file under ``location`` (one recursive listing): path relative to it -> size."""
+        import pyarrow.fs as pafs
+
+        root = self.fs_path(location).rstrip("/")
+        infos = self.filesystem().get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        return {i.path[len(root) + 1:]: i.size for i in infos if i.type == pafs.FileType.File}
+
+    def mtime(self, location: str, rel: str) -> float:
+        """The modification time storage reports for ``rel`` under ``location`` (S3: whole seconds)."""
+        info = self.filesystem().get_file_info(f"{self.fs_path(location).rstrip('/')}/{rel}")
+        return info.mtime.timestamp()
+
+    def put(self, location: str, rel: str, data: bytes) -> None:
+        with self.filesystem().open_output_stream(f"{self.fs_path(location).rstrip('/')}/{rel}") as out:
+            out.write(data)
 
 
 @pytest.fixture(scope="session")
@@ -72,15 +129,45 @@ def _pg_spec(admin: sa.Engine, warehouse: str) -> Iterator[CatalogSpec]:
             c.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``catalog_spec``: SQLite and PostgreSQL; with the ``s3`` mark, each with an S3 warehouse too."""
+    if "catalog_spec" not in metafunc.fixturenames:
+        return
+    if any("catalog_spec" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize")):
+        return  # the test chose its catalogs itself
+    kinds = ["sqlite", "postgres"]
+    s3 = metafunc.definition.get_closest_marker("s3")
+    # @pytest.mark.s3 (both backends) or @pytest.mark.s3("postgres"); with opt_in=True only when
+    # LAKESTEP_TEST_S3=all (suites too long for CI on both storages)
+    if s3 is not None and (not s3.kwargs.get("opt_in") or os.environ.get("LAKESTEP_TEST_S3") == "all"):
+        kinds += [f"{b}-s3" for b in (s3.args or ("sqlite", "postgres"))]
+    metafunc.parametrize("catalog_spec", kinds, indirect=True)
+
+
+@pytest.fixture
 def catalog_spec(request: pytest.FixtureRequest, tmp_path) -> Iterator[CatalogSpec]:  # type: ignore[no-untyped-def]
-    """A fresh catalog location, once on SQLite and once on PostgreSQL."""
-    warehouse = str(tmp_path / "warehouse")
-    if request.param == "sqlite":
-        yield CatalogSpec("sqlite", f"sqlite:///{warehouse}/catalog.db", warehouse)
+    """A fresh catalog location, on SQLite and on PostgreSQL (and, marked ``s3``, with an S3 warehouse)."""
+    backend, _, store = request.param.partition("-")
+    warehouse, storage = str(tmp_path / "warehouse"), ()
+    if store == "s3":
+        server = request.getfixturevalue("s3_server")
+        warehouse, storage = f"s3://{server.new_bucket()}/warehouse", tuple(sorted(server.options().items()))
+    if backend == "sqlite":
+        db = tmp_path / "catalog.db" if storage else f"{warehouse}/catalog.db"
+        yield CatalogSpec("sqlite", f"sqlite:///{db}", warehouse, storage)
         return
     with _pg_spec(request.getfixturevalue("pg_admin"), warehouse) as spec:
-        yield spec
+        yield dataclasses.replace(spec, storage=storage)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator["S3Server"]:
+    """A real S3-protocol server (moto's, its own process) on a free port of 127.0.0.1."""
+    from tests.s3server import S3Server
+
+    server = S3Server()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -48,7 +48,8 @@ from .commit import (
     find_txn,
     txn_results,
 )
-from .files import FileWriter, NewFile, check_identifier, check_relative_path, normalize_location, resolve_filesystem
+from .files import (FileWriter, NewFile, Storage, check_identifier, check_relative_path, normalize_location,
+                    resolve_filesystem)
 from .predicates import Filter, Predicate
 from .table import Table, TableMeta
 from .writes import (
@@ -146,6 +147,13 @@ class Catalog:
     pgbouncer) sends the barrier layer's statements as plain SQL; the default
     comes from ``LAKESTEP_PG_PREPARED`` (on).
 
+    ``storage_options`` reach an object store (pyarrow ``S3FileSystem``
+    options: ``endpoint_override``, ``region``, ``access_key``, ``secret_key``,
+    ``session_token``, ``scheme``, ...; :class:`~lakestep.catalog.files.Storage`).
+    Without them the standard AWS environment variables and config apply.
+    They are never stored in the catalog database and never printed; Spark
+    data sources take them as options ``storage.<name>``.
+
     Example::
 
         from lakestep import Catalog
@@ -165,8 +173,10 @@ class Catalog:
         timeouts: DatabaseTimeouts | None = None,
         prepared_statements: bool | None = None,
         clock: Clock | None = None,
+        storage_options: "Mapping[str, object] | Storage | None" = None,
     ) -> None:
         self.clock: Clock = clock or SYSTEM_CLOCK  # every age, lease and expiry (lakestep/clock.py)
+        self.storage = Storage.of(storage_options)
         if warehouse is not None:
             locations.check_not_under_file(normalize_location(warehouse))
         if url is None:
@@ -323,7 +333,7 @@ class Catalog:
             sep = "/" if "://" in self.warehouse else os.sep
             location = f"{self.warehouse}{sep}{ns}{sep}{name}-{uuid.uuid4().hex[:8]}"
         loc = normalize_location(location)
-        resolve_filesystem(loc)  # fail early on a scheme pyarrow cannot open
+        resolve_filesystem(loc, self.storage)  # fail early on a scheme pyarrow cannot open
         # 1. refuse what the catalog already answers: no directory is made for it
         with self.backend.read() as conn:
             existing = self._check_new_table(conn, ns, name, loc, external)
@@ -384,8 +394,7 @@ class Catalog:
         """The SQLite database file (no table may hold it), or None on a database server."""
         return self.backend.engine.url.database if self.backend.name == "sqlite" else None
 
-    @staticmethod
-    def _make_location(loc: str) -> list[str]:
+    def _make_location(self, loc: str) -> list[str]:
         """Create the table's directory and prove it writable; the local directories it made."""
         made: list[str] = []
         if "://" not in loc:
@@ -394,7 +403,7 @@ class Catalog:
                 made.append(d)
                 d = os.path.dirname(d)
         try:
-            FileWriter(loc).check_writable()
+            FileWriter(loc, self.storage).check_writable()
         except BaseException:
             Catalog._unmake_location(made)
             raise
@@ -768,7 +777,7 @@ class Transaction:
         if not change.added:
             return
         try:
-            writer = FileWriter(change.location)
+            writer = FileWriter(change.location, self.catalog.storage)
             for f in change.added:
                 writer.delete(f.path)
         except Exception as e:  # orphans are harmless; cleanup collects them

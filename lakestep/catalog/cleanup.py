@@ -35,7 +35,16 @@ exactly like an orphan; step 3 never takes one younger than
 :data:`IN_FLIGHT_FLOOR_SECONDS`, whatever ``R`` says (even 0), and writers
 commit their files within that floor of writing them.
 
-Not guaranteed: with several machines, clocks must agree to well within ``R``.
+Step 3 is the only one that lists storage: one recursive listing of ``data/``
+per run (on an object store, the store's paged listing of that prefix); the
+other steps delete paths the catalog names. On object stores a file's age
+is read from its LastModified time, which S3 gives in whole seconds: there a
+file counts one second younger than its LastModified says.
+
+Not guaranteed: with several machines, clocks (the object store's included)
+must agree to well within ``R``. An S3 multipart upload's LastModified is when
+the upload began: a writer must commit within :data:`IN_FLIGHT_FLOOR_SECONDS`
+of starting a file's upload, not of finishing it.
 """
 
 from __future__ import annotations
@@ -164,7 +173,7 @@ def _orphans(table: "Table", report: CleanupReport, cutoff: float, dry_run: bool
     for info in files:
         rel = info.path[len(root):].lstrip("/") if info.path.startswith(root) else info.path
         mtime = info.mtime.timestamp() if isinstance(info.mtime, dt.datetime) else 0.0
-        if rel in known or mtime > cutoff or not guard.allows_orphan(info.path):
+        if rel in known or mtime + writer.mtime_slack > cutoff or not guard.allows_orphan(info.path):
             continue
         report.orphan_files.append(rel)
         report.orphan_bytes += info.size or 0

@@ -20,6 +20,7 @@ import json
 import os
 import posixpath
 import re
+import threading
 import uuid
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -87,14 +88,152 @@ def file_uri(location: str, rel: str) -> str:
     return os.path.join(location, *rel.split("/"))
 
 
-def resolve_filesystem(location: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem and the path inside it for a normalized location."""
-    if "://" not in location:
-        return pafs.LocalFileSystem(), location
+# ------------------------------------------------------------------- storage
+# The options of pyarrow's S3FileSystem a catalog may be given (``storage_options``,
+# or Spark options ``storage.<name>``), and how each is parsed from a string.
+S3_OPTIONS: dict[str, type] = {
+    "access_key": str, "secret_key": str, "session_token": str, "region": str, "endpoint_override": str,
+    "scheme": str, "force_virtual_addressing": bool, "connect_timeout": float, "request_timeout": float,
+}
+SECRET_OPTIONS = frozenset({"access_key", "secret_key", "session_token"})
+# The AWS environment variables lakestep or the AWS SDK inside pyarrow read: filesystems
+# are cached per their values too.
+_AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
+            "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_CONFIG_FILE",
+            "AWS_SHARED_CREDENTIALS_FILE", "AWS_EC2_METADATA_DISABLED")
+
+
+def _option_value(name: str, value: object) -> object:
+    kind = S3_OPTIONS[name]
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        v = str(value).strip().lower()
+        if v not in ("true", "false"):
+            raise ValueError(f"storage option {name} must be true or false, got {value!r}")
+        return v == "true"
+    if kind is float:
+        try:
+            return float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(f"storage option {name} must be a number of seconds, got {value!r}") from None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"storage option {name} must be a non-empty string")
+    return value
+
+
+@dataclass(frozen=True)
+class Storage:
+    """How to reach an object-store warehouse: options of pyarrow's ``S3FileSystem``.
+
+    Empty (the default) means the standard AWS environment variables
+    (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+    ``AWS_REGION``, ``AWS_ENDPOINT_URL``), the AWS config files and instance
+    roles. Given options win over the environment for what they name. A
+    Storage is small and picklable: the driver hands it to Spark executors
+    with each table's shape and read plan, so executors reach the store
+    exactly as the driver does without ever talking to the catalog database.
+    Its repr never shows a credential.
+    """
+
+    options: tuple[tuple[str, object], ...] = ()
+
+    @classmethod
+    def of(cls, options: "Mapping[str, object] | Storage | None") -> "Storage":
+        if isinstance(options, Storage):
+            return options
+        unknown = sorted(set(options or {}) - set(S3_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown storage option(s) {unknown}; known: {sorted(S3_OPTIONS)}")
+        return cls(tuple(sorted((k, _option_value(k, v)) for k, v in (options or {}).items())))
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.options)
+
+    def spark_options(self) -> dict[str, str]:
+        """The options as a Spark data source takes them (``storage.<name>``); they hold credentials."""
+        return {f"storage.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in self.options}
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={'***' if k in SECRET_OPTIONS else repr(v)}" for k, v in self.options)
+        return f"Storage({shown})"
+
+    __str__ = __repr__
+
+    def filesystem(self, location: str) -> tuple[pafs.FileSystem, str]:
+        """The pyarrow filesystem and the path inside it for a normalized ``location``.
+
+        One filesystem per process and configuration (an S3 client is costly to
+        make, and may ask the store for the bucket's region)."""
+        if "://" not in location:
+            return pafs.LocalFileSystem(), location
+        scheme, rest = location.split("://", 1)
+        if scheme != "s3":
+            if self.options:
+                raise InvalidLocationError(f"storage options apply to s3:// locations, not {location!r}",
+                                           location=location)
+            return _from_uri(location)
+        env = tuple(os.environ.get(k) for k in _AWS_ENV)
+        bucket = rest.split("/", 1)[0]
+        key = (self.options, env, bucket)
+        with _fs_lock:
+            fs = _filesystems.get(key)
+        if fs is None:
+            fs = _s3(self.as_dict(), bucket, location)
+            with _fs_lock:
+                fs = _filesystems.setdefault(key, fs)
+        return fs, rest.rstrip("/")
+
+
+_filesystems: dict[tuple[Any, ...], pafs.FileSystem] = {}
+_fs_lock = threading.Lock()
+
+
+def _from_uri(location: str) -> tuple[pafs.FileSystem, str]:
     try:
         return pafs.FileSystem.from_uri(location)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         raise InvalidLocationError(f"pyarrow cannot open {location!r}: {e}", location=location) from e
+
+
+def _s3(options: dict[str, object], bucket: str, location: str) -> pafs.FileSystem:
+    """pyarrow's S3 filesystem: the options, then the AWS environment for what they leave out.
+
+    The endpoint comes from ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` (pyarrow's
+    constructor reads neither), the region from ``AWS_REGION`` / ``AWS_DEFAULT_REGION``,
+    else AWS is asked where the bucket lives; credentials are left to the AWS SDK's
+    chain (variables, config files, instance roles). Writes open lazily
+    (``allow_delayed_open``): a small file is one PUT, not a three-request multipart upload.
+    """
+    opts = dict(options)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if "endpoint_override" not in opts and endpoint:
+        opts["endpoint_override"] = endpoint
+    if "region" not in opts:
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region:
+            opts["region"] = region
+        elif "endpoint_override" not in opts:
+            try:
+                opts["region"] = pafs.resolve_s3_region(bucket)
+            except OSError as e:
+                raise StorageError(f"cannot ask AWS for the region of bucket {bucket!r} (set AWS_REGION or the "
+                                   f"storage option region): {e}", path=location, errno=None) from e
+    try:
+        return pafs.S3FileSystem(allow_delayed_open=True, **opts)  # type: ignore[arg-type]
+    except (pa.ArrowInvalid, TypeError) as e:
+        raise InvalidLocationError(f"pyarrow cannot open {location!r} with these storage options: {e}",
+                                   location=location) from e
+
+
+def resolve_filesystem(location: str, storage: "Storage | None" = None) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and the path inside it for a normalized location."""
+    return (storage or Storage()).filesystem(location)
+
+
+def is_object_store(location: str) -> bool:
+    """Everything but the local disk: no atomic rename, no directories, slow listings."""
+    return "://" in location
 
 
 def check_relative_path(path: str) -> str:
@@ -259,9 +398,15 @@ class FileWriter:
     attempt there) so that orphans can be traced.
     """
 
-    def __init__(self, location: str, *, compression: str = "snappy", row_group_size: int = 1 << 20) -> None:
+    def __init__(self, location: str, storage: Storage | None = None, *, compression: str = "snappy",
+                 row_group_size: int = 1 << 20) -> None:
         self.location = location
-        self.fs, self.root = resolve_filesystem(location)
+        self.storage = storage or Storage()
+        self.fs, self.root = self.storage.filesystem(location)
+        self.remote = is_object_store(location)
+        # How much older than its write a file's mtime may read: S3's LastModified has
+        # whole seconds (and a multipart upload's is when the upload began).
+        self.mtime_slack = 1.0 if self.remote else 0.0
         self.compression = compression
         self.row_group_size = row_group_size
         self._made_dirs: set[str] = set()
@@ -298,7 +443,14 @@ class FileWriter:
         )
 
     def _write_file(self, data: pa.Table, full: str) -> int:
-        parent = posixpath.dirname(full) if "://" in self.location else os.path.dirname(full)
+        """One file, written under its final name: nothing is renamed (object stores have no
+        atomic rename; an S3 object becomes visible whole when its upload completes)."""
+        if self.remote:  # object stores have no directories to make
+            with self.fs.open_output_stream(full) as sink:
+                pq.write_table(data, sink, compression=self.compression, row_group_size=self.row_group_size,
+                               write_statistics=True)
+                return int(sink.tell())
+        parent = os.path.dirname(full)
         if parent not in self._made_dirs:
             self.fs.create_dir(parent, recursive=True)
             self._made_dirs.add(parent)
@@ -357,7 +509,8 @@ class FileWriter:
         cleanup looks for orphans) is written and deleted again.
         """
         try:
-            self.fs.create_dir(self.root, recursive=True)
+            if not self.remote:
+                self.fs.create_dir(self.root, recursive=True)
         except OSError as e:
             raise storage_error(e, self.root, "creating the table directory") from e
         probe = self.full_path(f".lakestep-probe-{uuid.uuid4().hex}")

@@ -112,13 +112,16 @@ class Deletions:
 
     All real paths: ``root`` the table's location, ``data_root`` its ``data/``
     directory, ``foreign`` the other tables' locations that could lie inside
-    it, ``catalog_file`` the SQLite catalog.
+    it, ``catalog_file`` the SQLite catalog. On an object store (``remote``)
+    paths are the filesystem's as written (``bucket/key``: no symlinks to
+    resolve, and never a local path).
     """
 
     root: str
     data_root: str
     foreign: tuple[str, ...]
     catalog_file: str | None
+    remote: bool = False
 
     @classmethod
     def of(cls, writer: "FileWriter", *, others: Iterable[str], catalog_file: str | None) -> "Deletions":
@@ -134,7 +137,7 @@ class Deletions:
             own = writer.full_path("").rstrip("/")
             foreign = tuple(own if o == location else writer.full_path(o[len(location) + 1:])
                             for o in others if inside(o, location))
-            return cls(own, writer.full_path("data"), foreign, None)
+            return cls(own, writer.full_path("data"), foreign, None, remote=True)
         own = real(location)
         foreign = tuple(f for f in map(real, others) if inside(f, own))
         return cls(own, real(writer.full_path("data")), foreign, None if catalog_file is None else real(catalog_file))
@@ -143,14 +146,17 @@ class Deletions:
         # the catalog's sidecars share its name as a prefix (catalog.db-wal, catalog.db.lock)
         return self.catalog_file is not None and p.startswith(self.catalog_file)
 
+    def _real(self, full_path: str) -> str:
+        return full_path if self.remote else real(full_path)
+
     def allows_recorded(self, full_path: str) -> bool:
         """A file the catalog recorded for the table: deleted if it still resolves inside the table."""
-        p = real(full_path)
+        p = self._real(full_path)
         return inside(p, self.root) and p != self.root and not self._catalog(p)
 
     def allows_orphan(self, full_path: str) -> bool:
         """A file no commit recorded: deleted only inside the table's own ``data/``, and no one else's."""
-        p = real(full_path)
+        p = self._real(full_path)
         if not inside(p, self.data_root) or p == self.data_root or self._catalog(p):
             return False
         return not any(inside(p, f) for f in self.foreign)

@@ -31,7 +31,7 @@ import pyarrow.fs as pafs
 
 from ..errors import InvalidArgumentError
 from . import reader
-from .files import DataFile, FileWriter, resolve_filesystem
+from .files import DataFile, FileWriter, Storage, resolve_filesystem
 from .predicates import Filter, Predicate, Verdict
 
 
@@ -72,6 +72,7 @@ class ReadPlan:
     partition_by: tuple[str, ...]
     files: tuple[PlannedFile, ...]
     schema_id: int = 0  # bumped by each schema change: 0 means every file has the table's columns
+    storage: Storage = Storage()  # how to reach an object store (credentials travel with the plan)
 
     @property
     def schema(self) -> pa.Schema:
@@ -97,11 +98,11 @@ class ReadPlan:
         return sum(f.record_count for f in self.files)
 
     def filesystem(self) -> pafs.FileSystem:
-        return resolve_filesystem(self.location)[0]
+        return resolve_filesystem(self.location, self.storage)[0]
 
     def store(self) -> FileWriter:
         """The table's files' store (paths and filesystem; no catalog access)."""
-        return FileWriter(self.location)
+        return FileWriter(self.location, self.storage)
 
     def dataset(self) -> ds.Dataset:
         """The files as one lazy Parquet dataset of the table's columns (plain tables only).

@@ -260,7 +260,7 @@ class Table:
 
     @cached_property
     def _writer(self) -> FileWriter:
-        return FileWriter(self.location)
+        return FileWriter(self.location, self.catalog.storage)
 
     def _head(self, conn: sa.Connection) -> tuple[int, int]:
         row = conn.execute(
@@ -471,7 +471,7 @@ class Table:
             schema_ipc=self.schema.serialize().to_pybytes(),
             physical_ipc=self.physical_schema.serialize().to_pybytes(),
             primary_key=tuple(self.primary_key), partition_by=tuple(self.partition_by),
-            schema_id=self.meta.schema_id,
+            schema_id=self.meta.schema_id, storage=self.catalog.storage,
             files=tuple(PlannedFile(path=f.path, uri=file_uri(self.location, f.path), record_count=f.record_count,
                                     file_size=f.file_size, seq=f.seq, partition_json=f.partition_json,
                                     stats_json=f.stats_json) for f in sorted(files, key=lambda f: f.seq)),

@@ -72,6 +72,7 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
 
     cat = open_catalog(catalog) if isinstance(catalog, str) else catalog
     url = catalog if isinstance(catalog, str) else cat.connection_url()
+    storage = cat.storage.spark_options()  # credentials travel as options Spark redacts (storage.secret_key)
     template = sql_template(sql, "spark")
     read = consistent_read(cat, template.refs, level=level, scope=scope, barrier=barrier, snapshot=snapshot)
     try:
@@ -80,7 +81,7 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
         for label, plan in read.plans.items():
             ref = read.refs[label]
             name = _view(ref, plan.version)
-            (spark.read.format("lakestep").option("catalog", url).option("table", plan.table)
+            (spark.read.format("lakestep").option("catalog", url).option("table", plan.table).options(**storage)
              .option("versionAsOf", str(plan.version)).load().createOrReplaceTempView(name))
             views[ref] = name
         run = template.fill(lambda ref: f"`{views[ref]}`")

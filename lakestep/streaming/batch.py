@@ -31,6 +31,10 @@ Writes (:class:`LakestepBatchWriter`)::
    ``(job, batchId)`` when both options are given. On failure the written
    files are deleted.
 
+Both take ``storage.<name>`` options for an object-store warehouse
+(:class:`lakestep.catalog.files.Storage`); the plan and the table's shape carry
+them to the executors.
+
 Not guaranteed: a ``repeatable_read`` batch read pins its version with a
 leased lock that is not released when the Spark job ends: it lapses after
 ``leaseSeconds`` (default 300).
@@ -98,7 +102,7 @@ def _int(value: Any, name: str) -> int:
 
 class LakestepBatchReader(DataSourceReader):
     def __init__(self, options: Any, schema: Any) -> None:
-        cat = progress.open_catalog(progress.required(options, "catalog"))
+        cat = progress.open_catalog(progress.required(options, "catalog"), progress.storage_of(options))
         self.plan = read_plan(cat, progress.required(options, "table"), options)
         self.max_partitions = int(options.get("maxPartitions") or 256)
         if self.max_partitions < 1:
@@ -145,7 +149,8 @@ def write_barrier(cat: Any, job: str | None, table: str) -> int | None:
 class LakestepBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: Any, overwrite: bool, schema: Any) -> None:
         self.url = progress.required(options, "catalog")
-        cat = progress.open_catalog(self.url)
+        self.storage = progress.storage_of(options)
+        cat = progress.open_catalog(self.url, self.storage)
         table = cat.load_table(progress.required(options, "table"))
         if schema is not None:
             _evolve(table, schema, None, _flag(options.get("mergeSchema")))
@@ -169,7 +174,7 @@ class LakestepBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # driver
         files = [f for m in messages if isinstance(m, FilesWritten) for f in m.files]
-        cat = progress.open_catalog(self.url)
+        cat = progress.open_catalog(self.url, self.storage)
         with cat.transaction(job_id=self.job if self.batch is not None else None, batch_id=self.batch) as tx:
             tx.add_files(self.shape.ident, files, mode=self.mode, barrier=self.barrier)
         log.info("batch write to %s: %s", self.shape.ident, tx.results)
@@ -181,7 +186,7 @@ class LakestepBatchWriter(DataSourceArrowWriter):
         written = [m for m in messages if isinstance(m, FilesWritten)]
         paths = [f.path for m in written for f in m.files]
         try:
-            recorded = progress.open_catalog(self.url).load_table(self.shape.ident).recorded_paths(paths)
+            recorded = progress.open_catalog(self.url, self.storage).load_table(self.shape.ident).recorded_paths(paths)
         except LakestepError as e:
             log.warning("batch write to %s aborted; its %d file(s) are kept for cleanup (%s)",
                         self.shape.ident, len(paths), e)

@@ -20,10 +20,11 @@ Example (a root job from Kafka, a derived job from it)::
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource
 
+from ..catalog.files import Storage
 from . import progress
 
 
@@ -44,7 +45,7 @@ class LakestepDataSource(DataSource):
     def schema(self) -> Any:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        cat = progress.open_catalog(progress.required(self.options, "catalog"))
+        cat = progress.open_catalog(progress.required(self.options, "catalog"), progress.storage_of(self.options))
         return from_arrow_schema(cat.load_table(progress.required(self.options, "table")).schema)
 
     def reader(self, schema: Any) -> Any:
@@ -84,7 +85,8 @@ def register_job(url: str, job: str, *, sources: Sequence[str], sinks: Sequence[
 
 
 def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "append",
-                  dead_letter_table: str | None = None, merge_schema: bool = False) -> Callable[[Any, int], None]:
+                  dead_letter_table: str | None = None, merge_schema: bool = False,
+                  storage_options: Mapping[str, Any] | None = None) -> Callable[[Any, int], None]:
     """A ``foreachBatch`` function with the sink's guarantees, for existing foreachBatch pipelines.
 
     Each micro-batch is written by the executors (``mapInArrow``: Parquet files
@@ -102,6 +104,8 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
     ``merge_schema``: columns of a batch the table lacks are added to it as
     nullable columns (default: the batch is refused with
     :class:`~lakestep.errors.SchemaMismatchError` before anything is written).
+    ``storage_options``: how the driver and the executors reach an object-store
+    warehouse (as ``Catalog(storage_options=...)``; default: the AWS environment).
     Files of a batch whose Spark job fails midway are orphans that cleanup
     removes after the retention window.
 
@@ -113,13 +117,14 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
     from .sink import SinkTarget
 
     mode = {"overwrite": "complete", "upsert": "update"}.get(mode, mode)
-    target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table)
+    storage = Storage.of(storage_options)
+    target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table, storage=storage)
 
     def run(df: Any, batch_id: int) -> None:
         nonlocal target
         if target.lacks(df.columns):  # new columns: refused, or added (merge_schema)
             target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table,
-                                     schema=df.schema, merge_schema=merge_schema)
+                                     schema=df.schema, merge_schema=merge_schema, storage=storage)
         messages = [pickle.loads(r[0]) for r in df.mapInArrow(_writer(target, batch_id), "m binary").collect()]
         target.commit(messages, batch_id)
 

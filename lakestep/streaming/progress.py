@@ -18,12 +18,12 @@ from typing import Any, Sequence
 from ..barrier import OPEN_EPOCH, JobNotFoundError, Pipeline, triggers
 from ..catalog import Catalog
 from ..catalog.commit import CommitResult, FilesMode
-from ..catalog.files import NewFile
+from ..catalog.files import NewFile, Storage
 from ..errors import StreamingJobError
 
 log = logging.getLogger(__name__)
 
-_catalogs: dict[str, Catalog] = {}
+_catalogs: dict[tuple[str, Storage], Catalog] = {}
 _lock = threading.Lock()
 
 
@@ -34,12 +34,19 @@ def required(options: Any, key: str) -> str:
     return str(value)
 
 
-def open_catalog(url: str) -> Catalog:
-    """One catalog per process and URL (driver-side Python workers are reused)."""
+def storage_of(options: Any) -> Storage:
+    """The object-store options among a Spark data source's options (``storage.<name>``)."""
+    return Storage.of({k[len("storage."):]: v for k, v in dict(options or {}).items()
+                       if k.lower().startswith("storage.")})
+
+
+def open_catalog(url: str, storage: Storage | None = None) -> Catalog:
+    """One catalog per process, URL and storage options (driver-side Python workers are reused)."""
+    key = (url, storage or Storage())
     with _lock:
-        cat = _catalogs.get(url)
+        cat = _catalogs.get(key)
         if cat is None:
-            cat = _catalogs[url] = Catalog(url)
+            cat = _catalogs[key] = Catalog(url, storage_options=key[1])
         return cat
 
 

@@ -31,7 +31,10 @@ Options: ``catalog`` (database URL, required), ``table`` (required), ``job``
 primary-key tables) | ``complete`` (overwrite); default from Spark's output
 mode and the table), ``deadLetterTable``, ``mergeSchema`` (``true``: columns
 the table lacks are added to it as nullable columns when the query starts;
-default: such a query is refused before it writes anything).
+default: such a query is refused before it writes anything), ``storage.<name>``
+(object-store options, :class:`lakestep.catalog.files.Storage`: the driver opens
+the catalog with them and hands them to the executors with the table's shape;
+default: the AWS environment).
 
 Output modes: Spark 4 hands a Python sink only the append and complete
 output modes (``outputMode("update")`` fails with "lakestep does not support
@@ -51,7 +54,7 @@ from typing import Any, Iterator, Literal
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from ..catalog.files import FileWriter, NewFile
+from ..catalog.files import FileWriter, NewFile, Storage
 from ..catalog.writes import conform
 from . import progress
 
@@ -80,12 +83,16 @@ class _TableShape:
     physical_ipc: bytes
     partition_by: tuple[str, ...]
     primary_key: tuple[str, ...]
+    storage: Storage = Storage()  # how executors reach an object store (the catalog's options)
 
     @classmethod
     def of(cls, table: Any) -> "_TableShape":
         return cls(table.ident, table.location, table.schema.serialize().to_pybytes(),
                    table.physical_schema.serialize().to_pybytes(), tuple(table.partition_by),
-                   tuple(table.primary_key))
+                   tuple(table.primary_key), table.catalog.storage)
+
+    def store(self) -> FileWriter:
+        return FileWriter(self.location, self.storage)
 
     @property
     def schema(self) -> pa.Schema:
@@ -152,14 +159,14 @@ class BatchFiles:
                     raise ValueError(f"{bad.num_rows} row(s) carry {ERROR_COL} but the sink has no deadLetterTable")
                 rows = conform(bad.select([c for c in bad.column_names if c in self.dead.schema.names]),
                                self.dead.schema, self.dead.ident)
-                msg.dead_letters += FileWriter(self.dead.location).write_partitioned(
+                msg.dead_letters += self.dead.store().write_partitioned(
                     rows, list(self.dead.partition_by), prefix=prefix)
         if data.num_rows:
             if self.dead is not None:  # the dead-letter table's own columns are not the good rows'
                 own = set(self.dead.schema.names) - set(self.shape.schema.names)
                 data = data.drop_columns([c for c in data.column_names if c in own])
             rows = _physical(self.shape, conform(data, self.shape.schema, self.shape.ident))
-            msg.files += FileWriter(self.shape.location).write_partitioned(
+            msg.files += self.shape.store().write_partitioned(
                 rows, list(self.shape.partition_by), prefix=prefix)
             msg.rows += data.num_rows
 
@@ -170,7 +177,7 @@ class BatchFiles:
                 continue
             for shape, files in ((self.shape, m.files), (self.dead, m.dead_letters)):
                 if shape is not None:
-                    writer = FileWriter(shape.location)
+                    writer = shape.store()
                     for f in files:
                         writer.delete(f.path)
 
@@ -187,14 +194,15 @@ class SinkTarget:
 
     @classmethod
     def open(cls, url: str, table_name: str, *, job: str | None, mode: str | None, overwrite: bool = False,
-             dead_letter: str | None = None, schema: Any = None, merge_schema: bool = False) -> "SinkTarget":
+             dead_letter: str | None = None, schema: Any = None, merge_schema: bool = False,
+             storage: Storage | None = None) -> "SinkTarget":
         """Check the options against the table and register the job (driver side only).
 
         ``schema``: the Spark schema of the rows to come. Columns the table
         lacks are refused here, before any file is written, unless
         ``merge_schema``: then they are added to the table as nullable columns.
         """
-        cat = progress.open_catalog(url)
+        cat = progress.open_catalog(url, storage)
         table = cat.load_table(table_name)
         dead_table = cat.load_table(dead_letter) if dead_letter else None
         if schema is not None:
@@ -220,7 +228,7 @@ class SinkTarget:
         """Publish a micro-batch's files in one catalog transaction (driver side)."""
         files = [f for m in messages if m is not None for f in m.files]
         dead = [f for m in messages if m is not None for f in m.dead_letters]
-        cat = progress.open_catalog(self.url)
+        cat = progress.open_catalog(self.url, self.shape.storage)
         # upserts are appends to a primary-key table: the newest file wins per key
         mode = "overwrite" if self.mode == "complete" else "append"
         results = progress.commit_batch(cat, self.job, batch_id, self.shape.ident, files, mode=mode,
@@ -268,7 +276,8 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
         self.target = SinkTarget.open(progress.required(options, "catalog"), progress.required(options, "table"),
                                       job=options.get("job"), mode=options.get("mode"), overwrite=overwrite,
                                       dead_letter=options.get("deadLetterTable"), schema=schema,
-                                      merge_schema=_flag(options.get("mergeSchema")))
+                                      merge_schema=_flag(options.get("mergeSchema")),
+                                      storage=progress.storage_of(options))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:  # executors
         from pyspark import TaskContext

@@ -22,7 +22,9 @@ make no data version, so compacted rows never come back).
    version lock, so cleanup keeps its files while the stream is behind.
 
 Options: ``catalog``, ``table``, ``job`` (required: a derived job registered
-with its sources and sinks), ``maxBarriersPerTrigger`` (default 1).
+with its sources and sinks), ``maxBarriersPerTrigger`` (default 1),
+``storage.<name>`` (object-store options, see :class:`lakestep.catalog.files.Storage`;
+default: the AWS environment of each process).
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from ..barrier import Pipeline, triggers
 from ..catalog import reader
-from ..catalog.files import FileWriter
 from . import progress
 from .sink import _TableShape
 
@@ -62,12 +63,13 @@ class FilesPartition(InputPartition):
 class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Any) -> None:
         self.url = progress.required(options, "catalog")
+        self.storage = progress.storage_of(options)
         self.table = progress.required(options, "table")
         self.job = progress.required(options, "job")
         self.max_barriers = int(options.get("maxBarriersPerTrigger", "1"))
         if self.max_barriers < 1:
             raise ValueError("maxBarriersPerTrigger must be at least 1")
-        cat = progress.open_catalog(self.url)
+        cat = progress.open_catalog(self.url, self.storage)
         progress.ensure_source_registered(cat, self.job, self.table)
         self.shape = _TableShape.of(cat.load_table(self.table))
         self._calls: dict[int, int] = {}
@@ -76,24 +78,25 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None  # Trigger.AvailableNow: the last barrier to read
 
     def _offset(self, barrier: int) -> dict[str, int]:
-        dv = Pipeline(progress.open_catalog(self.url)).at(self.table, barrier).data_version if barrier > 0 else 0
+        cat = progress.open_catalog(self.url, self.storage)
+        dv = Pipeline(cat).at(self.table, barrier).data_version if barrier > 0 else 0
         return {"barrier": barrier, "dv": dv}
 
     def initialOffset(self) -> dict[str, int]:
-        return self._offset(Pipeline(progress.open_catalog(self.url)).job_frontier(self.job))
+        return self._offset(Pipeline(progress.open_catalog(self.url, self.storage)).job_frontier(self.job))
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the barrier an availableNow query reads up to: the newest one
         every source of the job has precommitted now. The query then runs its
         batches (one barrier each, or ``maxBarriersPerTrigger``) up to it and stops."""
-        self._target = Pipeline(progress.open_catalog(self.url)).ready_barrier(self.job)
+        self._target = Pipeline(progress.open_catalog(self.url, self.storage)).ready_barrier(self.job)
         log.info("job %s: availableNow reads %s up to barrier %d", self.job, self.table, self._target)
 
     def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
         s = int(start["barrier"])
         n = self._calls.get(s, 0)
         self._calls = {s: n + 1}
-        cat = progress.open_catalog(self.url)
+        cat = progress.open_catalog(self.url, self.storage)
         most = self.max_barriers if self._target is None else min(self.max_barriers, self._target - s)
 
         def plan() -> int:
@@ -108,19 +111,19 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         if int(end["dv"]) <= int(start["dv"]):
             return []
-        t = progress.open_catalog(self.url).load_table(self.table)
+        t = progress.open_catalog(self.url, self.storage).load_table(self.table)
         return [FilesPartition([FileToRead(f.path, f.record_count, f.file_size)])
                 for f in t.added_files(int(start["dv"]), int(end["dv"]))]
 
     def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:  # executors
-        data = reader.read(self.shape.ident, FileWriter(self.shape.location), partition.files,
+        data = reader.read(self.shape.ident, self.shape.store(), partition.files,
                            self.shape.physical_schema)
         if self.shape.primary_key:  # upserted rows; tombstones are not rows
             data = data.filter(pa.compute.invert(data.column("_ls_deleted"))).drop_columns(["_ls_deleted"])
         yield from data.to_batches()
 
     def commit(self, end: dict[str, int]) -> None:
-        cat = progress.open_catalog(self.url)
+        cat = progress.open_catalog(self.url, self.storage)
         t = cat.load_table(self.table)
         locker = f"stream:{self.job}:{self.table}"
         from ..catalog.lifecycle import release_locks

@@ -1,4 +1,8 @@
-"""Cleanup keeps what any retained version, snapshot or lock needs; TTL; metadata pruning."""
+"""Cleanup keeps what any retained version, snapshot or lock needs; TTL; metadata pruning.
+
+On the local disk and on S3 (``s3`` mark, tests/conftest.py; S3 with PostgreSQL
+only, as the conflict matrix): what storage holds is checked with a filesystem
+made by the test, not lakestep's."""
 
 from __future__ import annotations
 
@@ -13,11 +17,13 @@ from lakestep import Catalog, errors
 from lakestep.catalog.cleanup import IN_FLIGHT_FLOOR_SECONDS
 from lakestep.clock import ManualClock
 
+pytestmark = pytest.mark.s3("postgres")
+
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.date32())])
 
 
-def disk_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
+def stored_bytes(spec, location: str) -> int:  # type: ignore[no-untyped-def]
+    return sum(spec.files_under(location).values())
 
 
 @pytest.fixture
@@ -26,7 +32,7 @@ def table(clocked: Catalog):  # type: ignore[no-untyped-def]
     return clocked.create_table("s.t", SCHEMA, properties={"lakestep.retention-seconds": "60"})
 
 
-def test_cleanup_keeps_window_snapshots_and_locks(table, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
+def test_cleanup_keeps_window_snapshots_and_locks(catalog_spec, table, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
     d = dt.date(2026, 1, 1)
     for i in range(4):
         table.append({"id": [i], "day": [d]})
@@ -58,26 +64,30 @@ def test_cleanup_keeps_window_snapshots_and_locks(table, clock: ManualClock) -> 
     pin.release()
     table.drop_snapshot("two")
     table.cleanup()
-    assert disk_bytes(table.location) == sum(f.file_size for f in table.files())
+    assert stored_bytes(catalog_spec, table.location) == sum(f.file_size for f in table.files())
 
 
-def test_orphans_are_removed_after_the_window_and_the_floor(table, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
+def test_orphans_are_removed_after_the_window_and_the_floor(catalog_spec, table, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
     table.append({"id": [1], "day": [dt.date(2026, 1, 1)]})
-    orphan = os.path.join(table.location, "data", "never-committed.parquet")
-    with open(orphan, "wb") as fh:
-        fh.write(b"x" * 10)
-    os.utime(orphan, (clock.now(), clock.now()))  # written now, by the catalog's clock
+    rel = "data/never-committed.parquet"
+    catalog_spec.put(table.location, rel, b"x" * 10)
+    if catalog_spec.on_s3:  # the store sets the time (its clock, whole seconds): lakestep allows a
+        written = catalog_spec.mtime(table.location, rel) + 1.0  # second of slack (cleanup.py)
+        clock.set(written)
+    else:
+        written = clock.now()
+        os.utime(os.path.join(table.location, rel), (written, written))  # written now, by the catalog's clock
     assert table.cleanup().orphan_files == []  # too young: may belong to a writer about to commit
-    clock.advance(61)  # older than the 60 s window, but a commit may still be in flight
-    assert table.cleanup().orphan_files == [] and os.path.exists(orphan)
-    clock.advance(IN_FLIGHT_FLOOR_SECONDS - 61 - 0.5)
+    clock.set(written + 61)  # older than the 60 s window, but a commit may still be in flight
+    assert table.cleanup().orphan_files == [] and rel in catalog_spec.files_under(table.location)
+    clock.set(written + IN_FLIGHT_FLOOR_SECONDS - 0.5)
     assert table.cleanup().orphan_files == []
-    clock.advance(0.5)  # exactly as old as the floor
+    clock.set(written + IN_FLIGHT_FLOOR_SECONDS)  # exactly as old as the floor
     report = table.cleanup(dry_run=True)
-    assert report.orphan_files == ["data/never-committed.parquet"] and report.orphan_bytes == 10
-    assert os.path.exists(orphan)
+    assert report.orphan_files == [rel] and report.orphan_bytes == 10
+    assert rel in catalog_spec.files_under(table.location)  # a dry run deletes nothing
     table.cleanup()
-    assert not os.path.exists(orphan)
+    assert rel not in catalog_spec.files_under(table.location)
     assert table.to_arrow().num_rows == 1
 
 
@@ -90,18 +100,18 @@ def test_cleanup_never_takes_the_files_of_a_commit_in_flight(catalog_spec, catal
     t.append({"id": [1], "day": [dt.date(2026, 1, 1)]})
     writer, _ = worker_pair
     writer.prepare(catalog_spec, "append", "s.t", pa.table({"id": [2], "day": [dt.date(2026, 1, 2)]}, schema=SCHEMA))
-    in_flight = files_on_disk(t) - {f.path for f in t.files()}
+    in_flight = stored_files(catalog_spec, t) - {f.path for f in t.files()}
     assert len(in_flight) == 1  # written, not committed: an orphan to anyone who looks
     report = t.cleanup()
     assert report.orphan_files == []
     assert writer.commit()[0]["version"] == 2
     assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2]
-    assert files_on_disk(t) == {f.path for f in t.files()}
+    assert stored_files(catalog_spec, t) == {f.path for f in t.files()}
 
 
-def files_on_disk(t) -> set[str]:  # type: ignore[no-untyped-def]
-    root = t.location
-    return {os.path.relpath(os.path.join(r, f), root) for r, _, fs in os.walk(os.path.join(root, "data")) for f in fs}
+def stored_files(spec, t) -> set[str]:  # type: ignore[no-untyped-def]
+    """The files under the table's ``data/`` as storage lists them (relative to the table)."""
+    return {p for p in spec.files_under(t.location) if p.startswith("data/")}
 
 
 N_RACE = 60
@@ -139,7 +149,7 @@ def test_cleanup_beside_a_writer_with_retention_0_loses_nothing(catalog_spec, ca
             w.stop()
     assert versions == list(range(1, N_RACE + 1)) and deleted == 0
     assert sorted(t.to_arrow().column("id").to_pylist()) == list(range(N_RACE))  # every file still there
-    assert files_on_disk(t) == {f.path for f in t.files()}
+    assert stored_files(catalog_spec, t) == {f.path for f in t.files()}
 
 
 def test_ttl_by_partition_and_by_rows(catalog: Catalog) -> None:

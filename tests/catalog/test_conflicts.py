@@ -3,7 +3,8 @@
 Both processes prepare their change against the same base version; then the
 test lets ``E`` commit first and ``L`` second. Running every ordered pair of
 operations covers both outcomes of each race. The expected rows are computed
-here from the matrix, independently of lakestep's code.
+here from the matrix, independently of lakestep's code. Every cell runs with
+the warehouse on the local disk and on S3: no outcome may depend on the storage.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import pyarrow as pa
 import pytest
 
 from lakestep import Catalog
+
+# The matrix on the local disk and on S3 (tests/conftest.py); S3 with PostgreSQL only, its production
+# partner: the storage does not depend on the catalog's database, and S3 cells cost time.
+pytestmark = pytest.mark.s3("postgres")
 
 SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.string()), ("v", pa.int64())])
 Rows = dict[int, tuple[str, int]]  # id -> (part, v)

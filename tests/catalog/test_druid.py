@@ -31,6 +31,9 @@ from lakestep import Catalog
 
 from .workers import WorkerError
 
+# On S3 too, with LAKESTEP_TEST_S3=all (tests/conftest.py): too long to run on both storages in CI.
+pytestmark = pytest.mark.s3("postgres", opt_in=True)
+
 SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.string()), ("note", pa.string())])
 MODULE = __name__
 TASKS = ["ingest", "compact", "replace", "partial", "rewrite"]

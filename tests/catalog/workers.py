@@ -29,15 +29,15 @@ def _main(pipe: Any, env: dict[str, str]) -> None:
     os.environ.update(env)
     from lakestep import Catalog
 
-    catalogs: dict[tuple[str, str], Catalog] = {}
+    catalogs: dict[tuple[str, str, tuple[tuple[str, str], ...]], Catalog] = {}
 
-    def open_catalog(url: str, warehouse: str) -> Catalog:
-        if (url, warehouse) not in catalogs:
+    def open_catalog(url: str, warehouse: str, storage: tuple[tuple[str, str], ...] = ()) -> Catalog:
+        if (url, warehouse, storage) not in catalogs:
             for old in catalogs.values():  # one test at a time: close the last test's handles
                 old.close()
             catalogs.clear()
-            catalogs[(url, warehouse)] = Catalog(url, warehouse=warehouse)
-        return catalogs[(url, warehouse)]
+            catalogs[(url, warehouse, storage)] = Catalog(url, warehouse=warehouse, storage_options=dict(storage))
+        return catalogs[(url, warehouse, storage)]
 
     tx = None
     while True:
@@ -83,6 +83,11 @@ def _main(pipe: Any, env: dict[str, str]) -> None:
         c.close()
 
 
+def _where(spec: Any) -> tuple[Any, ...]:
+    """Which catalog a command is for: URL, warehouse and storage options (an S3 warehouse)."""
+    return (spec.url, spec.warehouse, tuple(getattr(spec, "storage", ())))
+
+
 class Worker:
     """A process that runs catalog operations for the test; ``spec`` says which catalog."""
 
@@ -105,10 +110,10 @@ class Worker:
 
     def prepare(self, spec: Any, op: str, table: str, *args: Any, key: tuple[str, int] | None = None,
                 **kwargs: Any) -> None:
-        self._ask("prepare", (spec.url, spec.warehouse), op, table, args, kwargs, key)
+        self._ask("prepare", _where(spec), op, table, args, kwargs, key)
 
     def prepare_fn(self, spec: Any, module: str, func: str, *args: Any) -> None:
-        self._ask("prepare_fn", (spec.url, spec.warehouse), module, func, args)
+        self._ask("prepare_fn", _where(spec), module, func, args)
 
     def commit(self) -> list[dict[str, Any]]:
         return self._ask("commit")
@@ -117,11 +122,11 @@ class Worker:
         self._ask("abort")
 
     def call(self, spec: Any, module: str, func: str, *args: Any, timeout: float = 300.0) -> Any:
-        return self._ask("call", (spec.url, spec.warehouse), module, func, args, timeout=timeout)
+        return self._ask("call", _where(spec), module, func, args, timeout=timeout)
 
     def send_call(self, spec: Any, module: str, func: str, *args: Any) -> None:
         """Start a call without waiting; collect its answer with :meth:`receive`."""
-        self.pipe.send(("call", (spec.url, spec.warehouse), module, func, args))
+        self.pipe.send(("call", _where(spec), module, func, args))
 
     def stop(self) -> None:
         if self.proc.is_alive():

@@ -6,6 +6,7 @@ per-record transformation, the lakestep sink). A barrier coordinator seals
 epochs every ``--interval`` seconds in this driver.
 
     python -m tests.streaming.pipeline_app --catalog URL --bootstrap HOST:PORT --topic T --checkpoints DIR
+        [--storage NAME=VALUE ...]   # storage options of an S3 warehouse (Spark options storage.NAME)
 
 The tables and the job ``agg`` must exist (the test creates them). The process
 exits with status 3 when a query fails (e.g. a failpoint killed the Python
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=3.0)
     ap.add_argument("--trigger", default="500 milliseconds")
     ap.add_argument("--max-offsets", type=int, default=60)
+    ap.add_argument("--storage", action="append", default=[], metavar="NAME=VALUE")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -50,8 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from lakestep.barrier import Pipeline
+    from lakestep.catalog.files import Storage
     from lakestep.streaming import register
     from lakestep.streaming.progress import open_catalog
+
+    storage = Storage.of(dict(kv.split("=", 1) for kv in args.storage))
+    opts = storage.spark_options()  # the driver opens the catalog with them and ships them to executors
 
     ck = Path(args.checkpoints)
     log4j = ck / "log4j2.properties"
@@ -75,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
 
-    coord = Pipeline(open_catalog(args.catalog)).coordinator(interval=args.interval, lease_seconds=3.0,
+    coord = Pipeline(open_catalog(args.catalog, storage)).coordinator(interval=args.interval, lease_seconds=3.0,
                                                              retain_count=None)
     coord.start()
 
@@ -84,11 +90,13 @@ def main(argv: list[str] | None = None) -> int:
            .option("maxOffsetsPerTrigger", args.max_offsets).load()
            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset"))
     ingest = (raw.writeStream.format("lakestep").option("catalog", args.catalog).option("table", "s.raw")
+              .options(**opts)
               .option("job", "ingest").option("checkpointLocation", str(ck / "ingest")).queryName("ingest")
               .trigger(processingTime=args.trigger).start())
     src = (spark.readStream.format("lakestep").option("catalog", args.catalog).option("table", "s.raw")
-           .option("job", "agg").load())
+           .options(**opts).option("job", "agg").load())
     agg = (transform(src).writeStream.format("lakestep").option("catalog", args.catalog).option("table", "s.agg")
+           .options(**opts)
            .option("job", "agg").option("checkpointLocation", str(ck / "agg")).queryName("agg")
            .trigger(processingTime=args.trigger).start())
     print("READY", flush=True)

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -33,6 +34,13 @@ from lakestep.barrier import Pipeline
 from lakestep.streaming import register_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+# Each run of the test costs minutes (a Spark start-up per kill), so it covers both catalog backends and
+# both kinds of storage in two variants: SQLite with the warehouse on the local disk, and PostgreSQL with
+# it on S3 (the executors write and read the bucket with the storage options the driver hands them:
+# tests/conftest.py, tests/s3server.py). LAKESTEP_TEST_S3=all adds the other two pairings.
+CATALOGS = ["sqlite", "postgres-s3"] + (["postgres", "sqlite-s3"] if os.environ.get("LAKESTEP_TEST_S3") == "all"
+                                        else [])
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RAW = pa.schema([("key", pa.string()), ("value", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
@@ -205,11 +213,12 @@ KINDS = [("delay", None), ("after_commit", "s.raw"), ("after_commit", "s.agg"), 
          ("failpoint", "commit.locked=exit"), ("failpoint", "commit.after_add=exit")]
 
 
-def _plan(backend: str, rnd: random.Random) -> list[tuple[str, str | None]]:
+def _plan(spec: Any, rnd: random.Random) -> list[tuple[str, str | None]]:
     kills = int(os.environ.get("LAKESTEP_CRASH_KILLS", "0"))
-    return [rnd.choice(KINDS) for _ in range(kills)] if kills > 0 else PLANS[backend]
+    return [rnd.choice(KINDS) for _ in range(kills)] if kills > 0 else PLANS[spec.backend]
 
 
+@pytest.mark.parametrize("catalog_spec", CATALOGS, indirect=True)
 def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
     seed = int(os.environ.get("LAKESTEP_CRASH_SEED", str(time.time_ns() % 2**32)))
     print(f"exactly-once crash test: LAKESTEP_CRASH_SEED={seed} replays this run's delays, kills and records")
@@ -233,10 +242,11 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
 
     args = ["--catalog", catalog_spec.url, "--bootstrap", kafka_broker.bootstrap_servers, "--topic", topic,
             "--checkpoints", str(tmp_path / "ck")]
+    args += [a for kv in catalog_spec.storage for a in ("--storage", f"{kv[0]}={kv[1]}")]
     produce(150)
     log: list[str] = []
     run = 0
-    for kind, arg in _plan(catalog_spec.backend, rnd):
+    for kind, arg in _plan(catalog_spec, rnd):
         run += 1
         app = App(tmp_path, run, args, arg if kind == "failpoint" else None,
                   arg if kind == "pause_after_commit" else None)
@@ -285,7 +295,7 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
     finally:
         app.kill()
     elapsed = time.time() - started
-    print(f"\n[{catalog_spec.backend}] {len(produced)} records, {run} runs, {elapsed:.0f}s\n  " + "\n  ".join(log))
+    print(f"\n[{catalog_spec.backend}{'-s3' if catalog_spec.on_s3 else ''}] {len(produced)} records, {run} runs, {elapsed:.0f}s\n  " + "\n  ".join(log))
 
     # every input record exactly once in s.raw
     rows = raw.to_arrow().to_pylist()

@@ -47,7 +47,8 @@ from .commit import (
 )
 from .files import FileWriter, NewFile, check_identifier, check_relative_path, normalize_location, resolve_filesystem
 from .predicates import Filter, Predicate
-from .table import Table, TableMeta
+from .handle import TableHandle, TableMeta
+from .table import Table
 from .writes import (
     PartitionSpec,
     change_of,
@@ -459,10 +460,10 @@ class Catalog:
             if not dropped:
                 q = q.where(S.tables.c.table_id != table.table_id)
             others = conn.execute(q).scalars().all()
-        return locations.Deletions.of(table._writer, others=others, catalog_file=self._catalog_file())
+        return locations.Deletions.of(table.writer, others=others, catalog_file=self._catalog_file())
 
     def _purge(self, table: Table, recorded: Sequence[str]) -> None:
-        writer = table._writer
+        writer = table.writer
         guard = self.deletion_guard(table, dropped=True)
         for rel in recorded:
             if guard.allows_recorded(writer.full_path(rel)):
@@ -647,7 +648,7 @@ class Transaction:
             change = TableChange(table_id=t.table_id, ident=t.ident, operation=op, base_version=-1,
                                  location=t.location, added=list(files), barrier=barrier)
         else:
-            base, base_dv, _ = t._head_and_live()
+            base, base_dv, _ = t.head_and_live()
             change = TableChange(table_id=t.table_id, ident=t.ident, operation=Operation.OVERWRITE,
                                  base_version=base, base_data_version=base_dv, location=t.location,
                                  added=list(files), barrier=barrier, summary={"scope": "all"})

@@ -50,6 +50,7 @@ from . import schema as S
 from .commit import CommitResult
 
 if TYPE_CHECKING:
+    from .handle import TableHandle
     from .table import Table
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def _pinned(conn: sa.Connection, table_id: int, now: float) -> list[int]:
 
 
 def cleanup(
-    table: "Table",
+    table: "TableHandle",
     *,
     retention_seconds: float | None = None,
     dry_run: bool = False,
@@ -124,7 +125,7 @@ def cleanup(
         if r.path not in still_used:
             sizes[r.path] = r.file_size
     # 2. bytes of expired files
-    writer = table._writer
+    writer = table.writer
     for path, size in sorted(sizes.items()):
         report.deleted_files.append(path)
         report.deleted_bytes += size
@@ -140,8 +141,8 @@ def cleanup(
     return report
 
 
-def _orphans(table: "Table", report: CleanupReport, cutoff: float, dry_run: bool) -> None:
-    writer = table._writer
+def _orphans(table: "TableHandle", report: CleanupReport, cutoff: float, dry_run: bool) -> None:
+    writer = table.writer
     base = writer.full_path("data")
     try:
         infos = writer.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
@@ -165,7 +166,7 @@ def _orphans(table: "Table", report: CleanupReport, cutoff: float, dry_run: bool
             writer.delete(rel)
 
 
-def _prune(table: "Table", report: CleanupReport, floor: int, pinned: list[int], expired_ids: list[int],
+def _prune(table: "TableHandle", report: CleanupReport, floor: int, pinned: list[int], expired_ids: list[int],
            cutoff: float, now: float) -> None:
     f, c, t = S.files.c, S.commits.c, S.txns.c
     tid = table.table_id

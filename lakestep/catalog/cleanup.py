@@ -1,4 +1,4 @@
-"""Cleanup and TTL: reclaiming storage without breaking any reader or writer.
+"""Cleanup: reclaiming storage without breaking any reader or writer (TTL: maintenance.apply_ttl).
 
 Which versions are *retained* at time ``now`` with retention window ``R``:
 
@@ -42,16 +42,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 import sqlalchemy as sa
 
 from . import schema as S
-from .commit import CommitResult
 
 if TYPE_CHECKING:
     from .handle import TableHandle
-    from .table import Table
 
 log = logging.getLogger(__name__)
 
@@ -196,34 +193,3 @@ def _prune(table: "TableHandle", report: CleanupReport, floor: int, pinned: list
         superseded = sa.exists().where(newer.c.job_id == t.job_id, newer.c.batch_id > t.batch_id)
         conn.execute(sa.delete(S.txns).where(t.committed_at < cutoff, orphan_txn,
                                              sa.or_(t.job_id.is_(None), superseded)))
-
-
-# ------------------------------------------------------------------- TTL
-def apply_ttl(table: "Table", *, now: float | None = None) -> CommitResult | None:
-    """Remove rows older than the table's TTL with an ordinary overwrite commit.
-
-    Properties: ``lakestep.ttl.column`` (a timestamp, date, or integer epoch-seconds
-    column; a partition column makes it metadata-only) and ``lakestep.ttl.seconds``.
-    The bytes go later, with :func:`cleanup`. Returns None when no TTL is set.
-    """
-    col = table.properties.get("lakestep.ttl.column")
-    secs = table.properties.get("lakestep.ttl.seconds")
-    if not col or not secs:
-        return None
-    now = time.time() if now is None else now
-    cutoff = _cutoff_value(table.schema.field(col).type, now - float(secs))
-    empty = table.schema.empty_table()
-    return table.overwrite(empty, where=[(col, "<", cutoff)])
-
-
-def _cutoff_value(t: pa.DataType, epoch: float) -> Any:
-    if pa.types.is_timestamp(t):
-        when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
-        return when if t.tz else when.replace(tzinfo=None)
-    if pa.types.is_date(t):
-        return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).date()
-    if pa.types.is_integer(t):
-        return int(epoch)
-    if pa.types.is_floating(t):
-        return float(epoch)
-    raise ValueError(f"a TTL column must be a timestamp, date or epoch-seconds number, not {t}")

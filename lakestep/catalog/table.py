@@ -505,12 +505,3 @@ class Table(TableHandle):
                 f"({self.retention_seconds}s, property lakestep.retention-seconds): readers and compaction undo "
                 "rely on it; lower the property, or pass force=True")
         return cleanup_mod.cleanup(self, retention_seconds=retention_seconds, dry_run=dry_run, orphans=orphans)
-
-    def apply_ttl(self) -> CommitResult | None:
-        """Drop rows older than the TTL (``lakestep.ttl.column`` / ``lakestep.ttl.seconds``).
-
-        None when no TTL is set, or when the stored TTL properties are invalid
-        (logged; ``properties.py`` step 2): an invalid TTL removes no rows."""
-        if P.ttl(self.ident, self.properties, self.schema, warned=self.warned) is None:
-            return None
-        return cleanup_mod.apply_ttl(self)

@@ -196,7 +196,7 @@ class Catalog:
                 if found:
                     row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
             if found == S.LATEST and row is not None:
-                return self._check_warehouse(row[0], warehouse)
+                return self._check_warehouse(row.value, warehouse)
             with self.backend.write() as conn:
                 self.backend.catalog_lock(conn)
                 found = S.current_version(conn)
@@ -214,7 +214,7 @@ class Catalog:
                     wh = normalize_location(warehouse)
                     conn.execute(sa.insert(S.meta).values(key="warehouse", value=wh))
                     return wh
-                return self._check_warehouse(row[0], warehouse)
+                return self._check_warehouse(row.value, warehouse)
         except CatalogUnavailableError as e:
             raise CatalogUnavailableError(f"cannot open the catalog at {self.url}: {e}") from e
 
@@ -264,12 +264,12 @@ class Catalog:
 
     def list_namespaces(self) -> list[str]:
         with self.backend.read() as conn:
-            return [r[0] for r in conn.execute(sa.select(S.namespaces.c.name).order_by(S.namespaces.c.name))]
+            return [r.name for r in conn.execute(sa.select(S.namespaces.c.name).order_by(S.namespaces.c.name))]
 
     def drop_namespace(self, name: str) -> None:
         check_identifier(name, "namespace")
         with self.backend.write() as conn:
-            tables = [r[0] for r in conn.execute(sa.select(S.tables.c.name).where(S.tables.c.namespace == name))]
+            tables = [r.name for r in conn.execute(sa.select(S.tables.c.name).where(S.tables.c.namespace == name))]
             if tables:
                 raise NamespaceNotEmptyError(name, tables)
             if conn.execute(sa.delete(S.namespaces).where(S.namespaces.c.name == name)).rowcount == 0:
@@ -366,7 +366,7 @@ class Catalog:
             return existing
         others = conn.execute(sa.select(S.tables.c.namespace, S.tables.c.name, S.tables.c.location)).all()
         locations.check_new_location(loc, warehouse=self.warehouse, catalog_file=self._catalog_file(),
-                                     tables=[(f"{r[0]}.{r[1]}", r[2]) for r in others], external=external)
+                                     tables=[(f"{r.namespace}.{r.name}", r.location) for r in others], external=external)
         return None
 
     def _catalog_file(self) -> str | None:
@@ -417,7 +417,7 @@ class Catalog:
         if namespace is not None:
             q = q.where(S.tables.c.namespace == check_identifier(namespace, "namespace"))
         with self.backend.read() as conn:
-            return [f"{r[0]}.{r[1]}" for r in conn.execute(q)]
+            return [f"{r.namespace}.{r.name}" for r in conn.execute(q)]
 
     def rename_table(self, old: str | Sequence[str], new: str | Sequence[str]) -> Table:
         ons, oname = parse_ident(old)

@@ -134,7 +134,7 @@ class TableHandle:
         ).first()
         if row is None:
             raise TableNotFoundError(self.ident)
-        return int(row[0]), int(row[1])
+        return int(row.version), int(row.data_version)
 
     def files_at(self, conn: sa.Connection, v: int, head: int) -> list[DataFile]:
         if v == head:

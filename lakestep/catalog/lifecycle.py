@@ -100,7 +100,7 @@ def snapshot_version(table: "TableHandle", conn: sa.Connection, name: str) -> in
     ).first()
     if row is None:
         raise VersionNotFoundError(table.ident, f"snapshot {name!r}")
-    return int(row[0])
+    return int(row.version)
 
 
 def drop_snapshot(table: "TableHandle", name: str) -> None:
@@ -124,7 +124,7 @@ def expire_snapshots(table: "TableHandle", *, keep_last: int | None = None, olde
             dropped += conn.execute(sa.delete(S.snapshots).where(
                 c.table_id == table.table_id, c.created_at < now - older_than)).rowcount
         if keep_last is not None:
-            names = [r[0] for r in conn.execute(
+            names = [r.name for r in conn.execute(
                 sa.select(c.name).where(c.table_id == table.table_id).order_by(c.version.desc(), c.created_at.desc())
             )]
             for name in names[keep_last:]:

@@ -47,7 +47,7 @@ from .commit import (
 )
 from .files import FileWriter, NewFile, check_identifier, check_relative_path, normalize_location, resolve_filesystem
 from .predicates import Filter, Predicate
-from .handle import TableHandle, TableMeta
+from .handle import TableMeta
 from .table import Table
 from .writes import (
     PartitionSpec,

@@ -40,7 +40,7 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 import sqlalchemy as sa

@@ -48,7 +48,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
-from ..catalog.commit import CommitResult, FilesMode, Isolation
+from ..catalog.changes import CommitResult, FilesMode, Isolation
 from .errors import JobNotFoundError, StaleBatchError
 from .epochs import open_epoch
 from .states import facts, heads, first_change, frontier, job_frontier, tag_frontier, versions_at

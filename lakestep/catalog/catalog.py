@@ -33,18 +33,8 @@ from . import properties as P
 from . import schema as S
 from .backend import Backend, DatabaseTimeouts, create_backend
 from .checks import check_barrier, check_batch_id, check_job_id
-from .commit import (
-    After,
-    CommitResult,
-    FilesMode,
-    Guard,
-    Isolation,
-    Operation,
-    TableChange,
-    commit,
-    find_txn,
-    txn_results,
-)
+from .changes import CommitResult, FilesMode, Isolation, Operation, TableChange
+from .commit import After, Guard, commit, find_txn, txn_results
 from .files import FileWriter, NewFile, check_identifier, check_relative_path, normalize_location, resolve_filesystem
 from .predicates import Filter, Predicate
 from .handle import TableMeta

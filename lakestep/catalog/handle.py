@@ -29,7 +29,7 @@ from ..errors import TableNotFoundError
 from . import pk, reader
 from . import properties as P
 from . import schema as S
-from .commit import FILE_COLS, row_to_file
+from .changes import FILE_COLS, row_to_file
 from .files import DataFile, FileWriter
 from .predicates import Predicate, Verdict
 

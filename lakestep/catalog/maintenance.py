@@ -29,7 +29,7 @@ import pyarrow as pa
 from ..errors import LakestepError
 from . import properties as P
 from .catalog import Catalog
-from .commit import CommitResult
+from .changes import CommitResult
 from .table import Table
 
 log = logging.getLogger(__name__)

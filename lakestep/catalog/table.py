@@ -23,7 +23,7 @@ from . import cleanup as cleanup_mod
 from . import lifecycle
 from . import properties as P
 from . import schema as S
-from .commit import FILE_COLS, CommitResult, Isolation, row_to_file
+from .changes import FILE_COLS, CommitResult, Isolation, row_to_file
 from .checks import check_barrier, check_seconds
 from .files import DataFile
 from .handle import CatalogLike, TableHandle, TableMeta

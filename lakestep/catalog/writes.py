@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import DataOutOfRangeError, InvalidArgumentError, InvalidDataError, SchemaMismatchError
-from .commit import Isolation, Operation, TableChange
+from .changes import Isolation, Operation, TableChange
 from . import pk
 from . import properties as P
 from .files import DataFile, NewFile

@@ -682,7 +682,7 @@ class Transaction:
         """Make ``table`` hold exactly the rows of ``version`` again (metadata only).
 
         A new commit, history kept: its ``base_version`` is ``version``; commits
-        landing concurrently are undone too. See ``resolver.Resolver._restore``.
+        landing concurrently are undone too. See ``resolver.Resolver._restore`` (the RESTORE row of ``resolver.MATRIX``).
         """
         from ..errors import VersionNotFoundError
 

@@ -14,8 +14,9 @@ The protocol of one catalog transaction (one or several tables):
       newest key for as long as the catalog lives): nothing is committed and
       the tables' current versions are returned, marked replayed;
    c. decides, for every table, the outcome against the commits that landed
-      after ``base_version`` (the matrix of docs/design.md §2) from metadata only:
-      file ids, operations and file statistics; no data file is read;
+      after ``base_version`` (the matrix of docs/design.md §2, as data in
+      ``resolver.MATRIX``) from metadata only: file ids, operations and file
+      statistics; no data file is read;
    d. tombstones removed files, records added (and re-added) files, the
       commit row and the new head of each table;
    e. commits the database transaction: all tables or none.

@@ -4,9 +4,10 @@ of docs/design.md §2, from metadata only (file ids, operations, statistics)."""
 
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -56,6 +57,87 @@ class Plan:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
+class Kind(enum.Enum):
+    """A row (the later change L) or a column (a commit E that landed after L's base) of the matrix."""
+
+    APPEND = "APPEND / upsert"
+    OVERWRITE = "OVERWRITE"
+    REWRITE = "DELETE / UPDATE / MERGE"
+    COMPACT = "COMPACT"
+    RESTORE = "RESTORE"
+
+
+def later_kind(change: TableChange) -> Kind:
+    """L's row: blind appends and upserts, overwrites, rewrites, compactions, restores."""
+    op = change.operation
+    if change.blind:
+        return Kind.APPEND
+    if op is Operation.COMPACT:
+        return Kind.COMPACT
+    if op is Operation.OVERWRITE:
+        return Kind.OVERWRITE
+    if op.rewrites_rows:
+        return Kind.REWRITE
+    if op is Operation.RESTORE:
+        return Kind.RESTORE
+    raise ValueError(f"cannot commit operation {op}")
+
+
+#: E's column, by the operation its commit row records. A RESTORE replaces live
+#: files as an OVERWRITE does; an operation not known here (``"?"``: no row) is
+#: taken for a rewrite, the column whose rules are the strictest.
+_EARLIER = {
+    Operation.CREATE.value: Kind.APPEND, Operation.APPEND.value: Kind.APPEND, Operation.MERGE.value: Kind.APPEND,
+    Operation.OVERWRITE.value: Kind.OVERWRITE, Operation.RESTORE.value: Kind.OVERWRITE,
+    Operation.DELETE.value: Kind.REWRITE, Operation.UPDATE.value: Kind.REWRITE,
+    Operation.COMPACT.value: Kind.COMPACT,
+}
+
+
+def earlier_kind(operation: str) -> Kind:
+    return _EARLIER.get(operation, Kind.REWRITE)
+
+
+class Rule(enum.Enum):
+    """What happens to L given one E: a cell of the matrix (docs/design.md §2)."""
+
+    BOTH_LAND = "both land"
+    L_WINS = "L wins: it replaces everything live in its scope at commit time, E's rows included"
+    CHECK_SERIALIZABLE = ("both land under snapshot isolation; under serializable, L fails if a file E "
+                          "added may hold rows matching L's predicate")
+    FAIL_IF_READ_REMOVED = "L fails if E removed a file L read (and under serializable, as above)"
+    UNDO_COMPACTION = ("both land: E's compaction is undone by metadata where it took files L read; "
+                       "L fails if E is older than the retention window")
+    DISCARD_IF_INPUT_REMOVED = "L is discarded (a success, discarded=True) if E removed one of its inputs"
+    RESTORE_TARGET = "L makes the live files exactly those of its target version: E is undone"
+
+
+#: The conflict matrix, one row per (L, E) cell. The rules are applied by the
+#: planner of L's row (:data:`PLANNERS`); a rewrite consults the cell of each E.
+MATRIX: dict[tuple[Kind, Kind], Rule] = {
+    (Kind.APPEND, Kind.APPEND): Rule.BOTH_LAND,
+    (Kind.APPEND, Kind.OVERWRITE): Rule.BOTH_LAND,
+    (Kind.APPEND, Kind.REWRITE): Rule.BOTH_LAND,
+    (Kind.APPEND, Kind.COMPACT): Rule.BOTH_LAND,
+    (Kind.OVERWRITE, Kind.APPEND): Rule.L_WINS,
+    (Kind.OVERWRITE, Kind.OVERWRITE): Rule.L_WINS,
+    (Kind.OVERWRITE, Kind.REWRITE): Rule.L_WINS,
+    (Kind.OVERWRITE, Kind.COMPACT): Rule.L_WINS,
+    (Kind.REWRITE, Kind.APPEND): Rule.CHECK_SERIALIZABLE,
+    (Kind.REWRITE, Kind.OVERWRITE): Rule.FAIL_IF_READ_REMOVED,
+    (Kind.REWRITE, Kind.REWRITE): Rule.FAIL_IF_READ_REMOVED,
+    (Kind.REWRITE, Kind.COMPACT): Rule.UNDO_COMPACTION,
+    (Kind.COMPACT, Kind.APPEND): Rule.DISCARD_IF_INPUT_REMOVED,
+    (Kind.COMPACT, Kind.OVERWRITE): Rule.DISCARD_IF_INPUT_REMOVED,
+    (Kind.COMPACT, Kind.REWRITE): Rule.DISCARD_IF_INPUT_REMOVED,
+    (Kind.COMPACT, Kind.COMPACT): Rule.DISCARD_IF_INPUT_REMOVED,
+    (Kind.RESTORE, Kind.APPEND): Rule.RESTORE_TARGET,
+    (Kind.RESTORE, Kind.OVERWRITE): Rule.RESTORE_TARGET,
+    (Kind.RESTORE, Kind.REWRITE): Rule.RESTORE_TARGET,
+    (Kind.RESTORE, Kind.COMPACT): Rule.RESTORE_TARGET,
+}
+
+
 class Resolver:
     """Decides one change against the commits in ``(base_version, head]``."""
 
@@ -86,19 +168,16 @@ class Resolver:
             reason=reason,
         )
 
+    def rule(self, other_version: int) -> Rule:
+        """The matrix cell of this change and the commit ``other_version``."""
+        return MATRIX[(later_kind(self.c), earlier_kind(self.ops.get(other_version, ("?",))[0]))]
+
     def resolve(self) -> Plan:
-        op = self.c.operation
-        if self.c.blind:
-            return Plan(self.c, add=list(self.c.added))
-        if op is Operation.COMPACT:
-            return self._compact()
-        if op is Operation.OVERWRITE:
-            return self._overwrite()
-        if op.rewrites_rows:
-            return self._rewrite()
-        if op is Operation.RESTORE:
-            return self._restore()
-        raise ValueError(f"cannot commit operation {op}")
+        return PLANNERS[later_kind(self.c)](self)
+
+    # ------------------------------------------------------- APPEND / upsert
+    def _both_land(self) -> Plan:
+        return Plan(self.c, add=list(self.c.added))
 
     # ---------------------------------------------------------------- COMPACT
     def _compact(self) -> Plan:
@@ -169,7 +248,7 @@ class Resolver:
             return plan
         gone = self._removed_among(sorted(read))
         for fid, rv in sorted(gone.items()):
-            if self.ops.get(rv, ("?",))[0] != Operation.COMPACT.value:
+            if self.rule(rv) is not Rule.UNDO_COMPACTION:
                 raise self.conflict(rv, f"file {fid} that this {c.operation.value} read was removed")
         if gone:
             self._undo_compactions(plan, gone)
@@ -232,7 +311,7 @@ class Resolver:
             S.files.c.table_id == self.c.table_id, S.files.c.added_version > self.c.base_version
         )
         for f in map(row_to_file, self.conn.execute(q)):
-            if self.ops.get(f.added_version, ("?",))[0] == Operation.COMPACT.value:
+            if self.rule(f.added_version) is Rule.UNDO_COMPACTION:
                 continue  # compaction outputs hold rows that existed before
             if self.c.scope.verdict(f) is not Verdict.NONE:
                 raise self.conflict(
@@ -290,3 +369,13 @@ class Resolver:
                 t.c.table_id == self.c.table_id, sa.or_(t.c.expires_at.is_(None), t.c.expires_at > self.now))
             out.extend(int(r[0]) for r in self.conn.execute(q))
         return out
+
+
+#: The planner of each row of :data:`MATRIX`: the named procedure that applies its rules.
+PLANNERS: dict[Kind, Callable[[Resolver], Plan]] = {
+    Kind.APPEND: Resolver._both_land,
+    Kind.OVERWRITE: Resolver._overwrite,
+    Kind.REWRITE: Resolver._rewrite,
+    Kind.COMPACT: Resolver._compact,
+    Kind.RESTORE: Resolver._restore,
+}

@@ -213,3 +213,11 @@ def test_predicate_overwrite_rebases_onto_straddling_files(catalog_spec, catalog
     assert not isinstance(res_l, Exception), getattr(res_l, "tb", res_l)
     assert read(catalog, ident) == {1: ("a", 0), 2: ("a", 0), 3: ("a", 0), 4: ("b", 0), 7: ("b", 1), 2000: ("b", 0)}
     assert res_l[0]["summary"]["rewritten_files"] == 2  # [4, 5] at prepare, [2000, 9] on rebase
+
+
+def test_the_matrix_has_one_rule_per_cell() -> None:
+    from lakestep.catalog.resolver import MATRIX, PLANNERS, Kind
+
+    earlier = [k for k in Kind if k is not Kind.RESTORE]  # a landed RESTORE is in the OVERWRITE column
+    assert set(MATRIX) == {(later, e) for later in Kind for e in earlier}
+    assert set(PLANNERS) == set(Kind)

@@ -70,9 +70,9 @@ def read_plan(cat: Any, table: str, options: Any) -> Any:
     if "versionasof" in given:
         return t.read_plan(version=_int(given["versionasof"], "versionAsOf"))
     if "timestampasof" in given:
-        from ..query.read import _timestamp
+        from ..query.read import parse_timestamp
 
-        return t.read_plan(as_of=_timestamp(str(given["timestampasof"])))
+        return t.read_plan(as_of=parse_timestamp(str(given["timestampasof"])))
     if "snapshot" in given:
         return t.read_plan(snapshot=str(given["snapshot"]))
     if "barrier" in given:

@@ -356,7 +356,8 @@ class Catalog:
             return existing
         others = conn.execute(sa.select(S.tables.c.namespace, S.tables.c.name, S.tables.c.location)).all()
         locations.check_new_location(loc, warehouse=self.warehouse, catalog_file=self._catalog_file(),
-                                     tables=[(f"{r.namespace}.{r.name}", r.location) for r in others], external=external)
+                                     tables=[(f"{r.namespace}.{r.name}", r.location) for r in others],
+                                     external=external)
         return None
 
     def _catalog_file(self) -> str | None:
@@ -682,7 +683,8 @@ class Transaction:
         """Make ``table`` hold exactly the rows of ``version`` again (metadata only).
 
         A new commit, history kept: its ``base_version`` is ``version``; commits
-        landing concurrently are undone too. See ``resolver.Resolver._restore`` (the RESTORE row of ``resolver.MATRIX``).
+        landing concurrently are undone too. See ``resolver.Resolver._restore`` (the
+        RESTORE row of ``resolver.MATRIX``).
         """
         from ..errors import VersionNotFoundError
 

@@ -216,7 +216,8 @@ def _retained(conn: sa.Connection, table: "TableHandle", v: int, now: float) -> 
     return snap is not None
 
 
-def live_locks(catalog: "CatalogLike", table_id: int | None = None) -> list[tuple[int, str, int, int, str, float | None]]:
+def live_locks(catalog: "CatalogLike",
+               table_id: int | None = None) -> list[tuple[int, str, int, int, str, float | None]]:
     """(lock_id, locker, table_id, version, kind, expires_at) of the locks in force."""
     q = sa.select(S.locks.c.lock_id, S.locks.c.locker, S.locks.c.table_id, S.locks.c.version, S.locks.c.kind,
                   S.locks.c.expires_at).where(

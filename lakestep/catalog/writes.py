@@ -150,7 +150,8 @@ def prepare_append(table: "TableHandle", data: Any, *, barrier: int | None, pref
                      added=added, barrier=barrier)
 
 
-def _prepare_pk_change(table: "TableHandle", rows: pa.Table, *, barrier: int | None, summary: dict[str, Any]) -> TableChange:
+def _prepare_pk_change(table: "TableHandle", rows: pa.Table, *, barrier: int | None,
+                       summary: dict[str, Any]) -> TableChange:
     added = table.writer.write_partitioned(rows, table.partition_by) if rows.num_rows else []
     return change_of(
         table, operation=Operation.MERGE,
@@ -346,7 +347,8 @@ def _evaluate_set(rows: pa.Table, set: Mapping[str, Any], schema: pa.Schema, ide
     return out
 
 
-def prepare_compact(table: "TableHandle", *, target_file_size: int, min_files: int = 2, major: bool = False) -> TableChange:
+def prepare_compact(table: "TableHandle", *, target_file_size: int, min_files: int = 2,
+                    major: bool = False) -> TableChange:
     """Merge files of each partition into target-size files (see :meth:`Table.compact`)."""
     base, base_dv, live = table.head_and_live()
     change = change_of(

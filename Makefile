@@ -2,13 +2,13 @@
 #   make demo   the main demo: the streaming shopping pipeline (Kafka -> orders -> aggregates -> dashboard);
 #               DEMO_ARGS='--seconds 60' reads the dashboard longer
 #   make test   the test suite (what CI runs)
-# Also: make tour (a tour of the catalog, no Spark), make bench.
+# Also: make tour (a tour of the catalog, no Spark), make bench, make mutate (a mutation run; not in make test).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo tour test venv bench clean
+.PHONY: demo tour test venv bench mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,12 +29,18 @@ test: venv
 	scripts/ensure-services.sh
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# A mutation run over catalog/commit.py, catalog/predicates.py and barrier/states.py (scripts/mutate.py):
+# long (minutes per target), not part of `make test`. MUTATE_ARGS='--target lakestep/barrier/states.py'.
+mutate: venv
+	$(BIN)/python scripts/mutate.py $(MUTATE_ARGS)
+
 bench: venv
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	$(BIN)/python -m benchmarks.commit
 	$(BIN)/python -m benchmarks.lifecycle
 	$(BIN)/python -m benchmarks.barrier
 	$(BIN)/python -m benchmarks.streaming
+	$(BIN)/python -m benchmarks.query
 
 clean:
 	rm -rf $(VENV) demo-warehouse .pytest_cache

@@ -5,7 +5,8 @@ Everything lakestep raises on purpose derives from :class:`LakestepError`, so
 out-of-range key, a bad table property, a filter value of the wrong type, a
 ragged batch of rows) raises a :class:`LakestepError` that is also a
 :class:`ValueError`, and its message says what to do; a Python object of the
-wrong type altogether raises :class:`TypeError` as usual.
+wrong type altogether raises :class:`ArgumentTypeError`, which is also a
+:class:`TypeError`.
 Errors carry the facts as attributes (table, versions, the other commit) and
 chain their cause with ``raise ... from``.
 """
@@ -234,6 +235,17 @@ class InvalidArgumentError(LakestepError, ValueError):
         self.value = value
 
 
+class ArgumentTypeError(LakestepError, TypeError):
+    """An argument that is a Python object of the wrong type altogether (a dict
+    where a pyarrow schema belongs, one string where a list of table names
+    does). Nothing was read or changed; ``argument`` and ``value`` say which."""
+
+    def __init__(self, message: str, *, argument: str, value: Any) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.value = value
+
+
 class InvalidPropertyError(LakestepError, ValueError):
     """A table property lakestep does not accept: an unknown ``lakestep.*`` key,
     or a value of the wrong form. Nothing was changed. ``known`` lists the
@@ -358,6 +370,7 @@ __all__ = [
     "CommitConflict",
     "TransactionClosedError",
     "InvalidArgumentError",
+    "ArgumentTypeError",
     "InvalidPropertyError",
     "InvalidSchemaError",
     "InvalidDataError",

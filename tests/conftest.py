@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from lakestep import Catalog
+from lakestep.clock import ManualClock
 
 if TYPE_CHECKING:
     from tests.catalog.workers import Worker
@@ -101,6 +102,21 @@ def pg_proxied(pg_spec: CatalogSpec) -> Iterator[tuple[CatalogSpec, "PgProxy"]]:
 @pytest.fixture
 def catalog(catalog_spec: CatalogSpec) -> Iterator[Catalog]:
     cat = catalog_spec.open()
+    yield cat
+    cat.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A clock that moves only when the test moves it (lakestep/clock.py)."""
+    return ManualClock()
+
+
+@pytest.fixture
+def clocked(catalog_spec: CatalogSpec, clock: ManualClock) -> Iterator[Catalog]:
+    """The catalog of ``catalog_spec`` (SQLite and PostgreSQL) on ``clock``: ages, leases and
+    expiry are decided by moving the clock, never by sleeping."""
+    cat = catalog_spec.open(clock=clock)
     yield cat
     cat.close()
 

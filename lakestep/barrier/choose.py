@@ -42,7 +42,7 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..catalog.lifecycle import VersionLock
-from ..errors import TableNotFoundError
+from ..errors import InvalidArgumentError, TableNotFoundError
 from .errors import BarrierNotRetainedError, NoSnapshotError
 from .states import (
     Facts,
@@ -219,12 +219,12 @@ def choose(
 ) -> Choice:
     """Choose the versions to read ``tables`` at (module docstring)."""
     if level not in LEVELS:
-        raise ValueError(f"level must be one of {LEVELS}, not {level!r}")
+        raise InvalidArgumentError(f"level must be one of {LEVELS}, not {level!r}", argument="level", value=level)
     if scope not in SCOPES:
-        raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}")
+        raise InvalidArgumentError(f"scope must be one of {SCOPES}, not {scope!r}", argument="scope", value=scope)
     idents = norm_idents(tables)
     if not idents:
-        raise ValueError("choose needs at least one table")
+        raise InvalidArgumentError("choose needs at least one table", argument="tables", value=tables)
     if level == "repeatable_read":
         return _repeatable(catalog, topology, resolver, idents, scope, locker, lease_seconds,
                            load or (lambda ident, _tid: catalog.load_table(ident)))
@@ -375,9 +375,9 @@ def _repeatable(catalog: "Catalog", topology: Topology, resolver: Resolver, iden
             q = set(qids.values())
             fx = facts(conn, q)
             managed = [t for t in q if graph.kind(t) != "unmanaged"]
-            found = common_snapshot(conn, managed)
+            found = common_snapshot(conn, managed, catalog.clock.now())
             if managed and found is None:
-                raise NoSnapshotError(idents, _missing(conn, graph, fx, managed))
+                raise NoSnapshotError(idents, _missing(conn, graph, fx, managed, catalog.clock.now()))
             barrier, snap_versions = found if found is not None else (None, {})
             versions = {t: snap_versions.get(t, fx[t].head) for t in q}
         locks: list[VersionLock] = []
@@ -386,7 +386,7 @@ def _repeatable(catalog: "Catalog", topology: Topology, resolver: Resolver, iden
                 t = load(ident, qids[ident])
                 locks.append(t.lock(locker=locker, version=versions[qids[ident]], lease_seconds=lease_seconds))
             with catalog.backend.read() as conn:
-                still = common_snapshot(conn, managed) if managed else None
+                still = common_snapshot(conn, managed, catalog.clock.now()) if managed else None
         except BaseException:
             for lk in locks:
                 lk.release()
@@ -400,10 +400,10 @@ def _repeatable(catalog: "Catalog", topology: Topology, resolver: Resolver, iden
     raise NoSnapshotError(idents, idents[0])
 
 
-def _missing(conn: Connection, graph: Graph, fx: dict[int, Facts], ids: list[int]) -> str:
+def _missing(conn: Connection, graph: Graph, fx: dict[int, Facts], ids: list[int], now: float) -> str:
     worst: tuple[int, str] | None = None
     for t in ids:
-        snap = newest_snapshot(conn, [t])
+        snap = newest_snapshot(conn, [t], now)
         b = -1 if snap is None else snap[1]
         if worst is None or b < worst[0]:
             worst = (b, fx[t].ident)

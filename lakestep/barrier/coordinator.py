@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from . import epochs
 from .epochs import Lease, Seal, epoch_row
-from ..errors import CatalogUnavailableError
+from ..errors import CatalogUnavailableError, InvalidArgumentError
 from .errors import NotCoordinatorError
 from .topology import Topology
 
@@ -96,9 +96,11 @@ class Coordinator:
         holder: str | None = None,
     ) -> None:
         if seal not in ("interval", "per_batch"):
-            raise ValueError(f"seal must be 'interval' or 'per_batch', not {seal!r}")
+            raise InvalidArgumentError(f"seal must be 'interval' or 'per_batch', not {seal!r}", argument="seal",
+                                       value=seal)
         if interval <= 0 or lease_seconds <= 0 or poll <= 0:
-            raise ValueError("interval, lease_seconds and poll must be positive")
+            raise InvalidArgumentError("interval, lease_seconds and poll must be positive", argument="interval",
+                                       value=(interval, lease_seconds, poll))
         self.policy = None if snapshot_every is None else epochs.SnapshotPolicy(
             snapshot_every, retain_count, retain_seconds)  # checks the values
         self.catalog = catalog
@@ -129,7 +131,7 @@ class Coordinator:
         if lease is not None and (self.lease is None or lease.token != self.lease.token):
             log.info("coordinator %s took the lease (token %d)", self.holder, lease.token)
         self.lease = lease
-        self._renewed_at = time.monotonic()
+        self._renewed_at = self.catalog.clock.monotonic()
         return lease is not None
 
     def release(self) -> None:
@@ -139,7 +141,7 @@ class Coordinator:
             self.lease = None
 
     def _hold(self) -> bool:
-        if self.lease is None or time.monotonic() - self._renewed_at > self.lease_seconds / 3:
+        if self.lease is None or self.catalog.clock.monotonic() - self._renewed_at > self.lease_seconds / 3:
             return self.acquire()
         return True
 
@@ -162,7 +164,7 @@ class Coordinator:
         except NotCoordinatorError:
             self.lease = None
             raise
-        self._renewed_at = time.monotonic()
+        self._renewed_at = self.catalog.clock.monotonic()
         if s is not None:
             self.seals.append(s)
             del self.seals[:-1000]
@@ -191,7 +193,7 @@ class Coordinator:
             if self.mode == "per_batch":
                 roots = self.topology.graph(conn).roots
                 return epochs.root_batch_pending(conn, roots, open_), self.poll, open_
-            wait = opened_at + self.interval - epochs.db_now(conn)
+            wait = opened_at + self.interval - self.catalog.clock.shared_now(conn)
             return wait <= 0, max(wait, 0.0), open_
 
     def request_seal(self) -> None:
@@ -208,7 +210,7 @@ class Coordinator:
             snaps = tuple(made)
             if sealed is not None and self.mode == "interval":
                 wait = self.interval
-            lease_left = self.lease_seconds / 3 - (time.monotonic() - self._renewed_at)
+            lease_left = self.lease_seconds / 3 - (self.catalog.clock.monotonic() - self._renewed_at)
             return Tick(True, sealed, snaps, max(0.0, min(wait, lease_left)))
         except NotCoordinatorError as e:
             log.warning("coordinator %s lost the lease: %s", self.holder, e)

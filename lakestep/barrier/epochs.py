@@ -7,7 +7,8 @@ database transaction, through its one function ``catalog.commit.open_epoch_for_c
 (the catalog sits below this layer and cannot import it).
 
 Each protocol below is one database transaction (``backend.write()``); times
-are the database's clock, so coordinators on several hosts agree on expiry.
+are the catalog clock's ``shared_now`` (lakestep/clock.py): the database's
+clock in production, so coordinators on several hosts agree on expiry.
 
 **Acquire** the lease (:func:`acquire`):
 
@@ -48,7 +49,6 @@ database, nobody seals until its lease expires (a standby takes over then).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
@@ -56,17 +56,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
+from ..clock import database_now
+from ..errors import InvalidArgumentError
 from .errors import NotCoordinatorError
 from .graph import Graph
 from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, committed_from, facts, versions_at
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
-
-_DB_NOW = {
-    "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
-    "postgresql": "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8",
-}
 
 _LEASE = sa.select(S.coordinator).where(S.coordinator.c.id == 1)
 _LOCK_LEASE = _LEASE.with_for_update()
@@ -94,9 +91,7 @@ def epoch_row(conn: Connection) -> tuple[int, float]:
     return int(r[0]), float(r[1])
 
 
-def db_now(conn: Connection) -> float:
-    """The database server's clock, in seconds since the Unix epoch."""
-    return float(conn.exec_driver_sql(_DB_NOW[conn.dialect.name]).scalar_one())
+db_now = database_now  # the database server's clock (SystemClock.shared_now)
 
 
 @dataclass(frozen=True)
@@ -130,11 +125,11 @@ def read_lease(conn: Connection, *, lock: bool = False) -> Lease:
     return _lease(conn.execute(_LOCK_LEASE if lock else _LEASE).mappings().one())
 
 
-def _fence(conn: Connection, lease: Lease) -> tuple[float, Lease]:
+def _fence(catalog: "Catalog", conn: Connection, lease: Lease) -> tuple[float, Lease]:
     """Step 1 of seal and snapshots: lock the lease row, check it is still ours.
-    Returns the database clock and the lease row."""
+    Returns the shared clock and the lease row."""
     cur = read_lease(conn, lock=True)
-    now = db_now(conn)
+    now = catalog.clock.shared_now(conn)
     if cur.holder != lease.holder or cur.token != lease.token or cur.expires_at <= now:
         raise NotCoordinatorError(holder=str(lease.holder), token=lease.token, current_holder=cur.holder,
                                   current_token=cur.token, expires_at=cur.expires_at)
@@ -145,7 +140,7 @@ def acquire(catalog: "Catalog", holder: str, lease_seconds: float, *, held: Leas
     """Take (or extend) the lease; None when another live coordinator holds it."""
     with catalog.backend.write() as conn:
         cur = read_lease(conn, lock=True)
-        now = db_now(conn)
+        now = catalog.clock.shared_now(conn)
         c = S.coordinator.c
         if held is not None and cur.holder == holder and cur.token == held.token and cur.expires_at > now:
             conn.execute(sa.update(S.coordinator).where(c.id == 1).values(expires_at=now + lease_seconds))
@@ -178,9 +173,11 @@ class SnapshotPolicy:
 
     def __post_init__(self) -> None:
         if self.every < 1:
-            raise ValueError("snapshot every k-th committed barrier needs k >= 1")
+            raise InvalidArgumentError("snapshot every k-th committed barrier needs k >= 1", argument="snapshot_every",
+                                       value=self.every)
         if self.retain_count is not None and self.retain_count < 1:
-            raise ValueError("retain_count is None (keep all) or >= 1")
+            raise InvalidArgumentError("retain_count is None (keep all) or >= 1", argument="retain_count",
+                                       value=self.retain_count)
 
 
 def seal(catalog: "Catalog", lease: Lease, lease_seconds: float, *, expected: int | None = None) -> Seal | None:
@@ -209,9 +206,9 @@ def seal_and_snapshot(
     only for the seal itself. A barrier sealed now is snapshotted at the next
     seal, once its tables have all precommitted it.
     """
-    wall = time.time()
+    wall = catalog.clock.now()
     with catalog.backend.write() as conn:
-        now, cur = _fence(conn, lease)
+        now, cur = _fence(catalog, conn, lease)
         made = _snapshot_in(conn, topology, policy, wall, cur.snapshot_barrier) if (policy and topology) else []
         row = conn.execute(_LOCK_EPOCH).one()
         e, opened_at = int(row[0]), float(row[1])
@@ -255,8 +252,8 @@ def take_snapshots(
         if committed_barrier(conn, graph, open_epoch(conn)) <= read_lease(conn).snapshot_barrier:
             return []
     with catalog.backend.write() as conn:
-        _, cur = _fence(conn, lease)
-        return _snapshot_in(conn, topology, policy, time.time(), cur.snapshot_barrier)
+        _, cur = _fence(catalog, conn, lease)
+        return _snapshot_in(conn, topology, policy, catalog.clock.now(), cur.snapshot_barrier)
 
 
 def _snapshot_in(conn: Connection, topology: GraphSource, policy: SnapshotPolicy, wall: float, last: int) -> list[int]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 import sqlalchemy as sa
 
 from ..catalog import schema as S
+from ..errors import InvalidArgumentError
 from ..catalog.pins import pinned_storage
 from .states import SNAPSHOT_PREFIX
 from .status import Status, TableStatus, status
@@ -75,7 +76,7 @@ def diagnose(catalog: "Catalog", *, stuck_after: float = 300.0, storage: bool = 
     """Run every check (module docstring). ``on_table`` is called before each table's
     storage check (for a progress bar)."""
     if stuck_after < 0:
-        raise ValueError("stuck_after must be >= 0")
+        raise InvalidArgumentError("stuck_after must be >= 0", argument="stuck_after", value=stuck_after)
     topology = Topology(catalog)
     st = status(catalog, topology, last=1)
     jobs = topology.jobs()

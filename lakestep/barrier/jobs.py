@@ -49,6 +49,7 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..catalog.changes import CommitResult, FilesMode, Isolation
+from ..errors import InvalidArgumentError
 from .errors import JobNotFoundError, StaleBatchError
 from .epochs import open_epoch
 from .states import facts, heads, first_change, frontier, job_frontier, tag_frontier, versions_at
@@ -117,10 +118,10 @@ def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int
     """Step 1 of the protocol, in ``conn``'s read transaction; None when nothing is ready."""
     job = _job(graph, job_id)
     if job.external_input:
-        raise ValueError(f"job {job_id!r} has external input: its commits carry barrier=OPEN_EPOCH, "
-                         "it does not plan barriers")
+        raise InvalidArgumentError(f"job {job_id!r} has external input: its commits carry barrier=OPEN_EPOCH, "
+                                   "it does not plan barriers", argument="job_id", value=job_id)
     if max_barriers is not None and max_barriers < 1:
-        raise ValueError("max_barriers must be >= 1")
+        raise InvalidArgumentError("max_barriers must be >= 1", argument="max_barriers", value=max_barriers)
     open_ = open_epoch(conn)
     managed = [s for s in job.source_ids if graph.kind(s) != "unmanaged"]
     fx = facts(conn, set(job.sink_ids) | set(job.source_ids))
@@ -210,7 +211,8 @@ class JobBatch:
         else:  # another spelling of a sink's name, or not a sink
             t = self.catalog.load_table(table)
         if t.table_id not in self.plan.sink_ids:
-            raise ValueError(f"{t.ident} is not a sink this batch commits ({list(self.plan.sinks)})")
+            raise InvalidArgumentError(f"{t.ident} is not a sink this batch commits ({list(self.plan.sinks)})",
+                                       argument="table", value=t.ident)
         return t
 
     def append(self, table: "Table | str", data: Any, *, prefix: str = "") -> None:

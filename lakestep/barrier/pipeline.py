@@ -161,7 +161,7 @@ class Pipeline:
                 ids = [t for t in g.managed if not catching_up(g, fx[t], o)]
             else:
                 ids = [self._id(conn, t) for t in tables]
-            found = common_snapshot(conn, ids)
+            found = common_snapshot(conn, ids, self.catalog.clock.now())
             return None if found is None else found[0]
 
     def states(self, table: "str | Table", barrier: int) -> frozenset[BarrierState]:
@@ -169,7 +169,8 @@ class Pipeline:
         barrier = check_barrier(barrier)
         with self.catalog.backend.read() as conn:
             tid = self._id(conn, table)
-            return table_states(conn, self.topology.graph(conn), tid, barrier, open_epoch(conn))
+            return table_states(conn, self.topology.graph(conn), tid, barrier, open_epoch(conn),
+                                self.catalog.clock.now())
 
     def version_at(self, table: "str | Table", barrier: int, *, strict: bool = True) -> int:
         """Time travel by barrier: the version of ``table`` at ``barrier`` (:meth:`at`)."""
@@ -188,7 +189,7 @@ class Pipeline:
         barrier = check_barrier(barrier)
         with self.catalog.backend.read() as conn:
             tid = self._id(conn, table)
-            since = oldest_retained(conn)
+            since = oldest_retained(conn, self.catalog.clock.now())
             if since is not None and barrier < since:
                 raise BarrierNotRetainedError(str(table), barrier, since)
             g = self.topology.graph(conn)

@@ -41,7 +41,6 @@ commit check (:class:`StaleBatchError`) and must be planned again.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -50,6 +49,7 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..catalog.changes import CommitResult, Operation, TableChange
+from ..errors import InvalidArgumentError
 from .epochs import open_epoch
 from .errors import RollbackRefusedError, RollbackRetriesExhaustedError
 from .states import facts, frontier, newest_snapshot, versions_at
@@ -88,7 +88,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
              load: "Callable[[str, int], Table] | None" = None) -> RollbackResult:
     """Roll every table of the topology back to barrier ``to`` (module docstring)."""
     if to < 0:
-        raise ValueError("a barrier is >= 0")
+        raise InvalidArgumentError("a barrier is >= 0", argument="to", value=to)
     load = load or (lambda ident, _tid: catalog.load_table(ident))
     tables: dict[int, "Table"] = {}
     with catalog.backend.read() as conn:
@@ -112,7 +112,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
         if catalog.backend.row_locks:
             conn.execute(_LOCK_TABLES, {"ids": sorted(ids)})
         state["open"] = open_epoch(conn)
-        snap = newest_snapshot(conn, ids)
+        snap = newest_snapshot(conn, ids, catalog.clock.now())
         if snap is not None and snap[1] > to:
             raise RollbackRefusedError(to_barrier=to, snapshot_barrier=snap[1], table=graph.names[snap[0]])
         fx = facts(conn, ids)
@@ -137,7 +137,7 @@ def rollback(catalog: "Catalog", topology: Topology, to: int, *,
         summary = {r.table: {"from_version": plan[c.table_id][0], "to_version": plan[c.table_id][1],
                              "restore_version": r.version} for c, r in zip(changes, results)}
         state["id"] = int(conn.execute(sa.insert(S.rollbacks).values(
-            to_barrier=to, open_epoch=state["open"], created_at=time.time(), summary=json.dumps(summary),
+            to_barrier=to, open_epoch=state["open"], created_at=catalog.clock.now(), summary=json.dumps(summary),
         ).returning(S.rollbacks.c.rollback_id)).scalar_one())
         c = S.coordinator.c
         conn.execute(sa.update(S.coordinator).where(c.id == 1, c.snapshot_barrier > to).values(snapshot_barrier=to))

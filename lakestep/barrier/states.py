@@ -324,9 +324,11 @@ class BarrierState(str, enum.Enum):
     SNAPSHOT = "SNAPSHOT"
 
 
-def table_states(conn: Connection, graph: Graph, table_id: int, barrier: int, open_: int
-                 ) -> frozenset[BarrierState]:
-    """The states table ``table_id`` holds for ``barrier`` (empty: none yet)."""
+def table_states(conn: Connection, graph: Graph, table_id: int, barrier: int, open_: int,
+                 now: float | None = None) -> frozenset[BarrierState]:
+    """The states table ``table_id`` holds for ``barrier`` (empty: none yet); ``now``: the
+    catalog clock's time, against which snapshots expire."""
+    now = time.time() if now is None else now
     out: set[BarrierState] = set()
     f = frontier(graph, facts(conn, [table_id])[table_id], open_)
     if f is not None and barrier <= f:
@@ -336,7 +338,7 @@ def table_states(conn: Connection, graph: Graph, table_id: int, barrier: int, op
     c = S.snapshots.c
     if conn.execute(sa.select(c.name).where(
             c.table_id == table_id, c.barrier == barrier,
-            sa.or_(c.expires_at.is_(None), c.expires_at > time.time())).limit(1)).first() is not None:
+            sa.or_(c.expires_at.is_(None), c.expires_at > now)).limit(1)).first() is not None:
         out.add(BarrierState.SNAPSHOT)
     return frozenset(out)
 

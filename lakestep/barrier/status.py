@@ -26,7 +26,6 @@ there to replay.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -34,7 +33,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
-from .epochs import Lease, db_now, epoch_row, read_lease
+from ..errors import InvalidArgumentError
+from .epochs import Lease, epoch_row, read_lease
 from .states import catching_up, committed_from, facts, frontier, oldest_retained
 from .graph import Graph, TableKind
 from .topology import Topology
@@ -111,7 +111,7 @@ def status(catalog: "Catalog", topology: Topology | None = None, *, last: int = 
     barriers the window holds. ``tables``: the tables to describe (default: every
     table of the catalog)."""
     if last < 1:
-        raise ValueError("last must be >= 1")
+        raise InvalidArgumentError("last must be >= 1", argument="last", value=last)
     topology = topology or Topology(catalog)
     with catalog.backend.read() as conn:
         return _status(conn, topology, last, tables)
@@ -120,7 +120,8 @@ def status(catalog: "Catalog", topology: Topology | None = None, *, last: int = 
 def _status(conn: Connection, topology: Topology, last: int, only: Sequence[str] | None) -> Status:
     t = S.tables.c
     graph = topology.graph(conn)
-    now = db_now(conn)
+    clock = topology.catalog.clock
+    now = clock.shared_now(conn)
     open_, opened_at = epoch_row(conn)
     sealed = open_ - 1
     window = range(max(1, sealed - last + 1), sealed + 1)
@@ -136,7 +137,7 @@ def _status(conn: Connection, topology: Topology, last: int, only: Sequence[str]
     if window:
         for tid, b in conn.execute(sa.select(sc.table_id, sc.barrier).where(
                 sc.barrier >= window.start, sc.barrier < window.stop,
-                sa.or_(sc.expires_at.is_(None), sc.expires_at > time.time()))):
+                sa.or_(sc.expires_at.is_(None), sc.expires_at > clock.now()))):
             snaps.setdefault(int(tid), set()).add(int(b))
     frontiers = {i: frontier(graph, f, open_) for i, f in fx.items()}
     need = {window.start} | {f + 1 for f in frontiers.values() if f is not None and f < sealed}
@@ -155,7 +156,7 @@ def _status(conn: Connection, topology: Topology, last: int, only: Sequence[str]
             catching_up=tid in fx and catching_up(graph, fx[tid], open_), version=int(r[3]),
             data_version=int(r[4]), last_commit_at=float(r[5]), snapshots=frozenset(snaps.get(tid, ())))
     return Status(now=now, open_epoch=open_, opened_at=opened_at, committed=committed,
-                  oldest_retained=oldest_retained(conn), lease=read_lease(conn), generation=graph.generation,
+                  oldest_retained=oldest_retained(conn, clock.now()), lease=read_lease(conn), generation=graph.generation,
                   barriers=window, seals={b: seals[b] for b in window}, tables=out)
 
 
@@ -233,7 +234,7 @@ def lag_history(catalog: "Catalog", table: str, *, seconds: float = 3600.0, now:
             raise TableNotFoundError(f"{ns}.{name}")
         if topology.graph(conn).kind(int(tid)) != "derived":
             return []
-        now = db_now(conn) if now is None else float(now)
+        now = catalog.clock.shared_now(conn) if now is None else float(now)
         since = now - seconds
         events: list[tuple[float, int, str, int]] = []  # (time, order, kind, barrier)
         for v, b, at in conn.execute(_TAGGED, {"t": tid, "since": since, "now": now}):

@@ -40,7 +40,6 @@ catch up again.)
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Literal, Sequence
 
 import sqlalchemy as sa
@@ -48,7 +47,7 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..catalog.files import check_identifier
-from ..errors import TableNotFoundError
+from ..errors import ArgumentTypeError, TableNotFoundError
 from .errors import CycleError, JobNotFoundError, TopologyError
 from .graph import Graph, Job, TableKind
 from .epochs import open_epoch
@@ -261,7 +260,8 @@ class Topology:
         """
         _check_job_id(job_id)
         if isinstance(sources, str) or isinstance(sinks, str):
-            raise TypeError("sources and sinks are sequences of table names")
+            raise ArgumentTypeError("sources and sinks are sequences of table names", argument="sources/sinks",
+                                    value=(sources, sinks))
         if not sinks:
             raise TopologyError(job_id, "a job needs at least one sink table")
         src_tables = [self.catalog.load_table(s) for s in dict.fromkeys(sources)]
@@ -269,7 +269,7 @@ class Topology:
         src_ids = [t.table_id for t in src_tables]
         snk_ids = [t.table_id for t in snk_tables]
         names = {t.table_id: t.ident for t in src_tables + snk_tables}
-        now = time.time()
+        now = self.catalog.clock.now()
         with self.catalog.backend.write() as conn:
             gen = read_generation(conn, lock="update")
             jobs, known = load_jobs(conn)
@@ -308,7 +308,7 @@ class Topology:
 
     def retire_job(self, job_id: str) -> Job:
         """Retire a job: its tables leave the topology (their data stays). History is kept."""
-        now = time.time()
+        now = self.catalog.clock.now()
         with self.catalog.backend.write() as conn:
             gen = read_generation(conn, lock="update")
             res = conn.execute(sa.update(S.jobs).where(S.jobs.c.job_id == job_id, S.jobs.c.retired_at.is_(None))

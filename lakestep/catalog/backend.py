@@ -67,7 +67,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from .. import _failpoints
 from . import appends
-from ..errors import CatalogCorruptError, CatalogError, CatalogUnavailableError, LakestepError
+from ..errors import CatalogCorruptError, CatalogError, CatalogUnavailableError, InvalidArgumentError, LakestepError
 from ..secrets import mask_url
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,8 @@ class DatabaseTimeouts:
         for name in ("connect", "statement", "grace", "pool", "keepalive_idle"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise ValueError(f"timeout {name} must be a positive number of seconds, got {value!r}")
+                raise InvalidArgumentError(f"timeout {name} must be a positive number of seconds, got {value!r}",
+                                           argument=name, value=value)
 
 
 # ------------------------------------------------------------------ errors

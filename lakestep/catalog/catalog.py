@@ -14,11 +14,13 @@ import pyarrow.fs as pafs
 import sqlalchemy as sa
 
 from ..errors import (
+    ArgumentTypeError,
     CatalogError,
     CatalogUnavailableError,
     CommitConflict,
     InvalidArgumentError,
     InvalidIdentifierError,
+    InvalidLocationError,
     InvalidSchemaError,
     NamespaceAlreadyExistsError,
     NamespaceNotEmptyError,
@@ -31,6 +33,7 @@ from ..errors import (
 from . import locations
 from . import properties as P
 from . import schema as S
+from ..clock import SYSTEM_CLOCK, Clock
 from .backend import Backend, DatabaseTimeouts, create_backend
 from .checks import check_barrier, check_batch_id, check_job_id
 from .changes import CommitResult, FilesMode, Isolation, Operation, TableChange
@@ -60,7 +63,8 @@ def _table_schema(ident: str, schema: pa.Schema, partition_by: Sequence[str],
                   primary_key: Sequence[str]) -> pa.Schema:
     """The schema a new table stores, or InvalidSchemaError: nothing of a bad definition is created."""
     if not isinstance(schema, pa.Schema):
-        raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        raise ArgumentTypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}", argument="schema",
+                                value=schema)
 
     def refuse(msg: str, column: str | None = None) -> InvalidSchemaError:
         return InvalidSchemaError(f"table {ident!r}: {msg}", table=ident, column=column)
@@ -151,14 +155,18 @@ class Catalog:
         echo: bool = False,
         timeouts: DatabaseTimeouts | None = None,
         prepared_statements: bool | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock: Clock = clock or SYSTEM_CLOCK  # every age, lease and expiry (lakestep/clock.py)
         if warehouse is not None:
             locations.check_not_under_file(normalize_location(warehouse))
         if url is None:
             if warehouse is None:
-                raise ValueError("Catalog needs a database url, a warehouse, or both")
+                raise InvalidArgumentError("Catalog needs a database url, a warehouse, or both", argument="url",
+                                           value=None)
             if "://" in warehouse and not warehouse.startswith("file://"):
-                raise ValueError("a SQLite catalog needs a local warehouse; give a database url for remote storage")
+                raise InvalidLocationError("a SQLite catalog needs a local warehouse; give a database url for remote "
+                                           "storage", location=warehouse)
             wh = normalize_location(warehouse)
             url = f"sqlite:///{os.path.join(wh, 'catalog.db')}"
         self.commit_retries = commit_retries
@@ -195,6 +203,10 @@ class Catalog:
                         raise CatalogError(f"no lakestep catalog at {self.url} (create=False)")
                     self.backend.check_empty(conn)
                 S.upgrade(conn)
+                if found == 0:  # a new catalog: its first epoch opened by the catalog's clock
+                    now = self.clock.now()
+                    conn.execute(sa.update(S.epoch).where(S.epoch.c.id == 1).values(opened_at=now))
+                    conn.execute(sa.update(S.topology).where(S.topology.c.id == 1).values(updated_at=now))
                 row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
                 if row is None:
                     if warehouse is None:
@@ -250,7 +262,7 @@ class Catalog:
                     return
                 raise NamespaceAlreadyExistsError(name)
             conn.execute(sa.insert(S.namespaces).values(
-                name=name, properties=json.dumps(dict(properties or {})), created_at=time.time()))
+                name=name, properties=json.dumps(dict(properties or {})), created_at=self.clock.now()))
 
     def list_namespaces(self) -> list[str]:
         with self.backend.read() as conn:
@@ -313,7 +325,7 @@ class Catalog:
         # 2. the directory exists and takes files before any catalog row names it
         made = self._make_location(loc)
         # 3. the row, after checking 1 again under the catalog lock
-        now = time.time()
+        now = self.clock.now()
         try:
             with self.backend.write() as conn:
                 self.backend.catalog_lock(conn)
@@ -544,7 +556,7 @@ class Catalog:
         returns that one's results (committed=False).
         """
         return commit(self.backend, changes, retries=self.commit_retries, guard=guard, after=after,
-                      job_id=job_id, batch_id=batch_id)
+                      job_id=job_id, batch_id=batch_id, clock=self.clock)
 
 
 class Transaction:
@@ -604,9 +616,9 @@ class Transaction:
             prior.added.extend(change.added)
         else:
             self._discard_files(change)
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{change.ident} already has a {prior.operation.value} in this transaction; "
-                "a table takes one write per transaction (appends accumulate)"
+                "a table takes one write per transaction (appends accumulate)", argument="table", value=change.ident
             )
 
     def append(self, table: Table | str, data: Any, *, barrier: int | None = None, prefix: str = "") -> None:
@@ -631,7 +643,7 @@ class Transaction:
         self._check_open(barrier)
         t = self.catalog._table(table)
         if mode not in ("append", "overwrite"):
-            raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+            raise InvalidArgumentError(f"mode must be 'append' or 'overwrite', got {mode!r}", argument="mode", value=mode)
         for f in files:
             check_relative_path(f.path)
         if mode == "append":

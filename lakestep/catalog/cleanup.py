@@ -15,9 +15,10 @@ falls in its range. Cleanup, in order:
 2. deletes the bytes of every expired path that no other file row still uses
    (a compaction undo may have re-added the same path);
 3. deletes files under the table's ``data/`` directory that no file row names
-   and that are older than ``R`` (orphans of writers that never committed),
-   except those inside another table's location or resolving outside
-   ``data/`` through a symlink (``locations.py`` step 2);
+   and that are older than ``R`` and than :data:`IN_FLIGHT_FLOOR_SECONDS`
+   (orphans of writers that never committed), except those inside another
+   table's location or resolving outside ``data/`` through a symlink
+   (``locations.py`` step 2);
 4. prunes metadata: expired file rows, commit rows below the floor that no
    snapshot or lock pins (except the table's newest commit that carries a
    barrier: the barrier layer reads a table's progress from it), lapsed locks
@@ -28,8 +29,11 @@ Why concurrent work is safe: a file removed at or before the floor was removed
 by a commit older than ``R``; a DELETE/UPDATE only undoes (re-adds the inputs
 of) compactions younger than ``R`` (commit.py), so no later commit can bring an
 expired path back; a reader that starts now reads a retained version, and one
-that reads longer than ``R`` must hold a version lock. Writers commit files
-within ``R`` of writing them, so step 3 never takes a file about to commit.
+that reads longer than ``R`` must hold a version lock. A file a writer has
+written but not committed yet (a transaction's, a Spark micro-batch's) looks
+exactly like an orphan; step 3 never takes one younger than
+:data:`IN_FLIGHT_FLOOR_SECONDS`, whatever ``R`` says (even 0), and writers
+commit their files within that floor of writing them.
 
 Not guaranteed: with several machines, clocks must agree to well within ``R``.
 """
@@ -38,7 +42,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,6 +54,10 @@ if TYPE_CHECKING:
     from .handle import TableHandle
 
 log = logging.getLogger(__name__)
+
+#: An orphan younger than this is never deleted, whatever the retention window:
+#: it may belong to a commit in flight (module docstring, step 3).
+IN_FLIGHT_FLOOR_SECONDS = 3600.0
 
 
 @dataclass
@@ -97,7 +104,7 @@ def cleanup(
 ) -> CleanupReport:
     """Delete what no retained version needs (see the module docstring)."""
     R = table.retention_seconds if retention_seconds is None else float(retention_seconds)
-    now = time.time() if now is None else now
+    now = table.catalog.clock.now() if now is None else now
     cutoff = now - R
     f, c = S.files.c, S.commits.c
     tid = table.table_id
@@ -130,7 +137,7 @@ def cleanup(
             writer.delete(path)
     # 3. orphans
     if orphans:
-        _orphans(table, report, cutoff, dry_run)
+        _orphans(table, report, min(cutoff, now - IN_FLIGHT_FLOOR_SECONDS), dry_run)
     # 4. metadata
     if prune_metadata and not dry_run:
         _prune(table, report, floor, pinned, [r.file_id for r in expired], cutoff, now)

@@ -51,6 +51,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import _failpoints
+from ..clock import Clock
 from ..errors import CatalogError, CatalogUnavailableError, CommitConflict, SchemaChangedConflict, TableNotFoundError
 from . import schema as S
 from .changes import OPEN_EPOCH, CommitResult, KeyReplayed, NeedsRebase, TableChange, chunks, file_row
@@ -146,10 +147,11 @@ def txn_results(conn: Connection, txn_id: int, idents: dict[int, str], *, replay
     return out
 
 
-def txn_record(txn_uuid: str, job_id: str | None, batch_id: int | None) -> dict[str, Any]:
-    """The ``ls_txn`` row of one commit attempt (its clock reading is the commit's time)."""
+def txn_record(txn_uuid: str, job_id: str | None, batch_id: int | None, now: float | None = None) -> dict[str, Any]:
+    """The ``ls_txn`` row of one commit attempt (its clock reading, ``now``: the catalog's
+    clock, lakestep/clock.py, is the commit's time)."""
     return {"txn_uuid": txn_uuid, "job_id": job_id, "batch_id": None if job_id is None else int(batch_id or 0),
-            "committed_at": time.time()}
+            "committed_at": time.time() if now is None else now}
 
 
 def commit_once(conn: Connection, changes: Sequence[TableChange], txn_row: dict[str, Any]) -> list[CommitResult]:
@@ -307,6 +309,7 @@ def commit(
     after: After | None = None,
     job_id: str | None = None,
     batch_id: int | None = None,
+    clock: Clock | None = None,
 ) -> tuple[bool, list[CommitResult]]:
     """The protocol above, with its one retry loop; returns (committed, results).
 
@@ -318,7 +321,7 @@ def commit(
     database errors are retried ``retries`` times, and a commit that landed
     before its connection broke is found by its uuid (step 3); a concurrent
     commit with the same ``(job_id, batch_id)`` returns that one's results
-    (committed=False).
+    (committed=False). Commit times come from ``clock`` (the catalog's, lakestep/clock.py).
     """
     txn_uuid = new_txn_uuid()
     attempts = rebases = 0
@@ -326,7 +329,7 @@ def commit(
     idents = {c.table_id: c.ident for c in changes}
     while True:
         try:
-            txn = txn_record(txn_uuid, job_id, batch_id)
+            txn = txn_record(txn_uuid, job_id, batch_id, None if clock is None else clock.now())
             if fast:  # one blind append/upsert: the streaming hot path, one round trip on PostgreSQL
                 result = backend.commit_blind(changes[0], txn)
                 _failpoints.hit("commit.after_db_commit")

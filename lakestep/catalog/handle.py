@@ -34,6 +34,7 @@ from .files import DataFile, FileWriter
 from .predicates import Predicate, Verdict
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from .backend import Backend
     from .locations import Deletions
 
@@ -42,6 +43,7 @@ class CatalogLike(Protocol):
     """What a table handle and its helpers use of :class:`~lakestep.catalog.catalog.Catalog`."""
 
     backend: "Backend"
+    clock: "Clock"
 
     def deletion_guard(self, table: "TableHandle", *, dropped: bool = False) -> "Deletions": ...
 

@@ -14,13 +14,12 @@ version references.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from ..errors import LockNotFoundError, SnapshotExistsError, VersionNotFoundError
+from ..errors import InvalidArgumentError, LockNotFoundError, SnapshotExistsError, VersionNotFoundError
 from . import schema as S
 
 if TYPE_CHECKING:
@@ -37,8 +36,8 @@ class Snapshot:
     expires_at: float | None
 
 
-def _now() -> float:
-    return time.time()
+def _now(catalog: "CatalogLike") -> float:
+    return catalog.clock.now()
 
 
 def _live_snapshot_clause(now: float) -> Any:
@@ -55,8 +54,8 @@ def create_snapshot(
     exist_ok: bool = False,
 ) -> Snapshot:
     if not name or len(name) > 256:
-        raise ValueError("a snapshot name is 1 to 256 characters")
-    now = _now()
+        raise InvalidArgumentError("a snapshot name is 1 to 256 characters", argument="name", value=name)
+    now = _now(table.catalog)
     with table.catalog.backend.write() as conn:
         v = _pinnable_version(conn, table, version, now, retained=False)
         existing = conn.execute(
@@ -85,7 +84,7 @@ def _snapshot(ident: str, r: Any) -> Snapshot:
 def list_snapshots(table: "TableHandle") -> list[Snapshot]:
     q = (
         sa.select(S.snapshots)
-        .where(S.snapshots.c.table_id == table.table_id, _live_snapshot_clause(_now()))
+        .where(S.snapshots.c.table_id == table.table_id, _live_snapshot_clause(_now(table.catalog)))
         .order_by(S.snapshots.c.version, S.snapshots.c.name)
     )
     with table.catalog.backend.read() as conn:
@@ -95,7 +94,7 @@ def list_snapshots(table: "TableHandle") -> list[Snapshot]:
 def snapshot_version(table: "TableHandle", conn: sa.Connection, name: str) -> int:
     row = conn.execute(
         sa.select(S.snapshots.c.version).where(
-            S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name, _live_snapshot_clause(_now())
+            S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name, _live_snapshot_clause(_now(table.catalog))
         )
     ).first()
     if row is None:
@@ -114,7 +113,7 @@ def drop_snapshot(table: "TableHandle", name: str) -> None:
 def expire_snapshots(table: "TableHandle", *, keep_last: int | None = None, older_than: float | None = None) -> int:
     """Drop expired snapshots, all but the newest ``keep_last``, and those created
     more than ``older_than`` seconds ago. Returns how many were dropped."""
-    now = _now()
+    now = _now(table.catalog)
     dropped = 0
     with table.catalog.backend.write() as conn:
         c = S.snapshots.c
@@ -149,10 +148,10 @@ class VersionLock:
 
     def renew(self, lease_seconds: float) -> None:
         with self.catalog.backend.write() as conn:
-            exp = _now() + lease_seconds
+            exp = _now(self.catalog) + lease_seconds
             res = conn.execute(sa.update(S.locks).where(
                 S.locks.c.lock_id == self.lock_id,
-                sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now()),
+                sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now(self.catalog)),
             ).values(expires_at=exp))
             if res.rowcount == 0:
                 raise LockNotFoundError(self.lock_id)
@@ -178,8 +177,8 @@ def lock_version(
     lease_seconds: float | None = 300.0,
 ) -> VersionLock:
     if not locker or len(locker) > 256:
-        raise ValueError("a locker name is 1 to 256 characters")
-    now = _now()
+        raise InvalidArgumentError("a locker name is 1 to 256 characters", argument="locker", value=locker)
+    now = _now(table.catalog)
     with table.catalog.backend.write() as conn:
         v = _pinnable_version(conn, table, version, now, retained=True)
         exp = None if lease_seconds is None else now + lease_seconds
@@ -221,7 +220,7 @@ def live_locks(catalog: "CatalogLike",
     """(lock_id, locker, table_id, version, kind, expires_at) of the locks in force."""
     q = sa.select(S.locks.c.lock_id, S.locks.c.locker, S.locks.c.table_id, S.locks.c.version, S.locks.c.kind,
                   S.locks.c.expires_at).where(
-        sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now()))
+        sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now(catalog)))
     if table_id is not None:
         q = q.where(S.locks.c.table_id == table_id)
     with catalog.backend.read() as conn:

@@ -52,7 +52,7 @@ def apply_ttl(table: Table, *, now: float | None = None) -> CommitResult | None:
     secs = table.properties.get("lakestep.ttl.seconds")
     if not col or not secs:
         return None
-    now = time.time() if now is None else now
+    now = table.catalog.clock.now() if now is None else now
     cutoff = _cutoff_value(table.schema.field(col).type, now - float(secs))
     empty = table.schema.empty_table()
     return table.overwrite(empty, where=[(col, "<", cutoff)])

@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -54,7 +53,7 @@ def pinned_storage(table: "Table", *, retention_seconds: float | None = None,
                    now: float | None = None) -> PinnedStorage:
     """The live pins of ``table`` and the expired files each keeps (module docstring)."""
     R = table.retention_seconds if retention_seconds is None else float(retention_seconds)
-    now = time.time() if now is None else now
+    now = table.catalog.clock.now() if now is None else now
     f, c, sn, lk = S.files.c, S.commits.c, S.snapshots.c, S.locks.c
     tid = table.table_id
     with table.catalog.backend.read() as conn:

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from ..errors import InvalidArgumentError
 from . import reader
 from .files import DataFile, FileWriter, resolve_filesystem
 from .predicates import Filter, Predicate, Verdict
@@ -110,7 +111,8 @@ class ReadPlan:
         only (a lazy scan has no place to check them after it ran).
         """
         if self.merge_on_read:
-            raise ValueError(f"{self.table} has a primary key: its files must be merged, use to_arrow()")
+            raise InvalidArgumentError(f"{self.table} has a primary key: its files must be merged, use to_arrow()",
+                                       argument="plan", value=self.table)
         return reader.dataset(self.store(), self.files, self.schema)
 
     def native_paths(self) -> list[str] | None:

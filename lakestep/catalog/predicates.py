@@ -6,7 +6,9 @@ A filter is written as pyarrow's ``filters`` are (disjunctive normal form)::
     [[("day", "=", "2024-05-01")], [("status", "in", ["x"])]]    # OR of ANDs
 
 Operators: ``=`` ``==`` ``!=`` ``<`` ``<=`` ``>`` ``>=`` ``in`` ``not in``
-``is_null`` ``not_null`` (the last two take ``None`` as their value).
+``is_null`` ``not_null`` (the last two take ``None`` as their value). A null
+matches only ``is_null``: ``("x", "not in", [1])`` leaves out the rows where
+``x`` is null, as ``!=`` does (and SQL's ``NOT IN``).
 
 A :class:`Predicate` turns into a pyarrow expression for rows, and judges a
 data file from its statistics alone: ``NONE`` (no row can match), ``ALL``
@@ -148,8 +150,8 @@ def _term_expr(t: Term) -> ds.Expression:
         return f >= val
     if op == "in":
         return f.isin(list(val))
-    if op == "not in":
-        return ~f.isin(list(val))
+    if op == "not in":  # a null is in no list and not outside it: no match, as with "!=" (and SQL)
+        return f.is_valid() & ~f.isin(list(val))
     if op == "is_null":
         return f.is_null()
     if op == "not_null":

@@ -13,6 +13,8 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from ..errors import (
+    InvalidArgumentError,
+    InvalidSchemaError,
     NoPrimaryKeyError,
     SchemaChangedConflict,
     SchemaMismatchError,
@@ -145,11 +147,13 @@ class Table(TableHandle):
         for f in new:
             check_identifier(f.name, "column name")
             if f.name.startswith("_ls_"):
-                raise ValueError(f"column names starting with _ls_ are reserved, got {f.name!r}")
+                raise InvalidSchemaError(f"column names starting with _ls_ are reserved, got {f.name!r}", table=self.ident,
+                                         column=f.name)
             if not f.nullable:
-                raise ValueError(f"an added column must be nullable (rows written before have no value): {f}")
+                raise InvalidSchemaError(f"an added column must be nullable (rows written before have no value): {f}",
+                                         table=self.ident, column=f.name)
         if len({f.name for f in new}) != len(new):
-            raise ValueError(f"duplicate column names in {[f.name for f in new]}")
+            raise InvalidSchemaError(f"duplicate column names in {[f.name for f in new]}", table=self.ident)
         t = S.tables
         with self.catalog.backend.write() as conn:
             row = conn.execute(t.select().where(t.c.table_id == self.table_id).with_for_update()).mappings().first()
@@ -205,7 +209,8 @@ class Table(TableHandle):
         """(the version asked for, the newest version)."""
         given = sum(x is not None for x in (version, data_version, as_of, snapshot))
         if given > 1:
-            raise ValueError("pass at most one of version=, data_version=, as_of=, snapshot=")
+            raise InvalidArgumentError("pass at most one of version=, data_version=, as_of=, snapshot=",
+                                       argument="version", value=(version, data_version, as_of, snapshot))
         head, head_dv = self.head(conn)
         c = S.commits.c
         if snapshot is not None:
@@ -500,8 +505,9 @@ class Table(TableHandle):
         if retention_seconds is not None:
             retention_seconds = check_seconds(retention_seconds, "retention_seconds")
         if retention_seconds is not None and retention_seconds < self.retention_seconds and not force:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"cleanup window {retention_seconds}s is shorter than {self.ident}'s retention "
                 f"({self.retention_seconds}s, property lakestep.retention-seconds): readers and compaction undo "
-                "rely on it; lower the property, or pass force=True")
+                "rely on it; lower the property, or pass force=True",
+                argument="retention_seconds", value=retention_seconds)
         return cleanup_mod.cleanup(self, retention_seconds=retention_seconds, dry_run=dry_run, orphans=orphans)

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from ..errors import DataOutOfRangeError, InvalidArgumentError, InvalidDataError, SchemaMismatchError
+from ..errors import ArgumentTypeError, DataOutOfRangeError, InvalidArgumentError, InvalidDataError, SchemaMismatchError
 from .changes import Isolation, Operation, TableChange
 from . import pk
 from . import properties as P
@@ -62,7 +62,8 @@ def to_arrow_table(data: Any, ident: str = "?") -> pa.Table:
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as e:
         raise InvalidDataError(f"cannot make rows of the data for {ident!r}: {e}. Pass columns of one length "
                                "whose values fit the table's types", table=ident) from e
-    raise TypeError(f"cannot write {type(data).__name__}: pass a pyarrow Table/RecordBatch, a dict of columns or a pandas DataFrame")
+    raise ArgumentTypeError(f"cannot write {type(data).__name__}: pass a pyarrow Table/RecordBatch, a dict of columns "
+                            "or a pandas DataFrame", argument="data", value=data)
 
 
 def _table_of_columns(data: dict[Any, Any], ident: str) -> pa.Table:
@@ -196,11 +197,13 @@ def prepare_overwrite(
 ) -> TableChange:
     t = conform(data, table.schema, table.ident)
     if partitions is not None and where is not None:
-        raise ValueError("overwrite takes partitions= or where=, not both")
+        raise InvalidArgumentError("overwrite takes partitions= or where=, not both", argument="partitions",
+                                   value=partitions)
     scope: Predicate | None = None
     if partitions == "dynamic":
         if not table.partition_by:
-            raise ValueError(f"{table.ident} is not partitioned: dynamic partition overwrite needs partition columns")
+            raise InvalidArgumentError(f"{table.ident} is not partitioned: dynamic partition overwrite needs partition "
+                                       "columns", argument="partitions", value=partitions)
         keys = t.select(table.partition_by).group_by(table.partition_by, use_threads=False).aggregate([])
         scope = Predicate.partitions(keys.to_pylist()) if keys.num_rows else Predicate(())
     elif partitions is not None:
@@ -209,7 +212,8 @@ def prepare_overwrite(
         for p in partitions:
             unknown = set(p) - set(table.partition_by)
             if unknown:
-                raise ValueError(f"{sorted(unknown)} are not partition columns of {table.ident} ({table.partition_by})")
+                raise InvalidArgumentError(f"{sorted(unknown)} are not partition columns of {table.ident} "
+                                           f"({table.partition_by})", argument="partitions", value=partitions)
         scope = Predicate.partitions(list(partitions))
     elif where is not None:
         scope = Predicate.parse(where, table.schema)
@@ -449,7 +453,7 @@ def prepare_rewrite_file(table: "TableHandle", file: DataFile | int, transform: 
     fid = file.file_id if isinstance(file, DataFile) else int(file)
     target = next((f for f in live if f.file_id == fid), None)
     if target is None:
-        raise ValueError(f"file {fid} is not live in {table.ident}")
+        raise InvalidArgumentError(f"file {fid} is not live in {table.ident}", argument="file", value=file)
     rows = _read(table, [target])
     logical = rows.drop_columns([pk.DELETED]) if table.primary_key else rows
     out = conform(transform(logical), table.schema, table.ident)

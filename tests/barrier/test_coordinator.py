@@ -8,18 +8,24 @@ import pytest
 
 from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH, Coordinator, NotCoordinatorError, Pipeline, epochs
+from lakestep.clock import ManualClock
 
 from .conftest import kv, make_tables
 
 
-def test_lease_fences_a_stale_coordinator(catalog: Catalog, pipeline: Pipeline) -> None:
-    c1 = Coordinator(catalog, lease_seconds=0.5, holder="c1")
-    c2 = Coordinator(catalog, lease_seconds=0.5, holder="c2")
+def test_lease_fences_a_stale_coordinator(clocked: Catalog, clock: ManualClock) -> None:
+    catalog = clocked
+    pipeline = Pipeline(catalog)
+    c1 = Coordinator(catalog, lease_seconds=10, holder="c1")
+    c2 = Coordinator(catalog, lease_seconds=10, holder="c2")
     assert c1.seal().barrier == 1  # type: ignore[union-attr]
+    assert c1.lease is not None and c1.lease.expires_at == clock.now() + 10
     assert not c2.acquire()  # c1 holds it
     with pytest.raises(NotCoordinatorError):
         c2.seal()
-    time.sleep(0.6)  # c1 is "paused" past its lease
+    clock.advance(9.5)  # c1 is "paused": its lease runs out
+    assert not c2.acquire()  # not yet
+    clock.advance(0.5)  # to the instant it expires
     stale = c1.lease
     assert stale is not None
     assert c2.acquire() and c2.lease.token == stale.token + 1  # type: ignore[union-attr]
@@ -36,7 +42,27 @@ def test_lease_fences_a_stale_coordinator(catalog: Catalog, pipeline: Pipeline) 
     c1.release()
 
 
-def test_tick_per_batch_and_interval(catalog: Catalog, pipeline: Pipeline) -> None:
+def test_a_coordinator_renews_its_lease_after_a_third(clocked: Catalog, clock: ManualClock) -> None:
+    # per_batch with no root table: nothing is ever due, so no seal extends the lease
+    c1 = Coordinator(clocked, seal="per_batch", lease_seconds=30, holder="c1")
+    c2 = Coordinator(clocked, seal="per_batch", lease_seconds=30, holder="c2")
+    assert c1.tick().leader
+    taken = clock.now()
+    clock.advance(10)  # a third of the lease: no renewal yet
+    assert c1.tick().leader and c1.lease.expires_at == taken + 30  # type: ignore[union-attr]
+    clock.advance(0.5)
+    assert c1.tick().leader and c1.lease.expires_at == clock.now() + 30  # type: ignore[union-attr]
+    clock.advance(29.5)  # the renewed lease has half a second left
+    assert not c2.tick().leader
+    clock.advance(0.5)
+    assert c2.tick().leader  # c1 stopped ticking: its lease lapsed, c2 took over
+    assert not c1.tick().leader  # and c1 finds out
+
+
+def test_tick_per_batch_and_interval(clocked: Catalog, clock: ManualClock) -> None:
+    catalog = clocked
+    catalog.create_namespace("s")
+    pipeline = Pipeline(catalog)
     make_tables(catalog, "a")
     pipeline.register_job("ingest", sinks=["s.a"], external_input=True)
     per_batch = Coordinator(catalog, seal="per_batch")
@@ -48,27 +74,32 @@ def test_tick_per_batch_and_interval(catalog: Catalog, pipeline: Pipeline) -> No
     catalog.load_table("s.a").append(kv((2, 2)), barrier=OPEN_EPOCH)
     t = per_batch.tick()  # barrier 1 is committed now: snapshotted in the same transaction as seal 2
     assert t.sealed is not None and t.sealed.barrier == 2 and t.snapshots == (1,)
+    opened = t.sealed.sealed_at  # epoch 3 opened then
     per_batch.release()
-    interval = Coordinator(catalog, interval=0.3)
-    first = interval.tick()  # the open epoch opened more than 0.3 s ago? maybe not
-    if first.sealed is None:
-        time.sleep(first.next_in + 0.01)
-        first = interval.tick()
-    assert first.sealed is not None and first.sealed.barrier == 3
+    interval = Coordinator(catalog, interval=5, lease_seconds=30)
+    first = interval.tick()
+    assert first.leader and first.sealed is None and first.next_in == 5  # epoch 3 opened just now
+    clock.advance(4.5)
     t = interval.tick()
-    assert t.sealed is None and 0.1 < t.next_in <= 0.3
-    time.sleep(t.next_in + 0.01)
+    assert t.sealed is None and t.next_in == 0.5
+    clock.advance(0.5)
+    t = interval.tick()  # exactly 5 s after epoch 3 opened
+    assert t.sealed is not None and t.sealed.barrier == 3 and t.sealed.opened_at == opened
+    assert t.sealed.sealed_at == opened + 5 and t.next_in == 5
+    t = interval.tick()
+    assert t.sealed is None and t.next_in == 5
+    clock.advance(5)
     assert interval.tick().sealed.barrier == 4  # type: ignore[union-attr]
     standby = Coordinator(catalog)
     t = standby.tick()
-    assert not t.leader and t.sealed is None
+    assert not t.leader and t.sealed is None and t.next_in == 1.0
     interval.release()
 
 
 def test_thread_seals_and_releases(catalog: Catalog, pipeline: Pipeline) -> None:
     coord = pipeline.coordinator(interval=0.02, lease_seconds=5.0)
     coord.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a hang, not a speed limit: 6 seals take 0.1 s unloaded
     while pipeline.open_epoch() < 6 and time.monotonic() < deadline:
         time.sleep(0.02)
     coord.stop()

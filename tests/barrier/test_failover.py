@@ -2,11 +2,11 @@
 
 Two coordinators run; one holds the lease and seals every 50 ms. Then:
 
-1. the leader is paused (SIGSTOP) past its lease: the standby takes over
-   within the lease; resumed (SIGCONT), the old leader is fenced out and
+1. the leader is paused (SIGSTOP) past its lease: the standby takes over,
+   never before that lease expired (database clock); resumed (SIGCONT), the old leader is fenced out and
    never seals again while the other lives;
 2. the new leader is killed (SIGKILL): the old one, now a standby, takes
-   over within the lease;
+   over once the lease has expired;
 3. the last one stops on SIGTERM and releases the lease.
 
 Throughout, this process commits to a root table. At the end: every barrier
@@ -31,7 +31,6 @@ from .conftest import kv, make_tables
 
 LEASE = 1.0
 INTERVAL = 0.05
-SLACK = 2.0  # the standby's poll (lease / 4), one interval, scheduling on a loaded machine
 
 
 def start(spec: Any, holder: str) -> subprocess.Popen[bytes]:
@@ -78,8 +77,11 @@ def test_failover(catalog_spec: Any, catalog: Catalog) -> None:
         paused_at = time.time()
         seals = wait_for(p, lambda s: s[-1].holder == second)
         took_over = next(s for s in seals if s.holder == second)
+        last_of_first = max(s.sealed_at for s in seals if s.holder == first)
         print(f"takeover after a pause: {took_over.sealed_at - paused_at:.2f}s (lease {LEASE}s)")
-        assert took_over.sealed_at - paused_at <= LEASE + SLACK
+        # never before the paused leader's lease ran out (its last seal extended it by LEASE), on the
+        # database's clock; how soon after is the machine's business, not a property to assert
+        assert took_over.sealed_at >= last_of_first + LEASE
         procs[first].send_signal(signal.SIGCONT)
         wait_for(p, lambda s: sum(x.holder == second for x in s) >= 10)  # it keeps sealing, alone
         # 2. kill the new leader: the resumed one takes over
@@ -88,8 +90,9 @@ def test_failover(catalog_spec: Any, catalog: Catalog) -> None:
         killed_at = time.time()
         seals = wait_for(p, lambda s: s[-1].holder == first and s[-1].sealed_at > killed_at)
         back = next(s for s in seals if s.holder == first and s.sealed_at > killed_at)
+        last_of_second = max(s.sealed_at for s in seals if s.holder == second)
         print(f"takeover after SIGKILL: {back.sealed_at - killed_at:.2f}s (lease {LEASE}s)")
-        assert back.sealed_at - killed_at <= LEASE + SLACK
+        assert back.sealed_at >= last_of_second + LEASE
         wait_for(p, lambda s: sum(x.holder == first and x.sealed_at > killed_at for x in s) >= 5)
         # 3. a clean stop releases the lease
         procs[first].send_signal(signal.SIGTERM)

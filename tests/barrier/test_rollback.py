@@ -112,3 +112,79 @@ def test_rollback_of_a_lagging_table_and_snapshot_progress(catalog: Catalog, pip
     assert p.committed_barrier() == 3
     assert coordinator.snapshot() == [2, 3]
     assert p.choose(["s.a", "s.d"], level="repeatable_read").barrier == 3
+
+
+def test_version_at_in_older_eras_after_two_rollbacks(catalog: Catalog) -> None:
+    """Barriers older than the last restore are found by the era loop (states.py: the newest era,
+    then the restore itself, then the era before): every barrier reads exactly its rows."""
+    catalog.create_namespace("s")
+    make_tables(catalog, "a")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    coord = Coordinator(catalog)
+    a = catalog.load_table("s.a")
+    for k in (1, 2, 3, 4):  # barrier k holds rows 1..k
+        a.append(kv((k, k)), barrier=OPEN_EPOCH)
+        coord.seal()
+    p.rollback(to=3)  # era 2 starts: barrier 4's row is gone
+    a.append(kv((5, 5)), barrier=OPEN_EPOCH)  # barrier 5
+    coord.seal()
+    p.rollback(to=2)  # era 3 starts
+    a.append(kv((6, 6)), barrier=OPEN_EPOCH)  # barrier 6
+    coord.seal()
+    want = {0: [], 1: [(1, 1)], 2: [(1, 1), (2, 2)], 3: [(1, 1), (2, 2)], 4: [(1, 1), (2, 2)],
+            5: [(1, 1), (2, 2)], 6: [(1, 1), (2, 2), (6, 6)]}
+    got = {e: rows(a.to_arrow(version=p.version_at("s.a", e))) for e in want}
+    assert got == want
+    # the first era as it was before any rollback: untouched history, by version
+    assert rows(a.to_arrow(version=4)) == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    coord.release()
+
+
+def test_a_rolled_back_derived_table_stands_at_the_rollback_barrier(catalog: Catalog) -> None:
+    """After a rollback to r, a derived table whose job has not run since has its RESTORE (tagged r)
+    as its newest barriered commit: its frontier is r, and a consistent read answers r, in the
+    one-statement choice and in the general path alike (a fresh pipeline, no cached topology)."""
+    catalog.create_namespace("s")
+    make_tables(catalog, "a", "d")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    coord = Coordinator(catalog)
+    a = catalog.load_table("s.a")
+    for k in (1, 2, 3, 4):
+        a.append(kv((k, k)), barrier=OPEN_EPOCH)
+        coord.seal()
+        process(p, "copy", copy_of("s.a"), catalog)
+    p.rollback(to=2)
+    assert p.frontier("s.d") == 2
+    for pipe in (p, Pipeline(catalog)):
+        c = pipe.choose(["s.a", "s.d"])
+        assert c.barrier == 2
+        assert rows(catalog.load_table("s.d").to_arrow(version=c.versions["s.d"])) == [(1, 1), (2, 2)]
+        assert pipe.choose(["s.a", "s.d"], scope="global").barrier == 2
+    coord.release()
+
+
+def test_version_at_an_older_restores_own_barrier(catalog: Catalog) -> None:
+    """A barrier equal to an older RESTORE's tag, while the newest era starts above it: the
+    era loop answers that RESTORE itself (the newest commit tagged <= e), not the version it
+    restored from the era before (the same rows, but a version cleanup may prune first)."""
+    catalog.create_namespace("s")
+    make_tables(catalog, "a")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    coord = Coordinator(catalog)
+    a = catalog.load_table("s.a")
+    for k in (1, 2, 3, 4):
+        a.append(kv((k, k)), barrier=OPEN_EPOCH)
+        coord.seal()
+    first = p.rollback(to=3).tables["s.a"].restore_version  # tagged 3
+    a.append(kv((5, 5)), barrier=OPEN_EPOCH)  # epoch 5
+    coord.seal()
+    second = p.rollback(to=4).tables["s.a"].restore_version  # tagged 4: the newest era starts above 3
+    assert p.version_at("s.a", 3) == first
+    assert p.version_at("s.a", 4) == second
+    assert p.version_at("s.a", 2) == 2
+    assert rows(a.to_arrow(version=p.version_at("s.a", 3))) == [(1, 1), (2, 2), (3, 3)]
+    coord.release()

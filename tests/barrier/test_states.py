@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import pytest
 
-from lakestep import Catalog
+from lakestep import Catalog, errors
 from lakestep.barrier import OPEN_EPOCH, BarrierState, Coordinator, NoSnapshotError, Pipeline
 from lakestep.catalog.lifecycle import live_locks
+from lakestep.clock import ManualClock
 from lakestep.errors import VersionNotFoundError
 
 from .conftest import kv, make_tables, rows
@@ -85,7 +85,7 @@ def test_replay_and_empty_batches(catalog: Catalog, pipeline: Pipeline, coordina
     res = again.commit()
     assert res.replayed and res.results[0].replayed and res.results[0].barrier == 1
     assert d.version == version and d.to_arrow().num_rows == 0  # nothing committed
-    with pytest.raises(ValueError, match="not a sink"):
+    with pytest.raises(errors.InvalidArgumentError, match="not a sink"):
         p.batch(plan).append("s.a", kv((1, 1)))
 
 
@@ -213,9 +213,11 @@ def test_repeatable_read_pins_snapshots(catalog: Catalog, pipeline: Pipeline, co
     assert live_locks(catalog) == []
 
 
-def test_snapshots_every_k_retention_and_cleanup(catalog: Catalog, pipeline: Pipeline) -> None:
+def test_snapshots_every_k_retention_and_cleanup(clocked: Catalog, clock: ManualClock) -> None:
+    catalog = clocked
+    catalog.create_namespace("s")
     make_tables(catalog, "a", "d")
-    p = pipeline
+    p = Pipeline(catalog)
     p.register_job("ingest", sinks=["s.a"], external_input=True)
     p.register_job("copy", sources=["s.a"], sinks=["s.d"])
     coord = Coordinator(catalog, snapshot_every=2, retain_count=2)
@@ -234,6 +236,7 @@ def test_snapshots_every_k_retention_and_cleanup(catalog: Catalog, pipeline: Pip
     with pytest.raises(BarrierNotRetainedError):
         p.version_at("s.a", 3)  # older than the oldest retained barrier
     v6 = p.version_at("s.a", 6)
+    clock.advance(1)  # every commit is older than a window of 0
     report = a.cleanup(retention_seconds=0, force=True)  # snapshots protect their files from cleanup
     assert report.deleted_files and {v4, v6} <= set(report.pinned_versions)
     assert rows(a.to_arrow(version=v4)) == [(3, 3)]
@@ -241,15 +244,17 @@ def test_snapshots_every_k_retention_and_cleanup(catalog: Catalog, pipeline: Pip
     with pytest.raises(BarrierNotRetainedError):
         p.version_at("s.a", 5)  # its commit records are pruned: refused, not guessed
     coord.release()  # a standby takes over at once
-    aged = Coordinator(catalog, snapshot_every=1, retain_count=None, retain_seconds=0.2)
+    aged = Coordinator(catalog, snapshot_every=1, retain_count=None, retain_seconds=60)
     for _ in range(2):
         a.overwrite(kv((0, 0)), barrier=OPEN_EPOCH)
         aged.seal()
         process(p, "copy", copy_of("s.a"), catalog)
     assert aged.snapshot() == [8, 9]  # 7 was committed under the old cadence (every 2nd)
     assert p.snapshot_barrier() == 9
-    time.sleep(0.3)
-    assert p.snapshot_barrier() == 6  # retention by age: 8 and 9 expired
+    clock.advance(59.5)
+    assert p.snapshot_barrier() == 9
+    clock.advance(0.5)
+    assert p.snapshot_barrier() == 6  # retention by age: 8 and 9 expired, exactly at their expiry
     aged.release()
 
 
@@ -268,15 +273,17 @@ def test_choice_follows_renames_and_drops(catalog: Catalog, pipeline: Pipeline, 
     catalog.drop_table("s.b")
     with pytest.raises(TableNotFoundError):
         pipeline.choose(["s.b"])
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         pipeline.choose(["s.a2"], level="serializable")  # type: ignore[arg-type]
 
 
-def test_cleanup_keeps_the_newest_barrier_of_an_idle_table(catalog: Catalog, pipeline: Pipeline,
-                                                           coordinator: Coordinator) -> None:
+def test_cleanup_keeps_the_newest_barrier_of_an_idle_table(clocked: Catalog, clock: ManualClock) -> None:
     """A derived table whose job stays idle longer than the retention window keeps its frontier:
     cleanup never prunes a table's newest commit row that carries a barrier."""
-    p = pipeline
+    catalog = clocked
+    catalog.create_namespace("s")
+    p = Pipeline(catalog)
+    coordinator = Coordinator(catalog)
     plan = _copy_job_first_batch(catalog, p, coordinator)
     with p.batch(plan) as b:
         b.append("s.d", kv((1, 1)))
@@ -284,7 +291,7 @@ def test_cleanup_keeps_the_newest_barrier_of_an_idle_table(catalog: Catalog, pip
     d.append(kv((2, 2)))  # barrierless commits (a backfill, a compaction) after the tagged one
     d.append(kv((3, 3)))
     d.compact()
-    time.sleep(0.01)
+    clock.advance(1)
     report = d.cleanup(retention_seconds=0, force=True)
     assert report.pruned_commit_rows > 0
     assert [h.barrier for h in d.history()].count(1) == 1  # the tagged row is kept

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakestep import Catalog
+from lakestep import Catalog, errors
 from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline, diagnose, epochs, lag_history
 from lakestep.catalog.pins import pinned_storage
 
@@ -48,7 +48,7 @@ def test_status_agrees_with_the_states_of_each_cell(catalog: Catalog, pipeline: 
     assert st.states("s.d", 1) == {"PRECOMMIT", "COMMIT", "SNAPSHOT"} and st.states("s.d", 2) == set()
     assert st.coordinator_alive and st.lease.holder == coordinator.holder
     assert list(pipeline.status(last=1).barriers) == [3]
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         pipeline.status(last=0)
 
 

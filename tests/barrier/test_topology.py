@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from lakestep import Catalog
+from lakestep import Catalog, errors
 from lakestep.barrier import DOWNSTREAM_SQL, UPSTREAM_SQL, CycleError, JobNotFoundError, Pipeline, TopologyError
 
 from .conftest import make_tables
@@ -92,7 +92,7 @@ def test_change_and_retire_while_running(catalog: Catalog, pipeline: Pipeline) -
 
 def test_bad_job_ids_and_tables(catalog: Catalog, pipeline: Pipeline) -> None:
     make_tables(catalog, "a")
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidIdentifierError):
         pipeline.register_job("bad id; drop", sinks=["s.a"], external_input=True)
     from lakestep.errors import TableNotFoundError
 

@@ -10,6 +10,8 @@ import pyarrow as pa
 import pytest
 
 from lakestep import Catalog, errors
+from lakestep.catalog.cleanup import IN_FLIGHT_FLOOR_SECONDS
+from lakestep.clock import ManualClock
 from lakestep.catalog.maintenance import apply_ttl
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.date32())])
@@ -20,12 +22,12 @@ def disk_bytes(path: str) -> int:
 
 
 @pytest.fixture
-def table(catalog: Catalog):  # type: ignore[no-untyped-def]
-    catalog.create_namespace("s")
-    return catalog.create_table("s.t", SCHEMA, properties={"lakestep.retention-seconds": "0.3"})
+def table(clocked: Catalog):  # type: ignore[no-untyped-def]
+    clocked.create_namespace("s")
+    return clocked.create_table("s.t", SCHEMA, properties={"lakestep.retention-seconds": "60"})
 
 
-def test_cleanup_keeps_window_snapshots_and_locks(table) -> None:  # type: ignore[no-untyped-def]
+def test_cleanup_keeps_window_snapshots_and_locks(table, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
     d = dt.date(2026, 1, 1)
     for i in range(4):
         table.append({"id": [i], "day": [d]})
@@ -36,7 +38,9 @@ def test_cleanup_keeps_window_snapshots_and_locks(table) -> None:  # type: ignor
     # inside the window nothing goes, whatever the dry run says
     report = table.cleanup(dry_run=True)
     assert report.deleted_files == [] and report.dry_run
-    time.sleep(0.4)
+    clock.advance(59.5)  # the last commits are 59.5 s old: still inside the 60 s window
+    assert table.cleanup(dry_run=True).deleted_files == []
+    clock.advance(1)
     dry = table.cleanup(dry_run=True)
     assert dry.deleted_files and dry.deleted_bytes > 0
     assert table.to_arrow(version=1).num_rows == 1  # a dry run deletes nothing
@@ -58,19 +62,85 @@ def test_cleanup_keeps_window_snapshots_and_locks(table) -> None:  # type: ignor
     assert disk_bytes(table.location) == sum(f.file_size for f in table.files())
 
 
-def test_orphans_are_removed_after_the_window(table) -> None:  # type: ignore[no-untyped-def]
+def test_orphans_are_removed_after_the_window_and_the_floor(table, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
     table.append({"id": [1], "day": [dt.date(2026, 1, 1)]})
     orphan = os.path.join(table.location, "data", "never-committed.parquet")
     with open(orphan, "wb") as fh:
         fh.write(b"x" * 10)
+    os.utime(orphan, (clock.now(), clock.now()))  # written now, by the catalog's clock
     assert table.cleanup().orphan_files == []  # too young: may belong to a writer about to commit
-    time.sleep(0.4)
+    clock.advance(61)  # older than the 60 s window, but a commit may still be in flight
+    assert table.cleanup().orphan_files == [] and os.path.exists(orphan)
+    clock.advance(IN_FLIGHT_FLOOR_SECONDS - 61 - 0.5)
+    assert table.cleanup().orphan_files == []
+    clock.advance(0.5)  # exactly as old as the floor
     report = table.cleanup(dry_run=True)
     assert report.orphan_files == ["data/never-committed.parquet"] and report.orphan_bytes == 10
     assert os.path.exists(orphan)
     table.cleanup()
     assert not os.path.exists(orphan)
     assert table.to_arrow().num_rows == 1
+
+
+def test_cleanup_never_takes_the_files_of_a_commit_in_flight(catalog_spec, catalog, worker_pair) -> None:  # type: ignore[no-untyped-def]
+    """Retention 0: a writer process has written its file and not committed yet when cleanup
+    runs. Before the floor, cleanup deleted the file as an orphan, the commit then landed and
+    the table could not be read any more (issue 9, item 3)."""
+    catalog.create_namespace("s")
+    t = catalog.create_table("s.t", SCHEMA, properties={"lakestep.retention-seconds": "0"})
+    t.append({"id": [1], "day": [dt.date(2026, 1, 1)]})
+    writer, _ = worker_pair
+    writer.prepare(catalog_spec, "append", "s.t", pa.table({"id": [2], "day": [dt.date(2026, 1, 2)]}, schema=SCHEMA))
+    in_flight = files_on_disk(t) - {f.path for f in t.files()}
+    assert len(in_flight) == 1  # written, not committed: an orphan to anyone who looks
+    report = t.cleanup()
+    assert report.orphan_files == []
+    assert writer.commit()[0]["version"] == 2
+    assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2]
+    assert files_on_disk(t) == {f.path for f in t.files()}
+
+
+def files_on_disk(t) -> set[str]:  # type: ignore[no-untyped-def]
+    root = t.location
+    return {os.path.relpath(os.path.join(r, f), root) for r, _, fs in os.walk(os.path.join(root, "data")) for f in fs}
+
+
+N_RACE = 60
+
+
+def append_loop(cat: Catalog, n: int) -> list[int]:
+    """Worker: n appends of one row each (ids 0..n-1); the versions committed."""
+    t = cat.load_table("s.t")
+    return [t.append({"id": [i], "day": [dt.date(2026, 1, 1)]}).version for i in range(n)]
+
+
+def cleanup_loop(cat: Catalog, n: int) -> int:
+    """Worker: n cleanups of s.t with its retention (0); the orphans it deleted."""
+    t = cat.load_table("s.t")
+    return sum(len(t.cleanup().orphan_files) for _ in range(n))
+
+
+def test_cleanup_beside_a_writer_with_retention_0_loses_nothing(catalog_spec, catalog) -> None:  # type: ignore[no-untyped-def]
+    """Two processes, a fixed number of operations each: one appends, the other cleans up
+    with retention 0. Nothing the writer committed goes missing."""
+    from .workers import Worker
+
+    catalog.create_namespace("s")
+    t = catalog.create_table("s.t", SCHEMA, properties={"lakestep.retention-seconds": "0"})
+    workers = [Worker(), Worker()]
+    try:
+        for w in workers:  # spawned and connected before either starts
+            w.call(catalog_spec, "tests.catalog.workers", "ping")
+        workers[0].send_call(catalog_spec, __name__, "append_loop", N_RACE)
+        workers[1].send_call(catalog_spec, __name__, "cleanup_loop", 4 * N_RACE)
+        versions = workers[0].receive(timeout=300)
+        deleted = workers[1].receive(timeout=300)
+    finally:
+        for w in workers:
+            w.stop()
+    assert versions == list(range(1, N_RACE + 1)) and deleted == 0
+    assert sorted(t.to_arrow().column("id").to_pylist()) == list(range(N_RACE))  # every file still there
+    assert files_on_disk(t) == {f.path for f in t.files()}
 
 
 def test_ttl_by_partition_and_by_rows(catalog: Catalog) -> None:
@@ -94,7 +164,7 @@ def test_ttl_by_partition_and_by_rows(catalog: Catalog) -> None:
     assert apply_ttl(catalog.create_table("s.none", SCHEMA)) is None
 
 
-def test_metadata_is_pruned(table) -> None:  # type: ignore[no-untyped-def]
+def test_metadata_is_pruned(table, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
     import sqlalchemy as sa
 
     from lakestep.catalog import schema as S
@@ -103,7 +173,7 @@ def test_metadata_is_pruned(table) -> None:  # type: ignore[no-untyped-def]
         table.append({"id": [i], "day": [dt.date(2026, 1, 1)]}, job_id="j", batch_id=i)
         if i % 10 == 9:
             table.compact()
-    time.sleep(0.4)
+    clock.advance(61)
     table.cleanup()
     with table.catalog.backend.read() as conn:
         n_commits = conn.execute(sa.select(sa.func.count()).select_from(S.commits).where(
@@ -117,16 +187,17 @@ def test_metadata_is_pruned(table) -> None:  # type: ignore[no-untyped-def]
     assert sorted(table.to_arrow().column("id").to_pylist()) == list(range(30))
 
 
-def test_a_shorter_window_than_the_tables_needs_force(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_shorter_window_than_the_tables_needs_force(clocked, clock) -> None:  # type: ignore[no-untyped-def]
+    catalog = clocked
     catalog.create_namespace("w")
     t = catalog.create_table("w.t", pa.schema([("id", pa.int64())]), properties={"lakestep.retention-seconds": "60"})
     t.append({"id": [1]})
     t.overwrite({"id": [2]})
-    with pytest.raises(ValueError, match="shorter than"):
+    with pytest.raises(errors.InvalidArgumentError, match="shorter than"):
         t.cleanup(retention_seconds=0)
     assert t.to_arrow(version=1).column("id").to_pylist() == [1]  # nothing went
     t.cleanup(retention_seconds=120)  # longer is always fine
-    time.sleep(0.01)
+    clock.advance(1)
     assert len(t.cleanup(retention_seconds=0, force=True).deleted_files) == 1
 
 

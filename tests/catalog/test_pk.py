@@ -7,7 +7,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from lakestep import Catalog
+from lakestep import Catalog, errors
 
 SCHEMA = pa.schema([("k", pa.int64()), ("day", pa.string()), ("v", pa.int64())])
 
@@ -91,11 +91,11 @@ def test_minor_compaction_merges_only_adjacent_small_files(table) -> None:  # ty
 
 def test_pk_rules(catalog: Catalog) -> None:
     catalog.create_namespace("s")
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidSchemaError):
         catalog.create_table("s.bad", SCHEMA, primary_key=["k"], partition_by=["day"])
     plain = catalog.create_table("s.plain", SCHEMA)
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.NoPrimaryKeyError):
         plain.upsert({"k": [1], "day": ["a"], "v": [1]})
     t = catalog.create_table("s.ok", SCHEMA, primary_key=["k"])
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         t.update({"k": 5}, [("k", "=", 1)])

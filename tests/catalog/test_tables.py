@@ -71,7 +71,7 @@ def test_table_needs_namespace_and_valid_schema(catalog: Catalog) -> None:
     with pytest.raises(errors.NamespaceNotFoundError):
         catalog.create_table("missing.t", SCHEMA)
     catalog.create_namespace("s")
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidSchemaError):
         catalog.create_table("s.t", SCHEMA, partition_by=["nope"])
     with pytest.raises(errors.InvalidIdentifierError):
         catalog.create_table("s.t", pa.schema([("bad name", pa.int64())]))

@@ -1,6 +1,7 @@
 """Bounded concurrency torture: 4 appenders, 1 compactor, 1 overwriter/updater.
 
-Six real processes work on one table for a few seconds. Each logs what its
+Six real processes work on one table, a fixed number of operations each (the compactor and
+the mutator paced by the table's version, not by the clock). Each logs what its
 successful commits did. At the end the table must hold exactly what that
 committed history implies: every appended row once (unless a later overwrite
 replaced it), every update applied to exactly the rows it saw; nothing lost,
@@ -23,7 +24,9 @@ from .workers import Worker
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("part", pa.string()), ("bumpable", pa.bool_()), ("bumped", pa.int64())]
 )
-SECONDS = 6.0
+APPENDS = 40  # per appender: a fixed amount of work, whatever the machine's speed
+COMPACTIONS = 12
+MUTATIONS = 10
 MODULE = __name__
 
 
@@ -34,33 +37,39 @@ def _rows(ids: list[int], part: str) -> pa.Table:
     )
 
 
+def _wait_for_versions(t: Any, version: int) -> None:
+    """Pace a worker by the table's progress (not by the clock): until the head reaches ``version``."""
+    while t.catalog.load_table(t.ident).version < version:
+        time.sleep(0.01)
+
+
 # ---- what each worker process runs (called through Worker.call) -----------
-def appender(cat: Catalog, n: int, seconds: float) -> list[dict[str, Any]]:
+def appender(cat: Catalog, n: int, count: int) -> list[dict[str, Any]]:
     t = cat.load_table("t.t")
-    log, seq, deadline = [], 0, time.time() + seconds
-    while time.time() < deadline:
+    log = []
+    for seq in range(count):
         part = "hot" if seq % 2 else "cold"
         ids = [n * 1_000_000 + seq * 10 + k for k in range(1 + seq % 3)]
         r = t.append(_rows(ids, part))  # must never raise
         log.append({"version": r.version, "ids": ids, "part": part})
-        seq += 1
     return log
 
 
-def compactor(cat: Catalog, seconds: float) -> list[dict[str, Any]]:
+def compactor(cat: Catalog, count: int) -> list[dict[str, Any]]:
     t = cat.load_table("t.t")
-    log, deadline = [], time.time() + seconds
-    while time.time() < deadline:
+    log = []
+    for i in range(count):
+        _wait_for_versions(t, 8 * (i + 1))  # spread over the appenders' run
         r = t.compact(min_files=3)
         log.append({"version": r.version, "discarded": r.discarded, "removed": r.removed_files})
-        time.sleep(0.05)
     return log
 
 
-def mutator(cat: Catalog, seconds: float) -> list[dict[str, Any]]:
+def mutator(cat: Catalog, count: int) -> list[dict[str, Any]]:
     t = cat.load_table("t.t")
-    log, seq, deadline = [], 0, time.time() + seconds
-    while time.time() < deadline:
+    log = []
+    for seq in range(count):
+        _wait_for_versions(t, 10 * (seq + 1))
         if seq % 2 == 0:
             ids = [9_000_000 + seq * 10 + k for k in range(2)]
             r = t.overwrite(_rows(ids, "hot"), partitions=[{"part": "hot"}])
@@ -68,8 +77,6 @@ def mutator(cat: Catalog, seconds: float) -> list[dict[str, Any]]:
         else:
             r = t.update({"bumped": ds.field("bumped") + 1}, [("part", "=", "cold"), ("bumpable", "=", True)])
             log.append({"op": "update", "version": r.version, "base": r.base_version})
-        seq += 1
-        time.sleep(0.1)
     return log
 
 
@@ -80,17 +87,17 @@ def test_torture(catalog_spec, catalog) -> None:  # type: ignore[no-untyped-def]
     try:
         for w in workers:  # warm up: spawn and open the catalog before the clock starts
             w.call(catalog_spec, "tests.catalog.workers", "ping")
-        calls = [(w, "appender", (i + 1, SECONDS)) for i, w in enumerate(workers[:4])]
-        calls += [(workers[4], "compactor", (SECONDS,)), (workers[5], "mutator", (SECONDS,))]
+        calls = [(w, "appender", (i + 1, APPENDS)) for i, w in enumerate(workers[:4])]
+        calls += [(workers[4], "compactor", (COMPACTIONS,)), (workers[5], "mutator", (MUTATIONS,))]
         for w, func, args in calls:
             w.send_call(catalog_spec, MODULE, func, *args)
-        logs = [w.receive(timeout=SECONDS + 120) for w, _, _ in calls]
+        logs = [w.receive(timeout=600) for w, _, _ in calls]
     finally:
         for w in workers:
             w.stop()
     appends = [e for log in logs[:4] for e in log]
     compactions, mutations = logs[4], logs[5]
-    assert len(appends) > 20 and len(mutations) > 4, (len(appends), len(mutations))
+    assert (len(appends), len(compactions), len(mutations)) == (4 * APPENDS, COMPACTIONS, MUTATIONS)
     print(f"appends={len(appends)} mutations={len(mutations)} compactions={len(compactions)} "
           f"discarded={sum(c['discarded'] for c in compactions)}")
 

@@ -45,7 +45,7 @@ def test_multi_table_transaction_is_atomic(catalog: Catalog, two_tables) -> None
     # a second non-append write to the same table is refused, and the first one's files go
     tx2 = catalog.transaction()
     tx2.delete(a, [("id", "=", 2)])
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         tx2.overwrite(a, {"id": [9], "v": ["x"]})
     tx2.abort()
     with pytest.raises(errors.TransactionClosedError):
@@ -104,7 +104,7 @@ def test_idempotent_replay(catalog: Catalog, two_tables) -> None:  # type: ignor
     assert not r.replayed and a.append({"id": [3], "v": ["a"]}, job_id="job-1", batch_id=8).replayed
     assert ids(catalog, "s.a") == [1, 2, 3]
     assert [h.batch_id for h in a.history(limit=2)] == [8, 7]
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         catalog.transaction(job_id="job-1")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import time
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -12,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakestep import Catalog, errors
+from lakestep.clock import ManualClock
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("amount", pa.float64())])
 
@@ -61,7 +61,7 @@ def test_overwrite_variants(table) -> None:  # type: ignore[no-untyped-def]
     assert rows(table.to_arrow()) == [(10, "d1", 10.0), (35, "d3", 35.0), (41, "d3", 41.0)]
     with pytest.raises(errors.DataOutOfRangeError):
         table.overwrite(data((99, "d1", 1.0)), where=[("id", "<", 50)])
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         table.overwrite(data((1, "d1", 1.0)), partitions=[{"amount": 1.0}])
     # the whole table
     table.overwrite(data((7, "d7", 7.0)))
@@ -118,7 +118,7 @@ def test_schema_mismatch_is_refused_and_nothing_written(table) -> None:  # type:
         with pytest.raises(errors.SchemaMismatchError) as ei:
             table.append(b)
         assert ei.value.table == "s.t" and ei.value.problems
-    with pytest.raises(TypeError):
+    with pytest.raises(errors.ArgumentTypeError):
         table.append("not data")
     assert table.version == 1
     assert sum(len(fs) for _, _, fs in os.walk(table.location)) == n_files
@@ -134,12 +134,16 @@ def test_not_null_primary_key(catalog: Catalog) -> None:
         t.append(pa.table({"id": [None], "day": ["x"], "amount": [1.0]}, schema=SCHEMA))
 
 
-def test_time_travel(table) -> None:  # type: ignore[no-untyped-def]
-    t0 = time.time()
+def test_time_travel(clocked: Catalog, clock: ManualClock) -> None:
+    clocked.create_namespace("s")
+    table = clocked.create_table("s.t", SCHEMA, partition_by=["day"])
+    created = clock.now()
+    clock.advance(10)
+    t0 = clock.now()
     table.append(data((1, "d1", 1.0)))
-    time.sleep(0.02)
-    t1 = time.time()
-    time.sleep(0.02)
+    clock.advance(10)
+    t1 = clock.now()
+    clock.advance(10)
     table.append(data((2, "d1", 2.0)))
     table.compact()
     table.delete([("id", "=", 1)])
@@ -152,17 +156,21 @@ def test_time_travel(table) -> None:  # type: ignore[no-untyped-def]
     assert rows(table.to_arrow()) == [(2, "d1", 2.0)]
     assert rows(table.to_arrow(as_of=t1)) == [(1, "d1", 1.0)]
     assert rows(table.to_arrow(as_of=dt.datetime.fromtimestamp(t1, dt.timezone.utc))) == [(1, "d1", 1.0)]
-    assert rows(table.to_arrow(as_of=t0 - 1e-3)) == []  # before the first commit: the empty table
+    assert rows(table.to_arrow(as_of=t0)) == [(1, "d1", 1.0)]  # the last commit at or before it
+    assert rows(table.to_arrow(as_of=t0 - 1)) == []  # before the first commit: the empty table
+    assert table.meta.created_at == created
+    assert rows(table.to_arrow(as_of=created)) == []
     with pytest.raises(errors.VersionNotFoundError):
-        table.to_arrow(as_of=table.meta.created_at - 100)
+        table.to_arrow(as_of=created - 1e-3)  # before the table existed
     with pytest.raises(errors.VersionNotFoundError):
         table.to_arrow(version=99)
     with pytest.raises(errors.VersionNotFoundError):
         table.to_arrow(data_version=99)
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         table.to_arrow(version=1, data_version=1)
     times = [h.committed_at for h in reversed(table.history())]
-    assert times == sorted(times) and len(set(times)) == len(times)
+    # commits in the same instant still get increasing times (1 us apart)
+    assert times == [created, t0, t1 + 10, t1 + 10 + 1e-6, t1 + 10 + 2e-6]
 
 
 def test_reads_prune_by_stats(table) -> None:  # type: ignore[no-untyped-def]

@@ -123,7 +123,7 @@ def test_read_plan_merges_primary_key_tables(catalog: Catalog) -> None:
     assert plan.merge_on_read and len(plan.files) == 3
     assert sorted(map(tuple, (r.values() for r in plan.to_arrow().to_pylist()))) == [(1, "a"), (2, "B")]
     assert [p.files for p in plan.split(4)] == [plan.files]  # one key range: merged together
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidArgumentError):
         plan.dataset()
 
 

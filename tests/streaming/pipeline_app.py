@@ -34,9 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--checkpoints", required=True)
-    # one barrier per derived micro-batch (every barrier a consistent point; maxBarriersPerTrigger is not read
-    # by the source anyway: option names arrive lowercased), so the
-    # seal interval must exceed a micro-batch's duration or the derived job falls further behind forever
+    # one barrier per derived micro-batch (every barrier a consistent point; the source's maxBarriersPerTrigger
+    # is left at its default, 1), so the seal interval must exceed a micro-batch's duration or the derived job
+    # falls further behind forever
     ap.add_argument("--interval", type=float, default=3.0)
     ap.add_argument("--trigger", default="500 milliseconds")
     ap.add_argument("--max-offsets", type=int, default=60)

@@ -50,9 +50,8 @@ def _produce(kafka_broker, topic: str) -> dict[tuple[int, int], tuple[bytes | No
     return expected
 
 
-# NOTE: option names reach the sink lowercased (pyspark's CaseInsensitiveDict, copied into a plain dict by
-# datasource.py), so as of writing the sink never sees "deadLetterTable" and these tests fail with
-# "row(s) carry _ls_error but the sink has no deadLetterTable": that is a sink bug, not a test bug.
+# The sink reads its options case-insensitively (datasource.py hands it pyspark's CaseInsensitiveDict), so
+# "deadLetterTable" reaches it as written.
 def _run(spark, kafka_broker, topic: str, url: str, ck: str, *, dead_letter_columns: bool = True) -> None:  # type: ignore[no-untyped-def]
     register(spark)
     raw = (spark.readStream.format("lakestep-kafka").option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)

@@ -211,7 +211,9 @@ def _plan(backend: str, rnd: random.Random) -> list[tuple[str, str | None]]:
 
 
 def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    rnd = random.Random(int(os.environ.get("LAKESTEP_CRASH_SEED", str(time.time_ns()))))
+    seed = int(os.environ.get("LAKESTEP_CRASH_SEED", str(time.time_ns() % 2**32)))
+    print(f"exactly-once crash test: LAKESTEP_CRASH_SEED={seed} replays this run's delays, kills and records")
+    rnd = random.Random(seed)
     started = time.time()
     cat = catalog_spec.open()
     cat.create_namespace("s")
@@ -238,6 +240,7 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
         run += 1
         app = App(tmp_path, run, args, arg if kind == "failpoint" else None,
                   arg if kind == "pause_after_commit" else None)
+        heads = (raw.version, agg.version)
         try:
             wait_for(app.ready, 120, "READY", app)
             if kind == "delay":
@@ -261,6 +264,11 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
                 first = next((ln for ln in app.out.read_text(errors="replace").splitlines()
                               if ln.startswith("QUERY FAILED")), "")
                 log.append(f"run {run}: failpoint {arg}: {outcome}; {first[:300]}")
+                # the failpoint killed the process inside its first commit, which never landed, and the
+                # query failed with it (pipeline_app exits 3): no commit at all in this run
+                assert app.exited() == 3 and first, f"seed {seed}, run {run}: {outcome}\n{app.tail()}"
+                assert (cat.load_table("s.raw").version, cat.load_table("s.agg").version) == heads, (
+                    f"seed {seed}, run {run}: a commit landed although every commit of the run died at {arg}")
         finally:
             app.kill()
         produce(rnd.randint(30, 80))

@@ -1,0 +1,131 @@
+"""Branches of the commit resolver (catalog/commit.py) that no other test ran (issue 16 §2).
+
+Each test prepares a change in a :class:`Transaction` (its files are written and
+its base version fixed), lets other commits land, then commits it: the same
+window a concurrent writer has between prepare and commit. Exact expectations,
+SQLite and PostgreSQL, on a :class:`ManualClock` (retention decided by moving it).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from lakestep import Catalog, errors
+from lakestep.clock import ManualClock
+
+SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string())])
+
+
+def rows(t) -> list[tuple[int, str]]:  # type: ignore[no-untyped-def]
+    return sorted((r["id"], r["day"]) for r in t.to_arrow().to_pylist())
+
+
+def table(cat: Catalog, *batches: tuple[int, str]):  # type: ignore[no-untyped-def]
+    cat.create_namespace("s")
+    t = cat.create_table("s.t", SCHEMA, partition_by=["day"])
+    for i, day in batches:  # one file each
+        t.append({"id": [i], "day": [day]})
+    return t
+
+
+def test_undoing_a_compaction_of_a_compaction(clocked: Catalog) -> None:
+    """A delete read file 1; compaction C1 merged it (with file 2) into o1, and
+    compaction C2 merged o1 (with a later file 4) into o2. The delete undoes both:
+    o2 goes, files 2 and 4 are recorded again, and only row 1 is gone."""
+    t = table(clocked, (1, "d1"), (2, "d1"), (3, "d2"))
+    assert t.version == 3
+    paths = {f.path for f in t.files()}
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "=", 1)])  # reads file 1 only (the statistics rule out 2 and 3)
+    c1 = t.compact()  # d1: files 1 and 2 -> o1
+    assert (c1.version, c1.removed_files, c1.added_files) == (4, 2, 1)
+    t.append({"id": [4], "day": ["d1"]})  # v5: file 4
+    c2 = t.compact()  # d1: o1 and file 4 -> o2
+    assert (c2.version, c2.removed_files, c2.added_files) == (6, 2, 1)
+    [r] = tx.commit()
+    assert (r.version, r.operation, r.base_version) == (7, "DELETE", 3)
+    assert r.summary["undone_compactions"] == [4, 6]
+    assert r.summary["restored_files"] == 2
+    assert (r.removed_files, r.removed_rows) == (1, 3)  # o2 (rows 1, 2, 4); file 1 went with C1
+    assert (r.added_files, r.added_rows) == (2, 2)  # files 2 and 4 again; no rows of file 1 remain
+    assert rows(t) == [(2, "d1"), (3, "d2"), (4, "d1")]
+    live = {f.path for f in t.files()}
+    assert len(live) == 3 and len(live & paths) == 2  # files 2 and 3 by their own paths, and file 4
+
+
+def test_compaction_output_rewritten_since_is_a_conflict(clocked: Catalog) -> None:
+    """A delete read file 1; a compaction merged it into o1, and another delete then
+    rewrote o1. The first delete cannot undo that by metadata: it conflicts with the
+    second delete, and nothing of it lands."""
+    t = table(clocked, (1, "d1"), (2, "d1"), (3, "d2"))
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "=", 1)])
+    assert t.compact().version == 4
+    assert t.delete([("id", "=", 2)]).version == 5  # rewrites o1
+    with pytest.raises(errors.CommitConflict) as ei:
+        tx.commit()
+    e = ei.value
+    assert (e.table, e.operation, e.base_version, e.other_version, e.other_operation) == ("s.t", "DELETE", 3, 5,
+                                                                                           "DELETE")
+    assert e.reason.endswith("holding rows this DELETE read was removed")
+    assert t.version == 5 and rows(t) == [(1, "d1"), (3, "d2")]
+
+
+def test_serializable_check_skips_compaction_outputs(clocked: Catalog) -> None:
+    """A serializable delete of ids <= 2 read files 1 and 2; a concurrent compaction
+    merged them into one file that matches the predicate. That file holds rows
+    that existed before, not new ones: the delete undoes the compaction and
+    commits; a file appended concurrently that matches still conflicts."""
+    t = table(clocked, (1, "d1"), (2, "d1"), (3, "d2"))
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "<=", 2)], isolation="serializable")
+    c = t.compact()
+    assert (c.version, c.removed_files, c.added_files) == (4, 2, 1)
+    [r] = tx.commit()
+    assert (r.version, r.base_version) == (5, 3)
+    assert r.summary["undone_compactions"] == [4] and r.summary["restored_files"] == 0
+    assert (r.removed_files, r.removed_rows, r.added_files) == (1, 2, 0)
+    assert rows(t) == [(3, "d2")]
+    # the same window with a matching append instead: serializable refuses it
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "<=", 3)], isolation="serializable")
+    t.append({"id": [2], "day": ["d1"]})  # v6
+    with pytest.raises(errors.CommitConflict) as ei:
+        tx.commit()
+    assert (ei.value.other_version, ei.value.other_operation, ei.value.base_version) == (6, "APPEND", 5)
+    assert rows(t) == [(2, "d1"), (3, "d2")]
+
+
+def test_table_dropped_between_prepare_and_commit(clocked: Catalog) -> None:
+    t = table(clocked, (1, "d1"), (2, "d2"))
+    other = clocked.create_table("s.u", SCHEMA)
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "=", 1)])
+    tx.append(other, {"id": [9], "day": ["d9"]})
+    clocked.drop_table("s.t")
+    with pytest.raises(errors.TableNotFoundError) as ei:
+        tx.commit()
+    assert ei.value.table == "s.t"
+    assert other.version == 0 and other.to_arrow().num_rows == 0  # nothing of the transaction landed
+    assert clocked.list_tables("s") == ["s.u"]
+
+
+def test_restore_of_files_removed_past_the_retention_window(clocked: Catalog, clock: ManualClock) -> None:
+    """RESTORE to version 2 after a concurrent delete removed file 1 (version 3):
+    within the retention window the file is recorded again; past it the restore
+    conflicts with that delete, unless a snapshot pins a version holding the file."""
+    t = table(clocked, (1, "d1"), (2, "d2"))
+    t.delete([("id", "=", 1)])  # v3
+    retention = t.retention_seconds
+    clock.advance(retention + 1)
+    with pytest.raises(errors.CommitConflict) as ei:
+        t.restore(2)
+    assert (ei.value.other_version, ei.value.other_operation, ei.value.operation) == (3, "DELETE", "RESTORE")
+    assert "past the retention window" in ei.value.reason
+    assert t.version == 3 and rows(t) == [(2, "d2")]
+    t.create_snapshot("keep", version=1)  # pins version 1, where file 1 was live
+    r = t.restore(2)
+    assert (r.version, r.operation, r.added_files, r.removed_files) == (4, "RESTORE", 1, 0)
+    assert r.summary["restored_files"] == 1 and r.summary["restored_to"] == 2
+    assert rows(t) == [(1, "d1"), (2, "d2")]

@@ -16,7 +16,7 @@ No pyspark here: the barrier coordinator works, and is tested, with no JVM.
 How states are derived from commits and seals: states.py.
 """
 
-from ..catalog.commit import OPEN_EPOCH
+from ..catalog.changes import OPEN_EPOCH
 from .choose import Choice, Explanation, Level, Scope, TableChoice
 from .epochs import Lease, Seal
 from .errors import (

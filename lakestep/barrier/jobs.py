@@ -48,7 +48,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
-from ..catalog.commit import CommitResult, FilesMode, Isolation
+from ..catalog.changes import CommitResult, FilesMode, Isolation
 from ..errors import InvalidArgumentError
 from .errors import JobNotFoundError, StaleBatchError
 from .epochs import open_epoch

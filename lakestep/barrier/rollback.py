@@ -48,8 +48,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
+from ..catalog.changes import CommitResult, Operation, TableChange
 from ..errors import InvalidArgumentError
-from ..catalog.commit import CommitResult, Operation, TableChange
 from .epochs import open_epoch
 from .errors import RollbackRefusedError, RollbackRetriesExhaustedError
 from .states import facts, frontier, newest_snapshot, versions_at

@@ -4,7 +4,7 @@ No pyspark here: the catalog works, and is tested, with no JVM.
 """
 
 from .catalog import Catalog, Transaction, parse_ident
-from .commit import OPEN_EPOCH, CommitResult, Operation
+from .changes import OPEN_EPOCH, CommitResult, Operation
 from ..errors import LockNotFoundError, SnapshotExistsError
 from .lifecycle import Snapshot, VersionLock
 from .files import DataFile

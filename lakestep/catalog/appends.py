@@ -36,16 +36,8 @@ from sqlalchemy.engine import Connection
 
 from .. import _failpoints
 from ..errors import TableNotFoundError
-from .commit import (
-    FILE_FIELDS,
-    OPEN_EPOCH,
-    READ_OPEN_EPOCH,
-    CommitResult,
-    KeyReplayed,
-    TableChange,
-    file_row,
-    open_epoch_for_commit,
-)
+from .changes import FILE_FIELDS, OPEN_EPOCH, CommitResult, KeyReplayed, TableChange, file_row
+from .commit import READ_OPEN_EPOCH, open_epoch_for_commit
 
 _INSERT_COLS = ("table_id", *FILE_FIELDS)
 _FILE_COLS = ", ".join(_INSERT_COLS)

@@ -36,22 +36,13 @@ from . import schema as S
 from ..clock import SYSTEM_CLOCK, Clock
 from .backend import Backend, DatabaseTimeouts, create_backend
 from .checks import check_barrier, check_batch_id, check_job_id
-from .commit import (
-    After,
-    CommitResult,
-    FilesMode,
-    Guard,
-    Isolation,
-    Operation,
-    TableChange,
-    commit,
-    find_txn,
-    txn_results,
-)
+from .changes import CommitResult, FilesMode, Isolation, Operation, TableChange
+from .commit import After, Guard, commit, find_txn, txn_results
 from .files import (FileWriter, NewFile, Storage, check_identifier, check_relative_path, normalize_location,
                     resolve_filesystem)
 from .predicates import Filter, Predicate
-from .table import Table, TableMeta
+from .handle import TableMeta
+from .table import Table
 from .writes import (
     PartitionSpec,
     change_of,
@@ -213,7 +204,7 @@ class Catalog:
                 if found:
                     row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
             if found == S.LATEST and row is not None:
-                return self._check_warehouse(row[0], warehouse)
+                return self._check_warehouse(row.value, warehouse)
             with self.backend.write() as conn:
                 self.backend.catalog_lock(conn)
                 found = S.current_version(conn)
@@ -235,7 +226,7 @@ class Catalog:
                     wh = normalize_location(warehouse)
                     conn.execute(sa.insert(S.meta).values(key="warehouse", value=wh))
                     return wh
-                return self._check_warehouse(row[0], warehouse)
+                return self._check_warehouse(row.value, warehouse)
         except CatalogUnavailableError as e:
             raise CatalogUnavailableError(f"cannot open the catalog at {self.url}: {e}") from e
 
@@ -285,12 +276,12 @@ class Catalog:
 
     def list_namespaces(self) -> list[str]:
         with self.backend.read() as conn:
-            return [r[0] for r in conn.execute(sa.select(S.namespaces.c.name).order_by(S.namespaces.c.name))]
+            return [r.name for r in conn.execute(sa.select(S.namespaces.c.name).order_by(S.namespaces.c.name))]
 
     def drop_namespace(self, name: str) -> None:
         check_identifier(name, "namespace")
         with self.backend.write() as conn:
-            tables = [r[0] for r in conn.execute(sa.select(S.tables.c.name).where(S.tables.c.namespace == name))]
+            tables = [r.name for r in conn.execute(sa.select(S.tables.c.name).where(S.tables.c.namespace == name))]
             if tables:
                 raise NamespaceNotEmptyError(name, tables)
             if conn.execute(sa.delete(S.namespaces).where(S.namespaces.c.name == name)).rowcount == 0:
@@ -387,7 +378,8 @@ class Catalog:
             return existing
         others = conn.execute(sa.select(S.tables.c.namespace, S.tables.c.name, S.tables.c.location)).all()
         locations.check_new_location(loc, warehouse=self.warehouse, catalog_file=self._catalog_file(),
-                                     tables=[(f"{r[0]}.{r[1]}", r[2]) for r in others], external=external)
+                                     tables=[(f"{r.namespace}.{r.name}", r.location) for r in others],
+                                     external=external)
         return None
 
     def _catalog_file(self) -> str | None:
@@ -437,7 +429,7 @@ class Catalog:
         if namespace is not None:
             q = q.where(S.tables.c.namespace == check_identifier(namespace, "namespace"))
         with self.backend.read() as conn:
-            return [f"{r[0]}.{r[1]}" for r in conn.execute(q)]
+            return [f"{r.namespace}.{r.name}" for r in conn.execute(q)]
 
     def rename_table(self, old: str | Sequence[str], new: str | Sequence[str]) -> Table:
         ons, oname = parse_ident(old)
@@ -480,10 +472,10 @@ class Catalog:
             if not dropped:
                 q = q.where(S.tables.c.table_id != table.table_id)
             others = conn.execute(q).scalars().all()
-        return locations.Deletions.of(table._writer, others=others, catalog_file=self._catalog_file())
+        return locations.Deletions.of(table.writer, others=others, catalog_file=self._catalog_file())
 
     def _purge(self, table: Table, recorded: Sequence[str]) -> None:
-        writer = table._writer
+        writer = table.writer
         guard = self.deletion_guard(table, dropped=True)
         for rel in recorded:
             if guard.allows_recorded(writer.full_path(rel)):
@@ -668,7 +660,7 @@ class Transaction:
             change = TableChange(table_id=t.table_id, ident=t.ident, operation=op, base_version=-1,
                                  location=t.location, added=list(files), barrier=barrier)
         else:
-            base, base_dv, _ = t._head_and_live()
+            base, base_dv, _ = t.head_and_live()
             change = TableChange(table_id=t.table_id, ident=t.ident, operation=Operation.OVERWRITE,
                                  base_version=base, base_data_version=base_dv, location=t.location,
                                  added=list(files), barrier=barrier, summary={"scope": "all"})
@@ -712,7 +704,8 @@ class Transaction:
         """Make ``table`` hold exactly the rows of ``version`` again (metadata only).
 
         A new commit, history kept: its ``base_version`` is ``version``; commits
-        landing concurrently are undone too. See ``_Resolver._restore``.
+        landing concurrently are undone too. See ``resolver.Resolver._restore`` (the
+        RESTORE row of ``resolver.MATRIX``).
         """
         from ..errors import VersionNotFoundError
 

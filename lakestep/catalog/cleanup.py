@@ -1,4 +1,4 @@
-"""Cleanup and TTL: reclaiming storage without breaking any reader or writer.
+"""Cleanup: reclaiming storage without breaking any reader or writer (TTL: maintenance.apply_ttl).
 
 Which versions are *retained* at time ``now`` with retention window ``R``:
 
@@ -52,17 +52,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 import sqlalchemy as sa
 
 from . import schema as S
-from .commit import CommitResult
 
 if TYPE_CHECKING:
-    from .table import Table
+    from .handle import TableHandle
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +103,7 @@ def _pinned(conn: sa.Connection, table_id: int, now: float) -> list[int]:
 
 
 def cleanup(
-    table: "Table",
+    table: "TableHandle",
     *,
     retention_seconds: float | None = None,
     dry_run: bool = False,
@@ -140,7 +138,7 @@ def cleanup(
         if r.path not in still_used:
             sizes[r.path] = r.file_size
     # 2. bytes of expired files
-    writer = table._writer
+    writer = table.writer
     for path, size in sorted(sizes.items()):
         report.deleted_files.append(path)
         report.deleted_bytes += size
@@ -156,8 +154,8 @@ def cleanup(
     return report
 
 
-def _orphans(table: "Table", report: CleanupReport, cutoff: float, dry_run: bool) -> None:
-    writer = table._writer
+def _orphans(table: "TableHandle", report: CleanupReport, cutoff: float, dry_run: bool) -> None:
+    writer = table.writer
     base = writer.full_path("data")
     try:
         infos = writer.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
@@ -181,7 +179,7 @@ def _orphans(table: "Table", report: CleanupReport, cutoff: float, dry_run: bool
             writer.delete(rel)
 
 
-def _prune(table: "Table", report: CleanupReport, floor: int, pinned: list[int], expired_ids: list[int],
+def _prune(table: "TableHandle", report: CleanupReport, floor: int, pinned: list[int], expired_ids: list[int],
            cutoff: float, now: float) -> None:
     f, c, t = S.files.c, S.commits.c, S.txns.c
     tid = table.table_id
@@ -211,34 +209,3 @@ def _prune(table: "Table", report: CleanupReport, floor: int, pinned: list[int],
         superseded = sa.exists().where(newer.c.job_id == t.job_id, newer.c.batch_id > t.batch_id)
         conn.execute(sa.delete(S.txns).where(t.committed_at < cutoff, orphan_txn,
                                              sa.or_(t.job_id.is_(None), superseded)))
-
-
-# ------------------------------------------------------------------- TTL
-def apply_ttl(table: "Table", *, now: float | None = None) -> CommitResult | None:
-    """Remove rows older than the table's TTL with an ordinary overwrite commit.
-
-    Properties: ``lakestep.ttl.column`` (a timestamp, date, or integer epoch-seconds
-    column; a partition column makes it metadata-only) and ``lakestep.ttl.seconds``.
-    The bytes go later, with :func:`cleanup`. Returns None when no TTL is set.
-    """
-    col = table.properties.get("lakestep.ttl.column")
-    secs = table.properties.get("lakestep.ttl.seconds")
-    if not col or not secs:
-        return None
-    now = table.catalog.clock.now() if now is None else now
-    cutoff = _cutoff_value(table.schema.field(col).type, now - float(secs))
-    empty = table.schema.empty_table()
-    return table.overwrite(empty, where=[(col, "<", cutoff)])
-
-
-def _cutoff_value(t: pa.DataType, epoch: float) -> Any:
-    if pa.types.is_timestamp(t):
-        when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
-        return when if t.tz else when.replace(tzinfo=None)
-    if pa.types.is_date(t):
-        return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).date()
-    if pa.types.is_integer(t):
-        return int(epoch)
-    if pa.types.is_floating(t):
-        return float(epoch)
-    raise ValueError(f"a TTL column must be a timestamp, date or epoch-seconds number, not {t}")

@@ -14,8 +14,9 @@ The protocol of one catalog transaction (one or several tables):
       newest key for as long as the catalog lives): nothing is committed and
       the tables' current versions are returned, marked replayed;
    c. decides, for every table, the outcome against the commits that landed
-      after ``base_version`` (the matrix of docs/design.md §2) from metadata only:
-      file ids, operations and file statistics; no data file is read;
+      after ``base_version`` (the matrix of docs/design.md §2, as data in
+      ``resolver.MATRIX``) from metadata only: file ids, operations and file
+      statistics; no data file is read;
    d. tombstones removed files, records added (and re-added) files, the
       commit row and the new head of each table;
    e. commits the database transaction: all tables or none.
@@ -40,13 +41,11 @@ stay on storage as orphans until cleanup removes them.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterable, Literal, Protocol, Sequence
+from typing import Any, Callable, ContextManager, Protocol, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -55,425 +54,11 @@ from .. import _failpoints
 from ..clock import Clock
 from ..errors import CatalogError, CatalogUnavailableError, CommitConflict, SchemaChangedConflict, TableNotFoundError
 from . import schema as S
+from .changes import OPEN_EPOCH, CommitResult, KeyReplayed, NeedsRebase, TableChange, chunks, file_row
 from .files import DataFile, NewFile
-from .predicates import Predicate, Verdict
+from .resolver import Head, Plan, Resolver
 
 log = logging.getLogger(__name__)
-
-Isolation = Literal["snapshot", "serializable"]
-#: How files written elsewhere are committed (Transaction.add_files).
-FilesMode = Literal["append", "overwrite"]
-
-# A commit with this barrier is stamped with the catalog's open epoch, read in
-# the commit's own database transaction under a lock that sealing waits for.
-OPEN_EPOCH = -1
-
-
-class Operation(str, enum.Enum):
-    CREATE = "CREATE"
-    APPEND = "APPEND"
-    OVERWRITE = "OVERWRITE"
-    DELETE = "DELETE"
-    UPDATE = "UPDATE"
-    MERGE = "MERGE"
-    COMPACT = "COMPACT"
-    RESTORE = "RESTORE"  # metadata only: the live files become those of ``base_version``
-
-    @property
-    def rewrites_rows(self) -> bool:
-        """DELETE / UPDATE / MERGE: read rows, then replace the files holding them."""
-        return self in (Operation.DELETE, Operation.UPDATE, Operation.MERGE)
-
-    @property
-    def changes_data(self) -> bool:
-        return self not in (Operation.COMPACT, Operation.CREATE)
-
-
-@dataclass
-class TableChange:
-    """A prepared change of one table, ready to commit.
-
-    ``removed`` are the files the writer replaces: for DELETE/UPDATE/MERGE the
-    files whose rows it read (its read set); for COMPACT its inputs; for a
-    predicate OVERWRITE the straddling files it rewrote. For OVERWRITE the
-    files wholly inside ``scope`` (or all, when ``scope`` is None) are decided
-    at commit time, so rows that landed concurrently are replaced too.
-    """
-
-    table_id: int
-    ident: str
-    operation: Operation
-    base_version: int  # -1 for blind appends: they never conflict
-    location: str = ""
-    base_data_version: int = -1
-    added: list[NewFile] = field(default_factory=list)
-    removed: list[DataFile] = field(default_factory=list)
-    scope: Predicate | None = None
-    isolation: Isolation = "snapshot"
-    barrier: int | None = None
-    retention_seconds: float = 7 * 24 * 3600.0
-    summary: dict[str, Any] = field(default_factory=dict)
-    # The table schema the writer read files with (ls_table.schema_id); None: not checked
-    schema_id: int | None = None
-    # Called (outside any lock) with the files an OVERWRITE must still rewrite.
-    rebase: Callable[["TableChange", list[DataFile]], None] | None = None
-
-    @property
-    def read_ids(self) -> set[int]:
-        return {f.file_id for f in self.removed}
-
-    @property
-    def blind(self) -> bool:
-        """Adds rows without reading any: appends and primary-key upserts never conflict."""
-        return self.operation in (Operation.APPEND, Operation.MERGE) and not self.removed
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """What one table's commit did."""
-
-    table: str
-    version: int
-    data_version: int
-    operation: str
-    base_version: int
-    added_files: int = 0
-    removed_files: int = 0
-    added_rows: int = 0
-    removed_rows: int = 0
-    barrier: int | None = None
-    committed_at: float = 0.0
-    discarded: bool = False
-    replayed: bool = False
-    summary: dict[str, Any] = field(default_factory=dict)
-
-
-class KeyReplayed(Exception):
-    """Internal: the transaction's ``(job_id, batch_id)`` is at or below the job's newest
-    recorded batch id: a replay, even when its own record was pruned (step 2b)."""
-
-    def __init__(self, job_id: str, batch_id: int) -> None:
-        super().__init__(f"job {job_id!r} batch {batch_id}: a replay")
-        self.job_id = job_id
-        self.batch_id = batch_id
-
-
-class NeedsRebase(Exception):
-    """Internal: an OVERWRITE must rewrite files that landed after it prepared."""
-
-    def __init__(self, change: TableChange, files: list[DataFile]) -> None:
-        super().__init__(f"{change.ident}: {len(files)} file(s) to rewrite")
-        self.change = change
-        self.files = files
-
-
-#: The columns of a file row after its id, in the order :class:`DataFile` takes them
-#: (the one list: selects, inserts and the fast path's SQL are written from it).
-FILE_FIELDS = ("path", "record_count", "file_size", "added_version", "removed_version", "partition", "stats",
-               "source_ids", "seq")
-FILE_COLS = (S.files.c.file_id, *(S.files.c[n] for n in FILE_FIELDS))
-
-
-def row_to_file(r: Any) -> DataFile:
-    """A selected row of :data:`FILE_COLS` as a :class:`DataFile`."""
-    return DataFile(
-        file_id=r.file_id,
-        path=r.path,
-        record_count=r.record_count,
-        file_size=r.file_size,
-        added_version=r.added_version,
-        removed_version=r.removed_version,
-        partition_json=r.partition,
-        stats_json=r.stats,
-        source_ids_json=r.source_ids,
-        seq_raw=r.seq,
-    )
-
-
-def file_row(table_id: int, version: int, f: "NewFile | DataFile") -> dict[str, Any]:
-    """The ``ls_file`` row recording ``f`` as added by ``version`` (a re-added file keeps its
-    position in commit order, and loses its sources: it is no rewrite)."""
-    sources = f.source_ids if isinstance(f, NewFile) else None
-    return {"table_id": table_id, "path": f.path, "record_count": f.record_count, "file_size": f.file_size,
-            "added_version": version, "removed_version": None, "partition": f.partition_json,
-            "stats": f.stats_json, "source_ids": json.dumps(sources) if sources else None, "seq": f.seq}
-
-
-def _chunks(ids: Sequence[int], n: int = 500) -> Iterable[Sequence[int]]:
-    for i in range(0, len(ids), n):
-        yield ids[i : i + n]
-
-
-def _files_by_ids(conn: Connection, ids: Iterable[int]) -> list[DataFile]:
-    ids = sorted(set(ids))
-    out: list[DataFile] = []
-    for chunk in _chunks(ids):
-        out.extend(row_to_file(r) for r in conn.execute(sa.select(*FILE_COLS).where(S.files.c.file_id.in_(chunk))))
-    return out
-
-
-def live_files(conn: Connection, table_id: int) -> list[DataFile]:
-    q = sa.select(*FILE_COLS).where(S.files.c.table_id == table_id, S.files.c.removed_version.is_(None))
-    return [row_to_file(r) for r in conn.execute(q)]
-
-
-@dataclass
-class _Head:
-    table_id: int
-    version: int
-    data_version: int
-    last_commit_at: float
-    schema_id: int = 0
-
-
-@dataclass
-class _Plan:
-    """The resolved effect of one change at the current head."""
-
-    change: TableChange
-    remove_ids: list[int] = field(default_factory=list)
-    removed_rows: int = 0
-    remove_all_live: bool = False
-    add: list[NewFile] = field(default_factory=list)
-    readd: list[DataFile] = field(default_factory=list)
-    discarded: bool = False
-    notes: dict[str, Any] = field(default_factory=dict)
-
-
-class _Resolver:
-    """Decides one change against the commits in ``(base_version, head]``."""
-
-    def __init__(self, conn: Connection, change: TableChange, head: _Head, now: float) -> None:
-        self.conn = conn
-        self.c = change
-        self.head = head
-        self.now = now
-        self._ops: dict[int, tuple[str, float]] | None = None
-
-    # concurrent commits: version -> (operation, committed_at)
-    @property
-    def ops(self) -> dict[int, tuple[str, float]]:
-        if self._ops is None:
-            q = sa.select(S.commits.c.version, S.commits.c.operation, S.commits.c.committed_at).where(
-                S.commits.c.table_id == self.c.table_id, S.commits.c.version > self.c.base_version
-            )
-            self._ops = {r[0]: (r[1], r[2]) for r in self.conn.execute(q)}
-        return self._ops
-
-    def conflict(self, other_version: int, reason: str) -> CommitConflict:
-        return CommitConflict(
-            table=self.c.ident,
-            operation=self.c.operation.value,
-            base_version=self.c.base_version,
-            other_version=other_version,
-            other_operation=self.ops.get(other_version, ("?", 0.0))[0],
-            reason=reason,
-        )
-
-    def resolve(self) -> _Plan:
-        op = self.c.operation
-        if self.c.blind:
-            return _Plan(self.c, add=list(self.c.added))
-        if op is Operation.COMPACT:
-            return self._compact()
-        if op is Operation.OVERWRITE:
-            return self._overwrite()
-        if op.rewrites_rows:
-            return self._rewrite()
-        if op is Operation.RESTORE:
-            return self._restore()
-        raise ValueError(f"cannot commit operation {op}")
-
-    # ---------------------------------------------------------------- COMPACT
-    def _compact(self) -> _Plan:
-        ids = sorted(self.c.read_ids)
-        if self.c.base_version != self.head.version:
-            gone = self._removed_among(ids)
-            if gone:
-                fid, rv = next(iter(gone.items()))
-                log.info(
-                    "compaction of %s discarded: input file %s was removed by version %s (%s)",
-                    self.c.ident, fid, rv, self.ops.get(rv, ("?",))[0],
-                )
-                return _Plan(self.c, discarded=True, notes={"discarded_by": rv})
-        return _Plan(
-            self.c,
-            remove_ids=ids,
-            removed_rows=sum(f.record_count for f in self.c.removed),
-            add=list(self.c.added),
-        )
-
-    def _removed_among(self, ids: Sequence[int]) -> dict[int, int]:
-        out: dict[int, int] = {}
-        for chunk in _chunks(list(ids)):
-            q = sa.select(S.files.c.file_id, S.files.c.removed_version).where(
-                S.files.c.file_id.in_(chunk), S.files.c.removed_version.is_not(None)
-            )
-            out.update({r[0]: r[1] for r in self.conn.execute(q)})
-        return out
-
-    # ------------------------------------------------------------- OVERWRITE
-    def _overwrite(self) -> _Plan:
-        c = self.c
-        plan = _Plan(c)
-        if c.scope is None:  # the whole table: everything live at commit time
-            plan.remove_all_live = True
-            plan.add = list(c.added)
-            return plan
-        live = live_files(self.conn, c.table_id)
-        live_ids = {f.file_id for f in live}
-        rewritten = {s for f in c.added for s in f.source_ids}
-        # Rewrites of files a concurrent commit already replaced are stale: drop
-        # them; whatever replaced those files is judged below like any live file.
-        plan.add = [f for f in c.added if not f.source_ids or all(s in live_ids for s in f.source_ids)]
-        if len(plan.add) != len(c.added):
-            plan.notes["stale_rewrites"] = len(c.added) - len(plan.add)
-        todo: list[DataFile] = []
-        for f in live:
-            v = c.scope.verdict(f)
-            if v is Verdict.NONE:
-                continue
-            if v is Verdict.ALL or f.file_id in rewritten:
-                plan.remove_ids.append(f.file_id)
-                plan.removed_rows += f.record_count
-            else:
-                todo.append(f)
-        if todo:
-            raise NeedsRebase(c, todo)
-        return plan
-
-    # ------------------------------------------------- DELETE / UPDATE / MERGE
-    def _rewrite(self) -> _Plan:
-        c = self.c
-        read = c.read_ids
-        plan = _Plan(c, add=list(c.added))
-        if c.base_version == self.head.version:
-            plan.remove_ids = sorted(read)
-            plan.removed_rows = sum(f.record_count for f in c.removed)
-            return plan
-        gone = self._removed_among(sorted(read))
-        for fid, rv in sorted(gone.items()):
-            if self.ops.get(rv, ("?",))[0] != Operation.COMPACT.value:
-                raise self.conflict(rv, f"file {fid} that this {c.operation.value} read was removed")
-        if gone:
-            self._undo_compactions(plan, gone)
-        still_live = [f for f in c.removed if f.file_id not in gone]
-        plan.remove_ids.extend(f.file_id for f in still_live)
-        plan.removed_rows += sum(f.record_count for f in still_live)
-        if c.isolation == "serializable" and c.scope is not None:
-            self._check_serializable()
-        return plan
-
-    def _undo_compactions(self, plan: _Plan, gone: dict[int, int]) -> None:
-        """Undo, by metadata, the concurrent compactions that took files L read.
-
-        The compaction outputs holding those rows are removed; their other
-        inputs, whose bytes are still on storage within the retention window,
-        are recorded again. Compactions of compaction outputs are undone too.
-        """
-        read = self.c.read_ids
-        pending = list(gone.items())
-        undone: dict[int, DataFile] = {}
-        while pending:
-            fid, rv = pending.pop()
-            op, at = self.ops.get(rv, ("?", 0.0))
-            if op != Operation.COMPACT.value:
-                raise self.conflict(rv, f"file {fid} holding rows this {self.c.operation.value} read was removed")
-            if at + self.c.retention_seconds < self.now:
-                raise self.conflict(rv, "the compaction that took the files read is older than the retention window")
-            q = sa.select(*FILE_COLS).where(
-                S.files.c.table_id == self.c.table_id,
-                S.files.c.added_version == rv,
-                S.files.c.source_ids.is_not(None),
-            )
-            for out in map(row_to_file, self.conn.execute(q)):
-                if fid not in out.source_ids or out.file_id in undone:
-                    continue
-                undone[out.file_id] = out
-                if out.removed_version is not None:  # compacted again, or worse
-                    pending.append((out.file_id, out.removed_version))
-        sources = {s for o in undone.values() for s in o.source_ids} - read - set(undone)
-        readd = _files_by_ids(self.conn, sources)
-        for f in readd:
-            rv = f.removed_version
-            if rv is None:
-                continue  # still live: nothing to restore
-            op, at = self.ops.get(rv, ("?", 0.0))
-            if op != Operation.COMPACT.value or f.file_id not in {s for o in undone.values() if o.added_version == rv for s in o.source_ids}:
-                raise self.conflict(rv, f"file {f.file_id} to restore was removed by a {op}")
-            if at + self.c.retention_seconds < self.now:
-                raise self.conflict(rv, "the files to restore are past the retention window")
-            plan.readd.append(f)
-        live_outputs = [o for o in undone.values() if o.removed_version is None]
-        plan.remove_ids.extend(o.file_id for o in live_outputs)
-        plan.removed_rows += sum(o.record_count for o in live_outputs)
-        plan.notes["undone_compactions"] = sorted({o.added_version for o in undone.values()})
-        plan.notes["restored_files"] = len(plan.readd)
-
-    def _check_serializable(self) -> None:
-        assert self.c.scope is not None
-        q = sa.select(*FILE_COLS).where(
-            S.files.c.table_id == self.c.table_id, S.files.c.added_version > self.c.base_version
-        )
-        for f in map(row_to_file, self.conn.execute(q)):
-            if self.ops.get(f.added_version, ("?",))[0] == Operation.COMPACT.value:
-                continue  # compaction outputs hold rows that existed before
-            if self.c.scope.verdict(f) is not Verdict.NONE:
-                raise self.conflict(
-                    f.added_version,
-                    f"serializable isolation: file {f.file_id} added concurrently may hold rows matching the predicate",
-                )
-
-    # ---------------------------------------------------------------- RESTORE
-    def _restore(self) -> _Plan:
-        """RESTORE: make the live files exactly those live at ``base_version``, by metadata.
-
-        1. every live file whose path was not live at the target is removed;
-        2. every file live at the target whose path is no longer live is recorded
-           again (a new file row, same path and statistics);
-        3. re-adding a file removed longer ago than the retention window is
-           refused (cleanup may have deleted its bytes) unless a live snapshot or
-           version lock pins a version where it was live.
-
-        Commits that landed after the target, concurrent ones included, are all
-        undone: the table then holds exactly the rows of the target version.
-        """
-        c, v = self.c, self.c.base_version
-        if not 0 <= v <= self.head.version:
-            raise ValueError(f"{c.ident}: cannot restore version {v} (newest is {self.head.version})")
-        f = S.files.c
-        at_v = [row_to_file(r) for r in self.conn.execute(sa.select(*FILE_COLS).where(
-            f.table_id == c.table_id, f.added_version <= v,
-            sa.or_(f.removed_version.is_(None), f.removed_version > v)))]
-        live = live_files(self.conn, c.table_id)
-        want, have = {x.path for x in at_v}, {x.path for x in live}
-        plan = _Plan(c, notes={"restored_to": v})
-        for x in live:
-            if x.path not in want:
-                plan.remove_ids.append(x.file_id)
-                plan.removed_rows += x.record_count
-        pinned: list[int] | None = None
-        for x in at_v:
-            if x.path in have:
-                continue
-            rv = int(x.removed_version or 0)
-            if self.ops.get(rv, ("?", 0.0))[1] + c.retention_seconds < self.now:
-                if pinned is None:
-                    pinned = self._pinned_versions()
-                if not any(x.added_version <= w < rv for w in pinned):
-                    raise self.conflict(rv, f"file {x.file_id} to restore was removed past the retention window")
-            plan.readd.append(x)
-        plan.notes["restored_files"] = len(plan.readd)
-        return plan
-
-    def _pinned_versions(self) -> list[int]:
-        """Versions of this table kept readable by a live snapshot or version lock."""
-        out: list[int] = []
-        for t in (S.snapshots, S.locks):
-            q = sa.select(t.c.version).where(
-                t.c.table_id == self.c.table_id, sa.or_(t.c.expires_at.is_(None), t.c.expires_at > self.now))
-            out.extend(int(r[0]) for r in self.conn.execute(q))
-        return out
 
 
 # ---------------------------------------------------------------------------
@@ -513,9 +98,9 @@ def open_epoch_for_commit(conn: Connection) -> int:
     return int(conn.execute(READ_OPEN_EPOCH).scalar_one())
 
 
-def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, _Head]:
+def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, Head]:
     ids = sorted({c.table_id for c in changes})
-    heads = {r[0]: _Head(r[0], r[1], r[2], r[3], r[4]) for r in conn.execute(_LOCK_HEADS, {"ids": ids})}
+    heads = {r[0]: Head(r[0], r[1], r[2], r[3], r[4]) for r in conn.execute(_LOCK_HEADS, {"ids": ids})}
     for c in changes:
         head = heads.get(c.table_id)
         if head is None:
@@ -588,7 +173,7 @@ def commit_once(conn: Connection, changes: Sequence[TableChange], txn_row: dict[
     heads = _lock_heads(conn, changes)
     txn_id = conn.execute(_INSERT_TXN, txn_row).scalar_one()
     _failpoints.hit("commit.locked")
-    plans = [_Resolver(conn, c, heads[c.table_id], now).resolve() for c in changes]
+    plans = [Resolver(conn, c, heads[c.table_id], now).resolve() for c in changes]
     committed_at = max([now] + [heads[c.table_id].last_commit_at + 1e-6 for c in changes])
 
     results: list[CommitResult] = []
@@ -659,7 +244,7 @@ def _record_commit(
     )
 
 
-def _apply_removals(conn: Connection, plan: _Plan, v: int) -> int:
+def _apply_removals(conn: Connection, plan: Plan, v: int) -> int:
     t = S.files.c
     if plan.remove_all_live:
         rows = conn.execute(
@@ -676,7 +261,7 @@ def _apply_removals(conn: Connection, plan: _Plan, v: int) -> int:
         return int(rows[0])
     n = 0
     ids = sorted(set(plan.remove_ids))
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids):
         res = conn.execute(
             sa.update(S.files)
             .where(t.file_id.in_(chunk), t.table_id == plan.change.table_id, t.removed_version.is_(None))

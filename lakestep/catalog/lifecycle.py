@@ -23,8 +23,7 @@ from ..errors import InvalidArgumentError, LockNotFoundError, SnapshotExistsErro
 from . import schema as S
 
 if TYPE_CHECKING:
-    from .catalog import Catalog
-    from .table import Table
+    from .handle import CatalogLike, TableHandle
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Snapshot:
     expires_at: float | None
 
 
-def _now(catalog: "Catalog") -> float:
+def _now(catalog: "CatalogLike") -> float:
     return catalog.clock.now()
 
 
@@ -46,7 +45,7 @@ def _live_snapshot_clause(now: float) -> Any:
 
 
 def create_snapshot(
-    table: "Table",
+    table: "TableHandle",
     name: str,
     *,
     version: int | None = None,
@@ -82,7 +81,7 @@ def _snapshot(ident: str, r: Any) -> Snapshot:
     return Snapshot(ident, r["name"], r["version"], r["barrier"], r["created_at"], r["expires_at"])
 
 
-def list_snapshots(table: "Table") -> list[Snapshot]:
+def list_snapshots(table: "TableHandle") -> list[Snapshot]:
     q = (
         sa.select(S.snapshots)
         .where(S.snapshots.c.table_id == table.table_id, _live_snapshot_clause(_now(table.catalog)))
@@ -92,7 +91,7 @@ def list_snapshots(table: "Table") -> list[Snapshot]:
         return [_snapshot(table.ident, r) for r in conn.execute(q).mappings()]
 
 
-def snapshot_version(table: "Table", conn: sa.Connection, name: str) -> int:
+def snapshot_version(table: "TableHandle", conn: sa.Connection, name: str) -> int:
     row = conn.execute(
         sa.select(S.snapshots.c.version).where(
             S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name, _live_snapshot_clause(_now(table.catalog))
@@ -100,10 +99,10 @@ def snapshot_version(table: "Table", conn: sa.Connection, name: str) -> int:
     ).first()
     if row is None:
         raise VersionNotFoundError(table.ident, f"snapshot {name!r}")
-    return int(row[0])
+    return int(row.version)
 
 
-def drop_snapshot(table: "Table", name: str) -> None:
+def drop_snapshot(table: "TableHandle", name: str) -> None:
     with table.catalog.backend.write() as conn:
         res = conn.execute(sa.delete(S.snapshots).where(
             S.snapshots.c.table_id == table.table_id, S.snapshots.c.name == name))
@@ -111,7 +110,7 @@ def drop_snapshot(table: "Table", name: str) -> None:
             raise VersionNotFoundError(table.ident, f"snapshot {name!r}")
 
 
-def expire_snapshots(table: "Table", *, keep_last: int | None = None, older_than: float | None = None) -> int:
+def expire_snapshots(table: "TableHandle", *, keep_last: int | None = None, older_than: float | None = None) -> int:
     """Drop expired snapshots, all but the newest ``keep_last``, and those created
     more than ``older_than`` seconds ago. Returns how many were dropped."""
     now = _now(table.catalog)
@@ -124,7 +123,7 @@ def expire_snapshots(table: "Table", *, keep_last: int | None = None, older_than
             dropped += conn.execute(sa.delete(S.snapshots).where(
                 c.table_id == table.table_id, c.created_at < now - older_than)).rowcount
         if keep_last is not None:
-            names = [r[0] for r in conn.execute(
+            names = [r.name for r in conn.execute(
                 sa.select(c.name).where(c.table_id == table.table_id).order_by(c.version.desc(), c.created_at.desc())
             )]
             for name in names[keep_last:]:
@@ -138,7 +137,7 @@ def expire_snapshots(table: "Table", *, keep_last: int | None = None, older_than
 class VersionLock:
     """A pin on one table version. Use as a context manager, or call :meth:`release`."""
 
-    catalog: "Catalog"
+    catalog: "CatalogLike"
     lock_id: int
     locker: str
     table: str
@@ -170,7 +169,7 @@ class VersionLock:
 
 
 def lock_version(
-    table: "Table",
+    table: "TableHandle",
     *,
     locker: str,
     version: int | None = None,
@@ -189,11 +188,11 @@ def lock_version(
     return VersionLock(table.catalog, int(lock_id), locker, table.ident, table.table_id, v, kind, exp)
 
 
-def _pinnable_version(conn: sa.Connection, table: "Table", version: int | None, now: float, *,
+def _pinnable_version(conn: sa.Connection, table: "TableHandle", version: int | None, now: float, *,
                       retained: bool) -> int:
     """``version`` (default: the newest), checked to exist; with ``retained``, also
     still guaranteed by cleanup (see :func:`_retained`)."""
-    head = table._head(conn)[0]
+    head = table.head(conn)[0]
     v = head if version is None else int(version)
     if not 0 <= v <= head:
         raise VersionNotFoundError(table.ident, f"version {v} (newest is {head})")
@@ -202,7 +201,7 @@ def _pinnable_version(conn: sa.Connection, table: "Table", version: int | None, 
     return v
 
 
-def _retained(conn: sa.Connection, table: "Table", v: int, now: float) -> bool:
+def _retained(conn: sa.Connection, table: "TableHandle", v: int, now: float) -> bool:
     """A version still guaranteed readable: current after the window's start, or snapshotted.
 
     Cleanup keeps exactly these (cleanup.py), so a lock taken on one is safe."""
@@ -216,7 +215,8 @@ def _retained(conn: sa.Connection, table: "Table", v: int, now: float) -> bool:
     return snap is not None
 
 
-def live_locks(catalog: "Catalog", table_id: int | None = None) -> list[tuple[int, str, int, int, str, float | None]]:
+def live_locks(catalog: "CatalogLike",
+               table_id: int | None = None) -> list[tuple[int, str, int, int, str, float | None]]:
     """(lock_id, locker, table_id, version, kind, expires_at) of the locks in force."""
     q = sa.select(S.locks.c.lock_id, S.locks.c.locker, S.locks.c.table_id, S.locks.c.version, S.locks.c.kind,
                   S.locks.c.expires_at).where(
@@ -227,6 +227,6 @@ def live_locks(catalog: "Catalog", table_id: int | None = None) -> list[tuple[in
         return [tuple(r) for r in conn.execute(q.order_by(S.locks.c.lock_id))]  # type: ignore[misc]
 
 
-def release_locks(catalog: "Catalog", locker: str) -> int:
+def release_locks(catalog: "CatalogLike", locker: str) -> int:
     with catalog.backend.write() as conn:
         return conn.execute(sa.delete(S.locks).where(S.locks.c.locker == locker)).rowcount

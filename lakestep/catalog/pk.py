@@ -22,7 +22,7 @@ be part of the key, so a key never spans partitions.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,7 +33,24 @@ from .predicates import Predicate, Verdict
 
 if TYPE_CHECKING:
     from .files import FileWriter
-    from .table import Table
+
+
+
+class KeyedTable(Protocol):
+    """What these helpers read of a table: a :class:`~lakestep.catalog.handle.TableHandle`."""
+
+    @property
+    def ident(self) -> str: ...
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    @property
+    def primary_key(self) -> list[str]: ...
+
+    @property
+    def writer(self) -> "FileWriter": ...
+
 
 DELETED = "_ls_deleted"
 _SEQ = "__ls_seq"
@@ -65,7 +82,7 @@ def last_per_key(t: pa.Table, keys: Sequence[str], order: str | None = None) -> 
     return t.filter(mask).drop_columns(["__ls_pos"])
 
 
-def to_physical(table: "Table", data: pa.Table, *, deleted: bool = False) -> pa.Table:
+def to_physical(table: "KeyedTable", data: pa.Table, *, deleted: bool = False) -> pa.Table:
     """Logical rows (already conformed) -> file rows: flagged, one per key."""
     data = last_per_key(data, table.primary_key)
     flag = pa.array([deleted] * data.num_rows, pa.bool_())
@@ -73,7 +90,7 @@ def to_physical(table: "Table", data: pa.Table, *, deleted: bool = False) -> pa.
     return pa.Table.from_arrays(cols, schema=physical_schema(table.schema, table.primary_key))
 
 
-def tombstones(table: "Table", keys: pa.Table) -> pa.Table:
+def tombstones(table: "KeyedTable", keys: pa.Table) -> pa.Table:
     cols = []
     for f in table.schema:
         cols.append(keys.column(f.name) if f.name in table.primary_key else pa.nulls(keys.num_rows, f.type))
@@ -81,10 +98,10 @@ def tombstones(table: "Table", keys: pa.Table) -> pa.Table:
     return to_physical(table, logical, deleted=True)
 
 
-def merge(table: "Table", files: Sequence[DataFile], *, keep_tombstones: bool = False) -> pa.Table:
+def merge(table: "KeyedTable", files: Sequence[DataFile], *, keep_tombstones: bool = False) -> pa.Table:
     """Resolve ``files`` to one row per key (newest wins), in physical form."""
     return merge_files(physical_schema(table.schema, table.primary_key), list(table.primary_key), table.ident,
-                       table._writer, files, keep_tombstones=keep_tombstones)
+                       table.writer, files, keep_tombstones=keep_tombstones)
 
 
 def merge_files(schema: pa.Schema, keys: list[str], ident: str, store: "FileWriter",
@@ -127,7 +144,7 @@ def _newest_per_key(raw: pa.Table, in_big: pa.ChunkedArray, big_seq: int, keys: 
     return pa.concat_tables([big, newer, older]).combine_chunks() if raw.num_rows else raw
 
 
-def read(table: "Table", files: Sequence[DataFile], *, columns: Sequence[str] | None,
+def read(table: "KeyedTable", files: Sequence[DataFile], *, columns: Sequence[str] | None,
          where: Predicate | None) -> pa.Table:
     """The logical rows of a primary-key table at the version ``files`` make up."""
     if where is not None and where.columns <= set(table.primary_key):

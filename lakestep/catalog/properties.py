@@ -80,7 +80,8 @@ KNOWN: dict[str, Spec] = {
     TTL_COLUMN: Spec(_column_name, None, None,
                      "the timestamp, date or epoch-seconds column the TTL reads (with lakestep.ttl.seconds)"),
     TTL_SECONDS: Spec(lambda v: _seconds(v, zero=False), None, None,
-                      "rows older than this many seconds are removed by apply_ttl (with lakestep.ttl.column)"),
+                      "rows older than this many seconds are removed by maintenance.apply_ttl "
+                      "(with lakestep.ttl.column)"),
 }
 
 

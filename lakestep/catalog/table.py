@@ -1,14 +1,13 @@
-"""A table handle: its metadata, its reads (with time travel) and one-commit writes."""
+"""The user-facing table: reads with time travel, one-commit writes, snapshots and locks,
+built on the :class:`~lakestep.catalog.handle.TableHandle` the helpers take (handle.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import logging
-import threading
 from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ContextManager, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -23,13 +22,14 @@ from ..errors import (
     VersionNotFoundError,
 )
 from . import cleanup as cleanup_mod
-from . import lifecycle, pk, reader
+from . import lifecycle
 from . import properties as P
 from . import schema as S
-from .commit import FILE_COLS, CommitResult, Isolation, row_to_file
+from .changes import FILE_COLS, CommitResult, Isolation, row_to_file
 from .checks import check_barrier, check_seconds
-from .files import DataFile, FileWriter
-from .predicates import Filter, Predicate, Verdict
+from .files import DataFile
+from .handle import CatalogLike, TableHandle, TableMeta
+from .predicates import Filter, Predicate
 from .writes import (
     PartitionSpec,
     prepare_append,
@@ -40,7 +40,6 @@ from .writes import (
 )
 
 if TYPE_CHECKING:
-    from .catalog import Catalog
     from .plan import ReadPlan
 
 DEFAULT_RETENTION_SECONDS = P.DEFAULT_RETENTION_SECONDS
@@ -70,38 +69,14 @@ class CommitInfo:
         return dt.datetime.fromtimestamp(self.committed_at, tz=dt.timezone.utc)
 
 
-@dataclass(frozen=True)
-class TableMeta:
-    table_id: int
-    namespace: str
-    name: str
-    location: str
-    external: bool
-    schema: pa.Schema
-    partition_by: list[str]
-    primary_key: list[str]
-    properties: dict[str, str]
-    created_at: float
-    schema_id: int = 0
+class TableCatalog(CatalogLike, Protocol):
+    """What a :class:`Table` uses of :class:`~lakestep.catalog.catalog.Catalog`: a handle's
+    needs, and transactions for its one-commit writes."""
 
-    @classmethod
-    def from_row(cls, r: Mapping[str, Any]) -> "TableMeta":
-        return cls(
-            table_id=r["table_id"],
-            namespace=r["namespace"],
-            name=r["name"],
-            location=r["location"],
-            external=bool(r["external"]),
-            schema=pa.ipc.read_schema(pa.py_buffer(r["schema_ipc"])),
-            partition_by=json.loads(r["partition_by"]),
-            primary_key=json.loads(r["primary_key"]),
-            properties=json.loads(r["properties"]),
-            created_at=r["created_at"],
-            schema_id=int(r.get("schema_id") or 0),
-        )
+    def transaction(self, *, job_id: str | None = None, batch_id: int | None = None) -> ContextManager[Any]: ...
 
 
-class Table:
+class Table(TableHandle):
     """A lakestep table. Get one from :meth:`Catalog.create_table` or :meth:`Catalog.load_table`.
 
     Every write method is one commit (use :meth:`Catalog.transaction` to commit
@@ -116,50 +91,10 @@ class Table:
         t.to_arrow(version=1)      # the table as it was after the first commit
     """
 
-    def __init__(self, catalog: "Catalog", meta: TableMeta) -> None:
-        self.catalog = catalog
-        self.meta = meta
-        self._live: dict[int, DataFile] | None = None  # live files at _live_version (see _live_at_head)
-        self._live_version = -1
-        self._live_lock = threading.Lock()
-        self._warned: set[tuple[str, str]] = set()  # invalid stored properties already logged
+    catalog: TableCatalog
 
     def __repr__(self) -> str:
         return f"Table({self.ident!r}, location={self.location!r})"
-
-    # ---------------------------------------------------------------- metadata
-    @property
-    def ident(self) -> str:
-        return f"{self.meta.namespace}.{self.meta.name}"
-
-    @property
-    def table_id(self) -> int:
-        return self.meta.table_id
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self.meta.schema
-
-    @property
-    def partition_by(self) -> list[str]:
-        return self.meta.partition_by
-
-    @property
-    def primary_key(self) -> list[str]:
-        return self.meta.primary_key
-
-    @property
-    def properties(self) -> dict[str, str]:
-        return self.meta.properties
-
-    @property
-    def location(self) -> str:
-        return self.meta.location
-
-    @property
-    def retention_seconds(self) -> float:
-        """``lakestep.retention-seconds`` (7 days if unset; the default, logged, if invalid)."""
-        return float(P.value(self.ident, self.properties, P.RETENTION, warned=self._warned))
 
     def set_properties(self, updates: Mapping[str, Any] | None = None, *,
                        remove: Sequence[str] = ()) -> "Table":
@@ -244,10 +179,6 @@ class Table:
             log.info("%s: added column(s) %s (schema %d)", self.ident, [str(f) for f in add], self.meta.schema_id)
         return self
 
-    def _set_meta(self, meta: TableMeta) -> None:
-        self.meta = meta
-        self.__dict__.pop("physical_schema", None)  # derived from the schema
-
     def refresh(self) -> "Table":
         """Re-read the table's metadata (schema, properties) from the catalog; returns this handle."""
         t = S.tables
@@ -258,29 +189,17 @@ class Table:
         self._set_meta(TableMeta.from_row(row))
         return self
 
-    @cached_property
-    def _writer(self) -> FileWriter:
-        return FileWriter(self.location, self.catalog.storage)
-
-    def _head(self, conn: sa.Connection) -> tuple[int, int]:
-        row = conn.execute(
-            sa.select(S.tables.c.version, S.tables.c.data_version).where(S.tables.c.table_id == self.table_id)
-        ).first()
-        if row is None:
-            raise TableNotFoundError(self.ident)
-        return int(row[0]), int(row[1])
-
     @property
     def version(self) -> int:
         """The newest version (every commit adds one)."""
         with self.catalog.backend.read() as conn:
-            return self._head(conn)[0]
+            return self.head(conn)[0]
 
     @property
     def data_version(self) -> int:
         """The newest data version (commits that change rows add one; compactions do not)."""
         with self.catalog.backend.read() as conn:
-            return self._head(conn)[1]
+            return self.head(conn)[1]
 
     # ------------------------------------------------------------------- reads
     def _resolve(
@@ -292,7 +211,7 @@ class Table:
         if given > 1:
             raise InvalidArgumentError("pass at most one of version=, data_version=, as_of=, snapshot=",
                                        argument="version", value=(version, data_version, as_of, snapshot))
-        head, head_dv = self._head(conn)
+        head, head_dv = self.head(conn)
         c = S.commits.c
         if snapshot is not None:
             return lifecycle.snapshot_version(self, conn, snapshot), head
@@ -322,49 +241,6 @@ class Table:
             return int(row), head
         return head, head
 
-    def _files_at(self, conn: sa.Connection, v: int, head: int) -> list[DataFile]:
-        if v == head:
-            return self._live_at_head(conn, head)
-        f = S.files.c
-        q = sa.select(*FILE_COLS).where(
-            f.table_id == self.table_id, f.added_version <= v,
-            sa.or_(f.removed_version.is_(None), f.removed_version > v))
-        return [row_to_file(r) for r in conn.execute(q.order_by(f.file_id)).all()]
-
-    def _live_at_head(self, conn: sa.Connection, head: int) -> list[DataFile]:
-        """The live files at ``head``, kept per handle and brought up to date incrementally.
-
-        The first call lists every live file; later calls read only the files
-        added or removed by the commits since (usually none or a few), like a
-        Delta or Iceberg client replaying new log entries onto its state.
-        """
-        f = S.files.c
-        with self._live_lock:
-            cached, at = self._live, self._live_version
-            # Cleanup prunes the rows of files removed before its floor, and the commit
-            # rows below it: if ``at`` lost its commit row, the delta may miss removals.
-            stale = cached is not None and head > at and conn.execute(
-                sa.select(S.commits.c.version).where(
-                    S.commits.c.table_id == self.table_id, S.commits.c.version == at)).first() is None
-            if cached is None or stale or head < at or head - at > 1000:
-                q = sa.select(*FILE_COLS).where(
-                    f.table_id == self.table_id, f.added_version <= head, f.removed_version.is_(None))
-                cached = {d.file_id: d for d in map(row_to_file, conn.execute(q.order_by(f.file_id)).all())}
-            elif head > at:
-                cached = dict(cached)
-                gone = conn.execute(sa.select(f.file_id).where(
-                    f.table_id == self.table_id, f.removed_version > at, f.removed_version <= head)).scalars().all()
-                for fid in gone:
-                    cached.pop(fid, None)
-                q = sa.select(*FILE_COLS).where(
-                    f.table_id == self.table_id, f.added_version > at, f.added_version <= head,
-                    sa.or_(f.removed_version.is_(None), f.removed_version > head))
-                for r in conn.execute(q.order_by(f.file_id)).all():
-                    cached[r.file_id] = row_to_file(r)
-            if head >= at:
-                self._live, self._live_version = cached, head
-            return list(cached.values())
-
     def files(
         self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
         snapshot: str | None = None,
@@ -379,7 +255,7 @@ class Table:
         """(version, live files) read consistently."""
         with self.catalog.backend.read() as conn:
             v, head = self._resolve(conn, version, data_version, as_of, snapshot)
-            return v, self._files_at(conn, v, head=head)
+            return v, self.files_at(conn, v, head=head)
 
     def added_files(self, from_data_version: int, to_data_version: int) -> list[DataFile]:
         """The files whose rows a stream of this table emits for the data versions
@@ -401,34 +277,6 @@ class Table:
         with self.catalog.backend.read() as conn:
             return [row_to_file(r) for r in conn.execute(q)]
 
-    def _head_and_live(self) -> tuple[int, int, list[DataFile]]:
-        """(version, data version, live files) at the head, read consistently."""
-        with self.catalog.backend.read() as conn:
-            head, dv = self._head(conn)
-            return head, dv, self._files_at(conn, head, head=head)
-
-    @cached_property
-    def physical_schema(self) -> pa.Schema:
-        """The schema of the data files: the table's, plus a tombstone flag on primary-key tables."""
-        return pk.physical_schema(self.schema, self.primary_key) if self.primary_key else self.schema
-
-    def _physical(self, data: pa.Table) -> pa.Table:
-        """Conformed rows -> rows as written to files."""
-        return pk.to_physical(self, data) if self.primary_key else data
-
-    def _read_physical(self, files: Sequence[DataFile]) -> pa.Table:
-        """The rows stored in ``files``, as stored (tombstones included), checked (reader.py)."""
-        return reader.read(self.ident, self._writer, files, self.physical_schema)
-
-    def _read_files(
-        self, files: list[DataFile], *, columns: Sequence[str] | None = None, where: Predicate | None = None
-    ) -> pa.Table:
-        """The logical rows ``files`` make up (merged on read for primary-key tables)."""
-        if self.primary_key:
-            return pk.read(self, files, columns=columns, where=where)
-        return reader.read(self.ident, self._writer, files, self.schema, columns=columns,
-                           filter=where.expression() if where is not None else None)
-
     def to_arrow(
         self,
         *,
@@ -442,9 +290,7 @@ class Table:
         """The rows at the newest version or the one asked for, as an Arrow table."""
         _, live = self.scan_files(version=version, data_version=data_version, as_of=as_of, snapshot=snapshot)
         pred = Predicate.parse(where, self.schema) if where is not None else None
-        if pred is not None and not self.primary_key:  # (pk.read prunes what is safe to prune)
-            live = [f for f in live if pred.verdict(f) is not Verdict.NONE]
-        return self._read_files(live, columns=columns, where=pred)
+        return self.read_files(live, columns=columns, where=pred)
 
     def read_plan(
         self,
@@ -463,7 +309,7 @@ class Table:
 
         with self.catalog.backend.read() as conn:
             v, head = self._resolve(conn, version, data_version, as_of, snapshot)
-            files = self._files_at(conn, v, head=head)
+            files = self.files_at(conn, v, head=head)
             dv = conn.execute(sa.select(S.commits.c.data_version).where(
                 S.commits.c.table_id == self.table_id, S.commits.c.version == v)).scalar()
         plan = ReadPlan(
@@ -665,12 +511,3 @@ class Table:
                 "rely on it; lower the property, or pass force=True",
                 argument="retention_seconds", value=retention_seconds)
         return cleanup_mod.cleanup(self, retention_seconds=retention_seconds, dry_run=dry_run, orphans=orphans)
-
-    def apply_ttl(self) -> CommitResult | None:
-        """Drop rows older than the TTL (``lakestep.ttl.column`` / ``lakestep.ttl.seconds``).
-
-        None when no TTL is set, or when the stored TTL properties are invalid
-        (logged; ``properties.py`` step 2): an invalid TTL removes no rows."""
-        if P.ttl(self.ident, self.properties, self.schema, warned=self._warned) is None:
-            return None
-        return cleanup_mod.apply_ttl(self)

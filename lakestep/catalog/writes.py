@@ -19,14 +19,14 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import ArgumentTypeError, DataOutOfRangeError, InvalidArgumentError, InvalidDataError, SchemaMismatchError
-from .commit import Isolation, Operation, TableChange
+from .changes import Isolation, Operation, TableChange
 from . import pk
 from . import properties as P
 from .files import DataFile, NewFile
 from .predicates import Filter, Predicate, Verdict
 
 if TYPE_CHECKING:
-    from .table import Table
+    from .handle import TableHandle
 
 log = logging.getLogger(__name__)
 
@@ -120,60 +120,61 @@ def conform(data: Any, schema: pa.Schema, ident: str) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _read(table: "Table", files: Sequence[DataFile]) -> pa.Table:
+def _read(table: "TableHandle", files: Sequence[DataFile]) -> pa.Table:
     """Rows as stored in the files (copy-on-write rewrites keep tombstones as they are)."""
-    return table._read_physical(list(files))
+    return table.read_physical(list(files))
 
 
-def _keep_unmatched(table: "Table", f: DataFile, pred: Predicate) -> tuple[pa.Table, int]:
+def _keep_unmatched(table: "TableHandle", f: DataFile, pred: Predicate) -> tuple[pa.Table, int]:
     rows = _read(table, [f])
     mask = pred.mask(rows)
     matched = pc.sum(mask).as_py() or 0
     return rows.filter(pc.invert(mask)), matched
 
 
-def _rewrite_outside(table: "Table", change: TableChange, files: list[DataFile]) -> None:
+def _rewrite_outside(table: "TableHandle", change: TableChange, files: list[DataFile]) -> None:
     """OVERWRITE rebase: keep the rows of ``files`` outside the replaced range."""
     assert change.scope is not None
     for f in files:
         keep, _ = _keep_unmatched(table, f, change.scope)
         change.removed.append(f)
         if keep.num_rows:
-            change.added.append(table._writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id], seq=f.seq))
+            change.added.append(table.writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id], seq=f.seq))
     change.summary["rewritten_files"] = change.summary.get("rewritten_files", 0) + len(files)
 
 
-def prepare_append(table: "Table", data: Any, *, barrier: int | None, prefix: str = "") -> TableChange:
+def prepare_append(table: "TableHandle", data: Any, *, barrier: int | None, prefix: str = "") -> TableChange:
     """A blind append; on a primary-key table a blind upsert (a MERGE of the given rows)."""
-    t = table._physical(conform(data, table.schema, table.ident))
-    added = table._writer.write_partitioned(t, table.partition_by, prefix=prefix) if t.num_rows else []
+    t = table.physical(conform(data, table.schema, table.ident))
+    added = table.writer.write_partitioned(t, table.partition_by, prefix=prefix) if t.num_rows else []
     return change_of(table, operation=Operation.MERGE if table.primary_key else Operation.APPEND, base_version=-1,
                      added=added, barrier=barrier)
 
 
-def _prepare_pk_change(table: "Table", rows: pa.Table, *, barrier: int | None, summary: dict[str, Any]) -> TableChange:
-    added = table._writer.write_partitioned(rows, table.partition_by) if rows.num_rows else []
+def _prepare_pk_change(table: "TableHandle", rows: pa.Table, *, barrier: int | None,
+                       summary: dict[str, Any]) -> TableChange:
+    added = table.writer.write_partitioned(rows, table.partition_by) if rows.num_rows else []
     return change_of(
         table, operation=Operation.MERGE,
         base_version=-1, added=added, barrier=barrier, summary=summary,
     )
 
 
-def prepare_pk_delete(table: "Table", where: Filter | Predicate, *, barrier: int | None = None) -> TableChange:
+def prepare_pk_delete(table: "TableHandle", where: Filter | Predicate, *, barrier: int | None = None) -> TableChange:
     """Primary-key delete: tombstones for the keys matching ``where`` now (merge on read)."""
     pred = Predicate.parse(where, table.schema)
-    keys = table.to_arrow(where=pred, columns=table.primary_key)
+    keys = table.read_head(where=pred, columns=table.primary_key)
     rows = pk.tombstones(table, keys)
     return _prepare_pk_change(table, rows, barrier=barrier,
                               summary={"predicate": _describe(pred), "deleted_rows": keys.num_rows})
 
 
-def prepare_pk_update(table: "Table", set: Mapping[str, Any], where: Filter | Predicate, *,
+def prepare_pk_update(table: "TableHandle", set: Mapping[str, Any], where: Filter | Predicate, *,
                       barrier: int | None = None) -> TableChange:
     """Primary-key update: the matching rows, changed, upserted."""
     _check_set(table, set)
     pred = Predicate.parse(where, table.schema)
-    rows = table.to_arrow(where=pred)
+    rows = table.read_head(where=pred)
     if rows.num_rows:
         new_values = _evaluate_set(rows, set, table.schema, table.ident)
         cols = []
@@ -181,12 +182,12 @@ def prepare_pk_update(table: "Table", set: Mapping[str, Any], where: Filter | Pr
             v = new_values.get(n, rows.column(n))
             cols.append(pa.array([v.as_py()] * rows.num_rows, v.type) if isinstance(v, pa.Scalar) else v)
         rows = conform(pa.Table.from_arrays(cols, names=rows.column_names), table.schema, table.ident)
-    return _prepare_pk_change(table, table._physical(rows), barrier=barrier,
+    return _prepare_pk_change(table, table.physical(rows), barrier=barrier,
                               summary={"predicate": _describe(pred), "updated_rows": rows.num_rows})
 
 
 def prepare_overwrite(
-    table: "Table",
+    table: "TableHandle",
     data: Any,
     *,
     partitions: PartitionSpec = None,
@@ -223,14 +224,14 @@ def prepare_overwrite(
         outside = t.num_rows - (pc.sum(inside).as_py() or 0)
         if outside:
             raise DataOutOfRangeError(table.ident, f"{outside} new row(s) fall outside the range this overwrite replaces")
-    base, base_dv, live = table._head_and_live()
+    base, base_dv, live = table.head_and_live()
     change = change_of(
         table, operation=Operation.OVERWRITE, base_version=base,
         scope=scope, barrier=barrier, summary={"scope": _describe(scope)},
     )
     with _discard_on_error(table, change):
         change.added = (
-            table._writer.write_partitioned(table._physical(t), table.partition_by, prefix=prefix) if t.num_rows else []
+            table.writer.write_partitioned(table.physical(t), table.partition_by, prefix=prefix) if t.num_rows else []
         )
         if scope is not None and scope.clauses:
             straddling = [f for f in live if scope.verdict(f) is Verdict.SOME]
@@ -239,10 +240,10 @@ def prepare_overwrite(
     return change
 
 
-def prepare_delete(table: "Table", where: Filter | Predicate, *, barrier: int | None = None,
+def prepare_delete(table: "TableHandle", where: Filter | Predicate, *, barrier: int | None = None,
                    isolation: Isolation | None = None) -> TableChange:
     pred = Predicate.parse(where, table.schema)
-    base, base_dv, live = table._head_and_live()
+    base, base_dv, live = table.head_and_live()
     change = change_of(
         table, operation=Operation.DELETE, base_version=base,
         scope=pred, barrier=barrier, isolation=_isolation(table, isolation),
@@ -264,14 +265,14 @@ def prepare_delete(table: "Table", where: Filter | Predicate, *, barrier: int | 
             change.removed.append(f)
             deleted += matched
             if keep.num_rows:
-                change.added.append(table._writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id],
+                change.added.append(table.writer.write(keep, f.partition, prefix="rw-", source_ids=[f.file_id],
                                                         seq=f.seq))
     change.summary["deleted_rows"] = deleted
     return change
 
 
 def prepare_update(
-    table: "Table",
+    table: "TableHandle",
     set: Mapping[str, Any],
     where: Filter | Predicate,
     *,
@@ -280,7 +281,7 @@ def prepare_update(
 ) -> TableChange:
     _check_set(table, set)
     pred = Predicate.parse(where, table.schema)
-    base, base_dv, live = table._head_and_live()
+    base, base_dv, live = table.head_and_live()
     change = change_of(
         table, operation=Operation.UPDATE, base_version=base,
         scope=pred, barrier=barrier, isolation=_isolation(table, isolation),
@@ -305,13 +306,13 @@ def prepare_update(
                     cols.append(rows.column(name))
             out = conform(pa.Table.from_arrays(cols, names=rows.column_names), table.schema, table.ident)
             change.removed.append(f)
-            change.added.append(table._writer.write(out, f.partition, prefix="rw-", source_ids=[f.file_id], seq=f.seq))
+            change.added.append(table.writer.write(out, f.partition, prefix="rw-", source_ids=[f.file_id], seq=f.seq))
             updated += matched
     change.summary["updated_rows"] = updated
     return change
 
 
-def _check_set(table: "Table", set: Mapping[str, Any]) -> None:
+def _check_set(table: "TableHandle", set: Mapping[str, Any]) -> None:
     """An update's ``set=``, checked before any file is read: known columns, values of their types."""
     if not set:
         raise InvalidArgumentError("update needs at least one column in set=", argument="set", value=set)
@@ -350,9 +351,10 @@ def _evaluate_set(rows: pa.Table, set: Mapping[str, Any], schema: pa.Schema, ide
     return out
 
 
-def prepare_compact(table: "Table", *, target_file_size: int, min_files: int = 2, major: bool = False) -> TableChange:
+def prepare_compact(table: "TableHandle", *, target_file_size: int, min_files: int = 2,
+                    major: bool = False) -> TableChange:
     """Merge files of each partition into target-size files (see :meth:`Table.compact`)."""
-    base, base_dv, live = table._head_and_live()
+    base, base_dv, live = table.head_and_live()
     change = change_of(
         table, operation=Operation.COMPACT, base_version=base,
         base_data_version=base_dv,
@@ -375,7 +377,7 @@ def prepare_compact(table: "Table", *, target_file_size: int, min_files: int = 2
                 for start in range(0, max(data.num_rows, 1), rows_per_file):
                     if data.num_rows == 0:
                         break
-                    change.added.append(table._writer.write(
+                    change.added.append(table.writer.write(
                         data.slice(start, rows_per_file), run[0].partition, prefix="c-", source_ids=ids,
                         seq=max(f.seq for f in run)))
                 change.removed.extend(run)
@@ -384,7 +386,7 @@ def prepare_compact(table: "Table", *, target_file_size: int, min_files: int = 2
     return change
 
 
-def _compaction_runs(table: "Table", members: list[DataFile], target: int, min_files: int,
+def _compaction_runs(table: "TableHandle", members: list[DataFile], target: int, min_files: int,
                      major: bool) -> list[list[DataFile]]:
     """The groups of files to merge, in one partition (``members`` in commit order).
 
@@ -414,25 +416,25 @@ def _compaction_runs(table: "Table", members: list[DataFile], target: int, min_f
 
 
 @contextlib.contextmanager
-def _discard_on_error(table: "Table", change: TableChange) -> Iterator[None]:
+def _discard_on_error(table: "TableHandle", change: TableChange) -> Iterator[None]:
     """Files a failing prepare already wrote are deleted: a failed write leaves none behind."""
     try:
         yield
     except BaseException:
         for f in change.added:
-            table._writer.delete(f.path)
+            table.writer.delete(f.path)
         raise
 
 
-def change_of(table: "Table", **fields: Any) -> TableChange:
+def change_of(table: "TableHandle", **fields: Any) -> TableChange:
     """A :class:`TableChange` of ``table``, stamped with the schema its writer read (``schema_id``)."""
     return TableChange(table_id=table.table_id, ident=table.ident, location=table.location,
                        schema_id=table.meta.schema_id, **fields)
 
 
-def _isolation(table: "Table", explicit: Isolation | None) -> Isolation:
+def _isolation(table: "TableHandle", explicit: Isolation | None) -> Isolation:
     if explicit is None:
-        return P.value(table.ident, table.properties, P.ISOLATION, warned=table._warned)
+        return P.value(table.ident, table.properties, P.ISOLATION, warned=table.warned)
     if explicit not in P.ISOLATIONS:
         raise InvalidArgumentError(f"isolation must be 'snapshot' or 'serializable', got {explicit!r}",
                                    argument="isolation", value=explicit)
@@ -445,9 +447,9 @@ def _describe(pred: Predicate | None) -> Any:
     return json.loads(json.dumps([list(map(list, c)) for c in pred.clauses], default=str))
 
 
-def prepare_rewrite_file(table: "Table", file: DataFile | int, transform: Any) -> TableChange:
+def prepare_rewrite_file(table: "TableHandle", file: DataFile | int, transform: Any) -> TableChange:
     """Replace one file's rows by ``transform(rows)`` (an UPDATE of exactly that file)."""
-    base, _, live = table._head_and_live()
+    base, _, live = table.head_and_live()
     fid = file.file_id if isinstance(file, DataFile) else int(file)
     target = next((f for f in live if f.file_id == fid), None)
     if target is None:
@@ -466,5 +468,5 @@ def prepare_rewrite_file(table: "Table", file: DataFile | int, transform: Any) -
         summary={"rewrite_file": target.path, "rows_before": target.record_count, "rows_after": out.num_rows},
     )
     if out.num_rows:
-        change.added.append(table._writer.write(out, target.partition, prefix="rw-", source_ids=[fid], seq=target.seq))
+        change.added.append(table.writer.write(out, target.partition, prefix="rw-", source_ids=[fid], seq=target.seq))
     return change

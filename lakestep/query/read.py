@@ -212,7 +212,7 @@ def consistent_read(
             elif r.snapshot is not None:
                 plans[r.label] = t.read_plan(snapshot=r.snapshot)
             elif r.timestamp is not None:
-                plans[r.label] = t.read_plan(as_of=_timestamp(r.timestamp))
+                plans[r.label] = t.read_plan(as_of=parse_timestamp(r.timestamp))
             else:
                 assert r.barrier is not None
                 plans[r.label] = t.read_plan(version=p.version_at(r.ident, r.barrier))
@@ -246,7 +246,8 @@ def consistent_arrow(catalog: "Catalog", tables: Sequence["str | TableRef"], **k
         return cr.tables(), cr.info
 
 
-def _timestamp(text: str) -> dt.datetime:
+def parse_timestamp(text: str) -> dt.datetime:
+    """An ISO timestamp (TIMESTAMP AS OF, timestampAsOf), UTC when it names no zone."""
     try:
         ts = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:

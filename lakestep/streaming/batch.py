@@ -51,7 +51,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceReader, Inpu
 
 from ..errors import LakestepError, QueryError, StreamingJobError
 from . import progress
-from .sink import BatchFiles, FilesWritten, _evolve, _flag, _TableShape, task_prefix
+from .sink import BatchFiles, FilesWritten, TableShape, evolve_schema, parse_flag, task_prefix
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +74,9 @@ def read_plan(cat: Any, table: str, options: Any) -> Any:
     if "versionasof" in given:
         return t.read_plan(version=_int(given["versionasof"], "versionAsOf"))
     if "timestampasof" in given:
-        from ..query.read import _timestamp
+        from ..query.read import parse_timestamp
 
-        return t.read_plan(as_of=_timestamp(str(given["timestampasof"])))
+        return t.read_plan(as_of=parse_timestamp(str(given["timestampasof"])))
     if "snapshot" in given:
         return t.read_plan(snapshot=str(given["snapshot"]))
     if "barrier" in given:
@@ -153,7 +153,7 @@ class LakestepBatchWriter(DataSourceArrowWriter):
         cat = progress.open_catalog(self.url, self.storage)
         table = cat.load_table(progress.required(options, "table"))
         if schema is not None:
-            _evolve(table, schema, None, _flag(options.get("mergeSchema")))
+            evolve_schema(table, schema, None, parse_flag(options.get("mergeSchema")))
             table = table.refresh()
         self.job = options.get("job") or None
         batch = options.get("batchId")
@@ -162,7 +162,7 @@ class LakestepBatchWriter(DataSourceArrowWriter):
         self.batch = None if batch in (None, "") else _int(batch, "batchId")
         self.mode = "overwrite" if overwrite else "append"
         self.barrier = write_barrier(cat, self.job, table.ident)
-        self.shape = _TableShape.of(table)
+        self.shape = TableShape.of(table)
         self.write_id = uuid.uuid4().hex[:12]
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:  # executors

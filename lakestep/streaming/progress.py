@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from ..barrier import OPEN_EPOCH, JobNotFoundError, Pipeline, triggers
 from ..catalog import Catalog
-from ..catalog.commit import CommitResult, FilesMode
+from ..catalog.changes import CommitResult, FilesMode
 from ..catalog.files import NewFile, Storage
 from ..errors import StreamingJobError
 

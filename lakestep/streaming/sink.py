@@ -74,7 +74,7 @@ class FilesWritten(WriterCommitMessage):
 
 
 @dataclass(frozen=True)
-class _TableShape:
+class TableShape:
     """What executors need of a table: no database access."""
 
     ident: str
@@ -86,7 +86,7 @@ class _TableShape:
     storage: Storage = Storage()  # how executors reach an object store (the catalog's options)
 
     @classmethod
-    def of(cls, table: Any) -> "_TableShape":
+    def of(cls, table: Any) -> "TableShape":
         return cls(table.ident, table.location, table.schema.serialize().to_pybytes(),
                    table.physical_schema.serialize().to_pybytes(), tuple(table.partition_by),
                    tuple(table.primary_key), table.catalog.storage)
@@ -103,7 +103,7 @@ class _TableShape:
         return pa.ipc.read_schema(pa.py_buffer(self.physical_ipc))
 
 
-def _physical(shape: _TableShape, rows: pa.Table) -> pa.Table:
+def _physical(shape: TableShape, rows: pa.Table) -> pa.Table:
     if not shape.primary_key:
         return rows
     from ..catalog import pk
@@ -128,7 +128,7 @@ class BatchFiles:
     Used by the sink's ``write`` and by :func:`lakestep.streaming.foreach_batch`.
     """
 
-    def __init__(self, shape: _TableShape, dead: _TableShape | None) -> None:
+    def __init__(self, shape: TableShape, dead: TableShape | None) -> None:
         self.shape, self.dead = shape, dead
 
     def write(self, iterator: Iterator[pa.RecordBatch], prefix: str) -> FilesWritten:
@@ -189,8 +189,8 @@ class SinkTarget:
     url: str
     job: str
     mode: SinkMode
-    shape: _TableShape
-    dead: _TableShape | None
+    shape: TableShape
+    dead: TableShape | None
 
     @classmethod
     def open(cls, url: str, table_name: str, *, job: str | None, mode: str | None, overwrite: bool = False,
@@ -206,16 +206,16 @@ class SinkTarget:
         table = cat.load_table(table_name)
         dead_table = cat.load_table(dead_letter) if dead_letter else None
         if schema is not None:
-            _evolve(table, schema, dead_table, merge_schema)
+            evolve_schema(table, schema, dead_table, merge_schema)
         job = job or f"spark-{table.ident.replace('.', '-')}"
         mode = mode or ("complete" if overwrite else "update" if table.primary_key else "append")
         if mode not in ("append", "update", "complete"):
             raise ValueError(f"option mode must be append, update or complete, got {mode!r}")
         if mode == "update" and not table.primary_key:
             raise ValueError(f"update mode upserts by primary key, and {table.ident} has none")
-        dead = _TableShape.of(dead_table) if dead_table is not None else None
+        dead = TableShape.of(dead_table) if dead_table is not None else None
         progress.ensure_sink_registered(cat, job, table.ident, dead.ident if dead else None)
-        return cls(url, job, mode, _TableShape.of(table), dead)
+        return cls(url, job, mode, TableShape.of(table), dead)
 
     def files(self) -> BatchFiles:
         return BatchFiles(self.shape, self.dead)
@@ -246,7 +246,7 @@ def _unplaced(columns: Any, schema: pa.Schema, dead: pa.Schema | None) -> list[s
     return [c for c in columns if c not in own]
 
 
-def _evolve(table: Any, spark_schema: Any, dead: Any, merge: bool) -> None:
+def evolve_schema(table: Any, spark_schema: Any, dead: Any, merge: bool) -> None:
     """Refuse, or with ``merge`` add (nullable), the columns of ``spark_schema`` that ``table`` lacks."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -263,7 +263,7 @@ def _evolve(table: Any, spark_schema: Any, dead: Any, merge: bool) -> None:
     table.add_columns(*(f.with_nullable(True) for f in extra))
 
 
-def _flag(value: Any) -> bool:
+def parse_flag(value: Any) -> bool:
     v = str(value or "false").strip().lower()
     if v not in ("true", "false"):
         raise ValueError(f"expected true or false, got {value!r}")
@@ -276,7 +276,7 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
         self.target = SinkTarget.open(progress.required(options, "catalog"), progress.required(options, "table"),
                                       job=options.get("job"), mode=options.get("mode"), overwrite=overwrite,
                                       dead_letter=options.get("deadLetterTable"), schema=schema,
-                                      merge_schema=_flag(options.get("mergeSchema")),
+                                      merge_schema=parse_flag(options.get("mergeSchema")),
                                       storage=progress.storage_of(options))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:  # executors

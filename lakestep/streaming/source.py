@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from ..barrier import Pipeline, triggers
 from ..catalog import reader
 from . import progress
-from .sink import _TableShape
+from .sink import TableShape
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise ValueError("maxBarriersPerTrigger must be at least 1")
         cat = progress.open_catalog(self.url, self.storage)
         progress.ensure_source_registered(cat, self.job, self.table)
-        self.shape = _TableShape.of(cat.load_table(self.table))
+        self.shape = TableShape.of(cat.load_table(self.table))
         self._calls: dict[int, int] = {}
         # Decisions numbered above the mark are this run's (barrier/triggers.py, step 1).
         self._mark = triggers.run_mark(cat, self.job)

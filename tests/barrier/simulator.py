@@ -197,7 +197,7 @@ class Sim:
             for f in t.files(version=version):
                 fk = (table, f.path)
                 if fk not in self._files:
-                    data = pq.read_table(t._writer.full_path(f.path), filesystem=t._writer.fs)
+                    data = pq.read_table(t.writer.full_path(f.path), filesystem=t.writer.fs)
                     self._files[fk] = list(zip(data.column("k").to_pylist(), data.column("v").to_pylist()))
                 out.extend(self._files[fk])
             self._rows[key] = sorted(out)

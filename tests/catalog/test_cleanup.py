@@ -16,6 +16,7 @@ import pytest
 from lakestep import Catalog, errors
 from lakestep.catalog.cleanup import IN_FLIGHT_FLOOR_SECONDS
 from lakestep.clock import ManualClock
+from lakestep.catalog.maintenance import apply_ttl
 
 pytestmark = pytest.mark.s3("postgres")
 
@@ -160,7 +161,7 @@ def test_ttl_by_partition_and_by_rows(catalog: Catalog) -> None:
         "s.p", SCHEMA, partition_by=["day"],
         properties={"lakestep.ttl.column": "day", "lakestep.ttl.seconds": str(30 * 86400)})
     by_part.append({"id": [1, 2], "day": [old, today]})
-    r = by_part.apply_ttl()
+    r = apply_ttl(by_part)
     assert r.operation == "OVERWRITE" and r.removed_files == 1 and r.added_files == 0  # metadata only
     assert by_part.to_arrow().column("id").to_pylist() == [2]
     ts_schema = pa.schema([("id", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
@@ -168,9 +169,9 @@ def test_ttl_by_partition_and_by_rows(catalog: Catalog) -> None:
         "s.r", ts_schema, properties={"lakestep.ttl.column": "at", "lakestep.ttl.seconds": "3600"})
     now = dt.datetime.now(dt.timezone.utc)
     by_row.append({"id": [1, 2], "at": [now - dt.timedelta(hours=2), now]})
-    by_row.apply_ttl()
+    apply_ttl(by_row)
     assert by_row.to_arrow().column("id").to_pylist() == [2]
-    assert catalog.create_table("s.none", SCHEMA).apply_ttl() is None
+    assert apply_ttl(catalog.create_table("s.none", SCHEMA)) is None
 
 
 def test_metadata_is_pruned(table, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]

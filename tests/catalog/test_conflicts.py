@@ -247,3 +247,11 @@ def test_serializable_against_a_partly_matching_append(catalog_spec, catalog, wo
         assert not isinstance(res_l, Exception), getattr(res_l, "tb", res_l)
         mine = {k: v for k, v in base.items() if k != 3} if l_name == "delete" else {**base, 3: ("a", 9)}
         assert read(catalog, ident) == {**mine, **new}
+
+
+def test_the_matrix_has_one_rule_per_cell() -> None:
+    from lakestep.catalog.resolver import MATRIX, PLANNERS, Kind
+
+    earlier = [k for k in Kind if k is not Kind.RESTORE]  # a landed RESTORE is in the OVERWRITE column
+    assert set(MATRIX) == {(later, e) for later in Kind for e in earlier}
+    assert set(PLANNERS) == set(Kind)

@@ -126,7 +126,7 @@ def table(request, catalog: Catalog):  # type: ignore[no-untyped-def]
 
 def check(table, damage: str, read: Callable) -> None:  # type: ignore[no-untyped-def, type-arg]
     victim = min(table.files(), key=lambda f: f.file_id)
-    full = table._writer.full_path(victim.path)
+    full = table.writer.full_path(victim.path)
     fn, problems = DAMAGE[damage]
     fn(full, victim)
     head = table.version
@@ -159,5 +159,5 @@ def test_every_read_path_checks_the_files(tmp_path, kind: str, damage: str, read
 def test_versions_without_the_damaged_file_still_read(table) -> None:  # type: ignore[no-untyped-def]
     """A damaged file does not hide the others: untouched versions and files read as before."""
     victim = max(table.files(), key=lambda f: f.file_id)
-    deleted(table._writer.full_path(victim.path), victim)
+    deleted(table.writer.full_path(victim.path), victim)
     assert sorted(table.to_arrow(version=1).column("id").to_pylist()) == [1, 2, 3]

@@ -48,7 +48,7 @@ def _recorded_paths(cat: Catalog, *tables: str) -> set[str]:
         t = cat.load_table(name)
         with cat.backend.read() as conn:
             paths = conn.execute(sa.select(S.files.c.path).where(S.files.c.table_id == t.table_id)).scalars().all()
-        out |= {t._writer.full_path(p) for p in paths}
+        out |= {t.writer.full_path(p) for p in paths}
     return out
 
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from lakestep import Catalog, errors
 from lakestep.catalog import schema as S
-from lakestep.catalog.maintenance import MaintenanceLoop
+from lakestep.catalog.maintenance import MaintenanceLoop, apply_ttl
 from lakestep.catalog.properties import DEFAULT_RETENTION_SECONDS, KNOWN
 
 SCHEMA = pa.schema([("id", pa.int64()), ("at", pa.timestamp("us", tz="UTC")), ("name", pa.string())])
@@ -105,7 +105,7 @@ def test_a_stored_bad_property_falls_back_and_is_logged(ns: Catalog, caplog) -> 
     t = ns.load_table("s.t")
     with caplog.at_level(logging.WARNING, logger="lakestep.catalog.properties"):
         assert t.retention_seconds == DEFAULT_RETENTION_SECONDS  # keeps files longer
-        assert t.apply_ttl() is None  # removes no rows
+        assert apply_ttl(t) is None  # removes no rows
         t.delete([("id", "=", 1)])  # isolation falls back to serializable: it still runs
         t.compact()
         assert t.cleanup().deleted_files == []  # the 7-day default: nothing is old enough
@@ -140,7 +140,7 @@ def test_maintenance_logs_and_skips_a_failing_table(ns: Catalog, caplog) -> None
         for i in range(3):
             t.append({"id": [i], "at": [OLD], "name": ["x"]})
     broken = ns.load_table("s.broken")
-    os.remove(broken._writer.full_path(broken.files()[0].path))
+    os.remove(broken.writer.full_path(broken.files()[0].path))
     with caplog.at_level(logging.WARNING, logger="lakestep.catalog.maintenance"):
         report = MaintenanceLoop(ns, min_files=2).run_once()
     assert report.tables["s.broken"]["error"].startswith("DataFileCorruptError")

@@ -44,7 +44,7 @@ def test_a_truncated_file_fails_the_executor_read_with_a_typed_error(stream) -> 
     parts = reader.partitions({"barrier": 0, "dv": 0}, {"barrier": 1, "dv": 1})
     assert [sum(b.num_rows for b in reader.read(p)) for p in parts] == [2]  # intact: read as before
     (f,) = table.files()
-    full = table._writer.full_path(f.path)
+    full = table.writer.full_path(f.path)
     os.truncate(full, f.file_size - 1)
     with pytest.raises(errors.DataFileCorruptError) as ei:
         list(reader.read(parts[0]))

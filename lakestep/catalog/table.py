@@ -304,15 +304,23 @@ class Table(TableHandle):
         """A self-contained plan to read this table at one version (plan.py): absolute
         file URIs, schema, key, merge order. Readers (Spark executors, DuckDB) use it
         without the catalog database. ``where`` prunes files by their statistics."""
+        with self.catalog.backend.read() as conn:
+            plan = self.plan_within(conn, version=version, data_version=data_version, as_of=as_of,
+                                    snapshot=snapshot)
+        return plan.prune(where) if where is not None else plan
+
+    def plan_within(self, conn: sa.Connection, *, version: int | None = None, data_version: int | None = None,
+                    as_of: Any = None, snapshot: str | None = None) -> "ReadPlan":
+        """:meth:`read_plan` inside a read transaction the caller holds (``backend.read()``),
+        so that plans of several tables cost one transaction (a consistent multi-table read)."""
         from .files import file_uri
         from .plan import PlannedFile, ReadPlan
 
-        with self.catalog.backend.read() as conn:
-            v, head = self._resolve(conn, version, data_version, as_of, snapshot)
-            files = self.files_at(conn, v, head=head)
-            dv = conn.execute(sa.select(S.commits.c.data_version).where(
-                S.commits.c.table_id == self.table_id, S.commits.c.version == v)).scalar()
-        plan = ReadPlan(
+        v, head = self._resolve(conn, version, data_version, as_of, snapshot)
+        files = self.files_at(conn, v, head=head)
+        dv = conn.execute(sa.select(S.commits.c.data_version).where(
+            S.commits.c.table_id == self.table_id, S.commits.c.version == v)).scalar()
+        return ReadPlan(
             table=self.ident, table_id=self.table_id, version=v, data_version=int(dv or 0), location=self.location,
             schema_ipc=self.schema.serialize().to_pybytes(),
             physical_ipc=self.physical_schema.serialize().to_pybytes(),
@@ -322,7 +330,6 @@ class Table(TableHandle):
                                     file_size=f.file_size, seq=f.seq, partition_json=f.partition_json,
                                     stats_json=f.stats_json) for f in sorted(files, key=lambda f: f.seq)),
         )
-        return plan.prune(where) if where is not None else plan
 
     def count(self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
               snapshot: str | None = None) -> int:

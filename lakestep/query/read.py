@@ -203,22 +203,24 @@ def consistent_read(
         notes.append(choice.explanation.text())
     plans: dict[str, "ReadPlan"] = {}
     try:
-        for r in refs:
-            t = p.table(r.ident)
-            if not r.travels:
-                plans[r.label] = t.read_plan(version=versions[r.ident])
-            elif r.version is not None:
-                plans[r.label] = t.read_plan(version=r.version)
-            elif r.snapshot is not None:
-                plans[r.label] = t.read_plan(snapshot=r.snapshot)
-            elif r.timestamp is not None:
-                plans[r.label] = t.read_plan(as_of=parse_timestamp(r.timestamp))
-            else:
-                assert r.barrier is not None
-                plans[r.label] = t.read_plan(version=p.version_at(r.ident, r.barrier))
-            if r.travels:
-                notes.append(f"{r.label}: read as written in the query (version {plans[r.label].version}), "
-                             "not aligned with the other tables")
+        at_barrier = {r: p.version_at(r.ident, r.barrier) for r in refs if r.travels and r.barrier is not None}
+        handles = {r: p.table(r.ident) for r in refs}
+        with catalog.backend.read() as conn:  # every plan in one read transaction
+            for r in refs:
+                t = handles[r]
+                if not r.travels:
+                    plans[r.label] = t.plan_within(conn, version=versions[r.ident])
+                elif r.version is not None:
+                    plans[r.label] = t.plan_within(conn, version=r.version)
+                elif r.snapshot is not None:
+                    plans[r.label] = t.plan_within(conn, snapshot=r.snapshot)
+                elif r.timestamp is not None:
+                    plans[r.label] = t.plan_within(conn, as_of=parse_timestamp(r.timestamp))
+                else:
+                    plans[r.label] = t.plan_within(conn, version=at_barrier[r])
+                if r.travels:
+                    notes.append(f"{r.label}: read as written in the query (version {plans[r.label].version}), "
+                                 "not aligned with the other tables")
     except BaseException:
         if choice is not None:
             choice.release()

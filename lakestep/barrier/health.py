@@ -94,7 +94,7 @@ def diagnose(catalog: "Catalog", *, stuck_after: float = 300.0, storage: bool = 
     for r in lapsed:
         out.append(Finding("locks", "info", names.get(int(r.table_id), str(r.table_id)),
                            f"the version lock of {r.locker!r} on version {r.version} lapsed "
-                           f"{_ago(st.now - float(r.expires_at))} ago (its reader stopped renewing it); "
+                           f"{duration_text(st.now - float(r.expires_at))} ago (its reader stopped renewing it); "
                            "cleanup prunes it",
                            {"locker": r.locker, "version": int(r.version), "expired_at": float(r.expires_at)}))
     out += _retention(st, oldest)
@@ -106,7 +106,11 @@ def diagnose(catalog: "Catalog", *, stuck_after: float = 300.0, storage: bool = 
     return Diagnosis(st, out)
 
 
-def _ago(seconds: float) -> str:
+def duration_text(seconds: float | None) -> str:
+    """A length of time for people ("42.0 s", "3.5 min", "2.0 h", "9.1 d"); "-" for None.
+    The CLI, the report and the diagnoses all print durations with it."""
+    if seconds is None:
+        return "-"
     seconds = max(0.0, seconds)
     if seconds < 120:
         return f"{seconds:.1f} s"
@@ -120,23 +124,23 @@ def _ago(seconds: float) -> str:
 def _coordinator(st: Status, has_jobs: bool) -> list[Finding]:
     lease = st.lease
     newest = st.seals.get(st.sealed)
-    seal = (f"newest seal: barrier {st.sealed}, {_ago(st.now - newest)} ago" if newest is not None
+    seal = (f"newest seal: barrier {st.sealed}, {duration_text(st.now - newest)} ago" if newest is not None
             else "no epoch sealed yet")
     facts = {"holder": lease.holder, "token": lease.token, "expires_at": lease.expires_at, "open_epoch": st.open_epoch,
              "open_for_seconds": st.now - st.opened_at, "sealed": st.sealed}
     if st.coordinator_alive:
         return [Finding("coordinator", "ok", "coordinator",
                         f"held by {lease.holder!r} (token {lease.token}), lease expires in "
-                        f"{_ago(lease.expires_at - st.now)}; {seal}", facts)]
+                        f"{duration_text(lease.expires_at - st.now)}; {seal}", facts)]
     severity: Severity = "error" if has_jobs else "warning"
     if lease.holder is not None:
         return [Finding("coordinator", severity, "coordinator",
-                        f"the coordinator lease expired {_ago(st.now - lease.expires_at)} ago (holder "
+                        f"the coordinator lease expired {duration_text(st.now - lease.expires_at)} ago (holder "
                         f"{lease.holder!r}, token {lease.token}) and no standby took it over: nothing seals; "
-                        f"epoch {st.open_epoch} has been open for {_ago(st.now - st.opened_at)}; {seal}", facts)]
+                        f"epoch {st.open_epoch} has been open for {duration_text(st.now - st.opened_at)}; {seal}", facts)]
     return [Finding("coordinator", severity, "coordinator",
                     f"no coordinator holds the lease: nothing seals; epoch {st.open_epoch} has been open for "
-                    f"{_ago(st.now - st.opened_at)}; {seal} (start one: lakestep coordinator)", facts)]
+                    f"{duration_text(st.now - st.opened_at)}; {seal} (start one: lakestep coordinator)", facts)]
 
 
 def _job(st: Status, job: Job, stuck_after: float) -> list[Finding]:
@@ -146,7 +150,7 @@ def _job(st: Status, job: Job, stuck_after: float) -> list[Finding]:
     if job.external_input:
         last = max(t.last_commit_at for t in sinks)
         return [Finding("job", "ok", job.job_id,
-                        f"root job writing {', '.join(job.sinks)}: last commit {_ago(st.now - last)} ago",
+                        f"root job writing {', '.join(job.sinks)}: last commit {duration_text(st.now - last)} ago",
                         {"kind": "root", "last_commit_at": last})]
     fr = min(t.frontier or 0 for t in sinks)
     behind = st.sealed - fr
@@ -173,12 +177,12 @@ def _job(st: Status, job: Job, stuck_after: float) -> list[Finding]:
     if behind <= 0:
         out.append(Finding("job", "ok", job.job_id, f"up to date: frontier {fr} = newest sealed barrier", facts))
         return out
-    where = f"{behind} barrier(s), {_ago(lag)}, behind sealed barrier {st.sealed} (frontier {fr})"
+    where = f"{behind} barrier(s), {duration_text(lag)}, behind sealed barrier {st.sealed} (frontier {fr})"
     idle = st.now - last
     if ready > 0 and lag >= stuck_after and idle >= stuck_after:
         out.append(Finding("job", "error", job.job_id,
                            f"stuck: input for {ready} barrier(s) is ready and it has not committed for "
-                           f"{_ago(idle)}; {where}", {**facts, "stuck": True}))
+                           f"{duration_text(idle)}; {where}", {**facts, "stuck": True}))
     elif ready > 0:
         out.append(Finding("job", "warning", job.job_id,
                            f"lagging: {where}; input for {ready} barrier(s) is ready", {**facts, "stuck": False}))
@@ -214,7 +218,7 @@ def _storage(catalog: "Catalog", t: TableStatus) -> list[Finding]:
     if rep.orphan_files:
         out.append(Finding("orphans", "warning", t.table,
                            f"{len(rep.orphan_files)} orphan file(s), {rep.orphan_bytes} bytes, older than the "
-                           f"retention window ({_ago(table.retention_seconds)}) and in no commit: "
+                           f"retention window ({duration_text(table.retention_seconds)}) and in no commit: "
                            "`lakestep cleanup --yes` deletes them",
                            {"files": list(rep.orphan_files), "bytes": rep.orphan_bytes}))
     if rep.deleted_files:

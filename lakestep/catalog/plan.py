@@ -35,6 +35,11 @@ from .files import DataFile, FileWriter, Storage, resolve_filesystem
 from .predicates import Filter, Predicate, Verdict
 
 
+def schema_from_ipc(data: bytes) -> pa.Schema:
+    """A schema serialized with ``pa.Schema.serialize()`` (plans and table shapes carry them so)."""
+    return pa.ipc.read_schema(pa.py_buffer(data))
+
+
 @dataclass(frozen=True)
 class PlannedFile:
     """One data file of a plan."""
@@ -77,12 +82,12 @@ class ReadPlan:
     @property
     def schema(self) -> pa.Schema:
         """The table's columns."""
-        return pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        return schema_from_ipc(self.schema_ipc)
 
     @property
     def physical_schema(self) -> pa.Schema:
         """The columns of the data files (primary-key tables add a tombstone flag)."""
-        return pa.ipc.read_schema(pa.py_buffer(self.physical_ipc))
+        return schema_from_ipc(self.physical_ipc)
 
     @property
     def merge_on_read(self) -> bool:

@@ -12,6 +12,7 @@ from typing import IO, Any, Iterable, Iterator, TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..barrier.health import duration_text as duration  # noqa: F401 (the CLI's name for it)
 from ..secrets import mask_url
 
 T = TypeVar("T")
@@ -111,18 +112,6 @@ def when(ts: float | None) -> str:
     if ts is None:
         return "-"
     return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 def size(n: int | None) -> str:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..barrier import Diagnosis, LagSample, Pipeline, Status, diagnose
 from ..barrier.graph import Job
+from ..barrier.health import duration_text
 from ..errors import LakestepError
 from ..secrets import mask_url
 from .svg import Node, lag_chart, lineage_svg
@@ -129,16 +130,6 @@ def _when(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _dur(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 def _lineage(data: ReportData) -> str:
@@ -183,7 +174,7 @@ def _grid(st: Status) -> str:
         job = escape(t.job or "-") + (" (catching up)" if t.catching_up else "")
         rows.append(f'<tr class="{cls}" data-table="{escape(t.table)}"><td class="name">{escape(t.table)}</td>'
                     f"<td>{t.kind}</td><td>{job}</td>{''.join(cells)}<td class=\"num\">{t.frontier}</td>"
-                    f'<td class="num behind">{t.behind}</td><td class="num behind">{_dur(t.lag_seconds)}</td></tr>')
+                    f'<td class="num behind">{t.behind}</td><td class="num behind">{duration_text(t.lag_seconds)}</td></tr>')
     if not rows:
         return '<p class="muted">No managed table.</p>'
     if not st.barriers:
@@ -201,7 +192,7 @@ def _lag(data: ReportData) -> str:
     out = []
     for name, samples in data.lag.items():
         t = data.status.tables[name]
-        head = (f"<h3>{escape(name)}: {t.behind} barrier(s), {_dur(t.lag_seconds)} behind now"
+        head = (f"<h3>{escape(name)}: {t.behind} barrier(s), {duration_text(t.lag_seconds)} behind now"
                 f"{' (catching up)' if t.catching_up else ''}</h3>")
         worst_b = max((s.barriers for s in samples), default=0)
         b = lag_chart([(s.at, float(s.barriers)) for s in samples], start, end,

@@ -55,6 +55,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from ..catalog.files import FileWriter, NewFile, Storage
+from ..catalog.plan import schema_from_ipc
 from ..catalog.writes import conform
 from . import progress
 
@@ -96,11 +97,11 @@ class TableShape:
 
     @property
     def schema(self) -> pa.Schema:
-        return pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        return schema_from_ipc(self.schema_ipc)
 
     @property
     def physical_schema(self) -> pa.Schema:
-        return pa.ipc.read_schema(pa.py_buffer(self.physical_ipc))
+        return schema_from_ipc(self.physical_ipc)
 
 
 def _physical(shape: TableShape, rows: pa.Table) -> pa.Table:

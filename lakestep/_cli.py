@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import signal
 import sys
-from typing import Callable
+from typing import Callable, Iterator
 
 from .errors import LakestepError
 from .secrets import mask_url
+
+
+@contextlib.contextmanager
+def stopped_by_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT call ``stop()`` (a loop running in this thread is
+    told to return); the previous handlers are put back on the way out."""
+
+    def handler(signum: int, _frame: object) -> None:
+        logging.getLogger("lakestep").info("signal %d: stopping", signum)
+        stop()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def run(main: Callable[[], int | None]) -> int:

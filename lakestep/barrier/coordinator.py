@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -320,16 +319,12 @@ def serve(coord: Coordinator, *, duration: float | None = None, max_seals: int |
     seals, then release the lease. What ``lakestep coordinator`` and
     ``python -m lakestep.barrier.coordinator`` run."""
 
-    def _stop(signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping", signum)
-        coord.stop()  # run() is in this thread: stop() only tells it to return
+    from .._cli import stopped_by_signals
 
-    previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        coord.run(duration=duration, max_seals=max_seals)
+        with stopped_by_signals(coord.stop):  # run() is in this thread: stop() only tells it to return
+            coord.run(duration=duration, max_seals=max_seals)
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
         coord.release()
 
 

@@ -8,13 +8,13 @@ remain as aliases without the CLI's dependencies; both run the same code
 from __future__ import annotations
 
 import logging
-import signal
 from typing import Any
 
 import click
 from rich.table import Table as RichTable
 
 from ..barrier.coordinator import Coordinator, serve
+from .._cli import stopped_by_signals
 from ..catalog.maintenance import MaintenanceLoop, RoundReport
 from ..secrets import mask_url
 from .common import common, open_catalog
@@ -137,15 +137,8 @@ def maintenance_cmd(out: Output, catalog_url: str, tables: tuple[str, ...], inte
                              style="red" if "error" in d else None)
             out.print(grid)
 
-        def _stop(signum: int, _frame: object) -> None:
-            loop.stop()
-
-        previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        with stopped_by_signals(loop.stop):
             loop.run(max_rounds=rounds, on_round=on_round)
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
     out.emit({"rounds": done})
 
 

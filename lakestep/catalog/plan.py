@@ -40,6 +40,24 @@ def schema_from_ipc(data: bytes) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(data))
 
 
+class SerializedSchemas:
+    """The two schemas of a table, carried serialized (picklable) by what goes to executors:
+    read plans and the sink's table shapes."""
+
+    schema_ipc: bytes
+    physical_ipc: bytes
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The table's columns."""
+        return schema_from_ipc(self.schema_ipc)
+
+    @property
+    def physical_schema(self) -> pa.Schema:
+        """The columns of the data files (primary-key tables add a tombstone flag)."""
+        return schema_from_ipc(self.physical_ipc)
+
+
 @dataclass(frozen=True)
 class PlannedFile:
     """One data file of a plan."""
@@ -63,7 +81,7 @@ class PlannedFile:
 
 
 @dataclass(frozen=True)
-class ReadPlan:
+class ReadPlan(SerializedSchemas):
     """One table at one version, ready to read anywhere (see the module docstring)."""
 
     table: str
@@ -78,16 +96,6 @@ class ReadPlan:
     files: tuple[PlannedFile, ...]
     schema_id: int = 0  # bumped by each schema change: 0 means every file has the table's columns
     storage: Storage = Storage()  # how to reach an object store (credentials travel with the plan)
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The table's columns."""
-        return schema_from_ipc(self.schema_ipc)
-
-    @property
-    def physical_schema(self) -> pa.Schema:
-        """The columns of the data files (primary-key tables add a tombstone flag)."""
-        return schema_from_ipc(self.physical_ipc)
 
     @property
     def merge_on_read(self) -> bool:

@@ -55,7 +55,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from ..catalog.files import FileWriter, NewFile, Storage
-from ..catalog.plan import schema_from_ipc
+from ..catalog.plan import SerializedSchemas
 from ..catalog.writes import conform
 from . import progress
 
@@ -75,7 +75,7 @@ class FilesWritten(WriterCommitMessage):
 
 
 @dataclass(frozen=True)
-class TableShape:
+class TableShape(SerializedSchemas):
     """What executors need of a table: no database access."""
 
     ident: str
@@ -95,13 +95,6 @@ class TableShape:
     def store(self) -> FileWriter:
         return FileWriter(self.location, self.storage)
 
-    @property
-    def schema(self) -> pa.Schema:
-        return schema_from_ipc(self.schema_ipc)
-
-    @property
-    def physical_schema(self) -> pa.Schema:
-        return schema_from_ipc(self.physical_ipc)
 
 
 def _physical(shape: TableShape, rows: pa.Table) -> pa.Table:

@@ -15,12 +15,19 @@ replaying after a restart), lagging (not being scheduled), compactions (commits
 without a barrier), snapshots, rollbacks (some refused below the snapshot),
 and checks.
 
-A check reads every table at the versions a ``read_committed`` choice names
-and asserts each derived table equals its job's function applied to its
-sources at the same barrier; the same equations evaluated at the heads
-(``read_uncommitted``) are only counted: the test asserts that they fail in
-some runs. Real commits, real seals, real Parquet files; only the jobs'
-functions are computed here, in Python, from the rows read back.
+The simulator keeps its own model, independent of lakestep's code: the rows
+each root job committed in each epoch, how many epochs are sealed, each
+derived table's frontier (the ``hi`` of its last batch that committed,
+lowered by rollbacks) and the coordinator's newest snapshot. From it, the
+rows of every table at every barrier follow (a derived table at ``e`` is its
+job's function of its sources at ``min(e, frontier)``), and so does the
+barrier a ``read_committed`` choice must answer: ``min(frontier)`` over its
+scope. A check asserts the choice is exactly that barrier and every table
+reads exactly the model's rows there; plans, replays, snapshots and
+rollbacks are checked against the model too. The same equations evaluated at
+the heads (``read_uncommitted``) are only counted: the test asserts that they
+fail in some runs. Real commits, real seals, real Parquet files; only the
+jobs' functions are computed here, in Python.
 """
 
 from __future__ import annotations
@@ -91,6 +98,9 @@ EQUATIONS: list[tuple[str, tuple[str, ...], Callable[..., Rows]]] = [
 ]
 
 
+SINK_JOB = {spec.sink: job for job, spec in JOBS.items()}
+
+
 def setup(catalog: Catalog) -> None:
     """The tables and jobs (done once per template on SQLite)."""
     catalog.create_namespace("s", exist_ok=True)
@@ -143,6 +153,39 @@ class Sim:
         self._files: dict[tuple[str, str], Rows] = {}
         self._rows: dict[tuple[str, int], Rows] = {}
         self.weak_bad = False
+        # the model (module docstring)
+        self.m_sealed = 0
+        self.m_root: dict[str, list[tuple[int, Rows]]] = {t: [] for t in ROOTS}  # (epoch, rows) committed
+        self.m_frontier: dict[str, int] = {spec.sink: 0 for spec in JOBS.values()}
+        self.m_snap_last = 0  # the coordinator's snapshot progress
+        self.m_snap_newest: int | None = None  # the newest barrier snapshotted
+
+    # ------------------------------------------------------------------ model
+    def model_rows(self, table: str, e: int) -> Rows:
+        """The rows ``table`` must hold at barrier ``e``, from the model alone."""
+        if table in ROOTS:
+            return sorted(r for epoch, rows in self.m_root[table] if epoch <= e for r in rows)
+        spec = JOBS[SINK_JOB[table]]
+        b = min(e, self.m_frontier[table])
+        return sorted(spec.fn(*[self.model_rows(s, b) for s in spec.sources]))
+
+    def model_barrier(self, tables: Sequence[str]) -> int:
+        """read_committed's barrier over ``tables``: min(frontier); a root's is the newest sealed epoch."""
+        return min([self.m_sealed] + [self.m_frontier[t] for t in tables if t not in ROOTS])
+
+    def seal(self) -> None:
+        s = self.coord.seal()
+        assert s is not None and s.barrier == self.m_sealed + 1, s
+        self.m_sealed += 1
+
+    def snapshot(self) -> None:
+        made = self.coord.snapshot()
+        committed = self.model_barrier(TABLES)
+        if committed > self.m_snap_last:
+            assert made and made[-1] == committed, (made, committed)
+            self.m_snap_last = self.m_snap_newest = committed
+        else:
+            assert made == [], (made, committed)
 
     # ---------------------------------------------------------------- reading
     def rows(self, table: str, version: int) -> Rows:
@@ -169,7 +212,7 @@ class Sim:
         self.check("global")
         # the end of every program: snapshot the caught-up state, read it repeatably,
         # and try to roll back below it (refused)
-        self.coord.snapshot()
+        self.snapshot()
         if self.p.snapshot_barrier() is not None:
             self.check_repeatable()
             self.do_rollback(0, True)
@@ -184,6 +227,9 @@ class Sim:
         with self.catalog.transaction(job_id=job, batch_id=n) as tx:
             for t in targets:
                 tx.append(self.tables[t], _table(data), barrier=OPEN_EPOCH)
+        assert all(r.barrier == self.m_sealed + 1 for r in tx.results), tx.results  # the open epoch
+        for t in targets:
+            self.m_root[t].append((self.m_sealed + 1, list(data)))
         self.last_root = (job, which, n, data)
 
     def do_replay_root(self) -> None:
@@ -202,8 +248,8 @@ class Sim:
     def do_time(self, dt: int) -> None:
         self.clock += dt
         if self.clock - self.last_seal >= INTERVAL:  # what Coordinator.tick does
-            self.coord.seal()
-            self.coord.snapshot()
+            self.seal()
+            self.snapshot()
             self.last_seal = self.clock
             self.stats.seals += 1
 
@@ -211,7 +257,7 @@ class Sim:
         self.tables[table].compact(min_files=2)
 
     def do_snapshot(self) -> None:
-        self.coord.snapshot()
+        self.snapshot()
         if self.p.snapshot_barrier() is not None:
             self.check_repeatable()
 
@@ -220,6 +266,7 @@ class Sim:
             g = self.p.topology.graph(conn)
             snap = newest_snapshot(conn, g.managed)
         floor = 0 if snap is None else snap[1]
+        assert (None if snap is None else snap[1]) == self.m_snap_newest
         if below_snapshot:
             if floor == 0:
                 return
@@ -233,15 +280,22 @@ class Sim:
                 return
             raise AssertionError("a rollback below a snapshot was not refused")
         sealed = self.p.open_epoch() - 1
+        assert sealed == self.m_sealed
         to = max(floor, sealed - back)
         self.p.rollback(to=to)
         self.stats.rollbacks += 1
         self.forgot = {j: (None if f else f) for j, f in self.forgot.items()}
-        for t in TABLES:  # every barrier above `to` now reads as `to`, in every table
-            at_sealed, at_to = self.p.version_at(t, sealed, strict=False), self.p.version_at(t, to, strict=False)
-            assert self.rows(t, at_sealed) == self.rows(t, at_to)
+        for t in ROOTS:  # the model: every commit above `to` is gone, the open epoch's included
+            self.m_root[t] = [(epoch, rows) for epoch, rows in self.m_root[t] if epoch <= to]
+        for t in self.m_frontier:
+            self.m_frontier[t] = min(self.m_frontier[t], to)
+        self.m_snap_last = min(self.m_snap_last, to)
+        for t in TABLES:  # every barrier from `to` on reads exactly the model's rows at `to`
+            for e in range(to, sealed + 1):
+                got = self.rows(t, self.p.version_at(t, e, strict=False))
+                assert got == self.model_rows(t, min(e, to)), (t, e, to, got)
             if t not in ROOTS:
-                assert (self.p.frontier(t) or 0) <= to
+                assert (self.p.frontier(t) or 0) == self.m_frontier[t]
 
     def do_job(self, job: str, action: str) -> None:
         if action == "restart":
@@ -257,6 +311,10 @@ class Sim:
         if plan is None:
             return
         spec = JOBS[job]
+        if self.forgot[job] is False:  # a fresh plan: it starts after the sink's frontier and
+            # covers only barriers every source has precommitted (by the model)
+            assert plan.lo == self.m_frontier[spec.sink] + 1, (job, plan.lo, self.m_frontier)
+            assert plan.lo <= plan.hi <= self.model_barrier(spec.sources), (job, plan.lo, plan.hi)
         batch = self.p.batch(plan)
         srcs = [plan.sources[s] for s in spec.sources]
         if spec.incremental:
@@ -280,9 +338,12 @@ class Sim:
         if res.replayed:
             assert self.forgot[job] is not False, "only a batch that committed before can be a replay"
             assert self.tables[spec.sink].version == version
+            assert self.m_frontier[spec.sink] >= plan.hi
             self.stats.replays += 1
         else:
             assert self.forgot[job] is not True, "a batch committed twice"
+            assert plan.lo == self.m_frontier[spec.sink] + 1, (job, plan.lo, self.m_frontier)
+            self.m_frontier[spec.sink] = plan.hi
             self.stats.batches += 1
         if action == "crash_after_commit":  # committed, but the job restarts with the same plan
             self.forgot[job] = True
@@ -303,16 +364,26 @@ class Sim:
                     bad.append(f"{sink} = {got} but f({', '.join(sources)}) = {want}")
         return bad
 
+    def check_model(self, c: Any, tables: Sequence[str]) -> None:
+        """The choice is the model's barrier, and every table reads the model's rows there."""
+        want = self.model_barrier(tables)
+        assert c.barrier == want, f"read_committed chose barrier {c.barrier}, the model says {want}\n{c.explanation}"
+        for t in tables:
+            got = self.rows(t, c.versions[t])
+            assert got == self.model_rows(t, want), f"{t} at barrier {want}: {got} != {self.model_rows(t, want)}"
+
     def check(self, scope: str) -> None:
         c = self.p.choose(list(TABLES), scope=scope)  # type: ignore[arg-type]
         bad = self.equations(c.versions)
         assert not bad, f"read_committed at barrier {c.barrier} is inconsistent: {bad}\n{c.explanation}"
+        self.check_model(c, TABLES)
         # a fresh pipeline has no cached topology: its choice takes the general
         # path (several statements in a transaction) instead of the one-statement one
         slow = Pipeline(self.catalog).choose(list(TABLES), scope=scope)  # type: ignore[arg-type]
         assert (slow.barrier, slow.versions) == (c.barrier, c.versions)
         sub = self.p.choose(["s.by_region", "s.orders", "s.users"])  # transitively related, scope query
         assert not self.equations(sub.versions), sub.explanation
+        self.check_model(sub, ["s.by_region", "s.orders", "s.users"])
         self.stats.strong_checks += 2
         weak = self.p.choose(list(TABLES), level="read_uncommitted")
         self.stats.weak_checks += 1
@@ -323,11 +394,14 @@ class Sim:
     def check_repeatable(self) -> None:
         with self.p.choose(list(TABLES), level="repeatable_read") as c:
             assert not self.equations(c.versions), c.explanation
+            assert c.barrier == self.m_snap_newest, (c.barrier, self.m_snap_newest)
+            for t in TABLES:
+                assert self.rows(t, c.versions[t]) == self.model_rows(t, c.barrier), t
             self.stats.repeatable_checks += 1
 
     def drain(self) -> None:
         """Seal, then let every job catch up: the heads are consistent again."""
-        self.coord.seal()
+        self.seal()
         for _ in range(50):
             progressed = False
             for job in JOBS:
@@ -340,3 +414,4 @@ class Sim:
                 break
         weak = self.p.choose(list(TABLES), level="read_uncommitted")
         assert not self.equations(weak.versions), "caught up, the heads must agree"
+        assert self.model_barrier(TABLES) == self.m_sealed  # every job caught up with the sealed epochs

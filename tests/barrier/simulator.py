@@ -302,19 +302,20 @@ class Sim:
             self.pending[job] = None
             self.forgot[job] = False
             return
+        spec = JOBS[job]
         if action == "plan" or self.pending[job] is None:
-            self.pending[job] = self.p.next_batch(job)
+            self.pending[job] = fresh = self.p.next_batch(job)
             self.forgot[job] = False
+            if fresh is not None:  # a new plan starts after the sink's frontier and covers only
+                # barriers every source has precommitted (by the model). Checked here, when it is
+                # made: a rollback before it runs makes it stale (its commit is refused then).
+                assert fresh.lo == self.m_frontier[spec.sink] + 1, (job, fresh.lo, self.m_frontier)
+                assert fresh.lo <= fresh.hi <= self.model_barrier(spec.sources), (job, fresh.lo, fresh.hi)
             if action == "plan":
                 return
         plan = self.pending[job]
         if plan is None:
             return
-        spec = JOBS[job]
-        if self.forgot[job] is False:  # a fresh plan: it starts after the sink's frontier and
-            # covers only barriers every source has precommitted (by the model)
-            assert plan.lo == self.m_frontier[spec.sink] + 1, (job, plan.lo, self.m_frontier)
-            assert plan.lo <= plan.hi <= self.model_barrier(spec.sources), (job, plan.lo, plan.hi)
         batch = self.p.batch(plan)
         srcs = [plan.sources[s] for s in spec.sources]
         if spec.incremental:

@@ -28,6 +28,7 @@ from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH, Pipeline, Seal
 
 from .conftest import kv, make_tables
+from ..waiting import wait_until
 
 LEASE = 1.0
 INTERVAL = 0.05
@@ -42,13 +43,10 @@ def start(spec: Any, holder: str) -> subprocess.Popen[bytes]:
 
 
 def wait_for(p: Pipeline, pred: Callable[[list[Seal]], bool], timeout: float = 30.0) -> list[Seal]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        seals = p.seals()
-        if pred(seals):
-            return seals
-        time.sleep(0.02)
-    raise AssertionError(f"timed out; seals: {[(s.barrier, s.holder) for s in p.seals()][-10:]}")
+    return wait_until(
+        lambda: (lambda seals: seals if pred(seals) else None)(p.seals()), "the seals", timeout=timeout,
+        interval=0.02, detail=lambda: f"seals {[(s.barrier, s.holder) for s in p.seals()][-10:]}",
+    )
 
 
 def test_failover(catalog_spec: Any, catalog: Catalog) -> None:

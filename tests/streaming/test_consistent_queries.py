@@ -20,6 +20,7 @@ from lakestep import errors
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.query import duckdb_query, spark_sql
 from lakestep.streaming import register, register_job
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -199,12 +200,11 @@ def test_sql_joins_over_concurrent_streaming_jobs_are_consistent(spark, catalog_
                 assert got == want, f"{engine} read at barrier {barrier}: {got} != {want}"
                 checked[engine] += 1
                 barriers.add(barrier)
-        deadline = time.monotonic() + 180
-        while min(p.frontier("s.revenue") or 0, p.frontier("s.counts") or 0) < 8:
-            assert time.monotonic() < deadline, "the streaming jobs did not reach barrier 8"
-            for q in queries:
-                assert q.exception() is None, q.exception()
-            time.sleep(0.2)
+        wait_until(
+            lambda: min(p.frontier("s.revenue") or 0, p.frontier("s.counts") or 0) >= 8,
+            "the streaming jobs to reach barrier 8", timeout=180, interval=0.2,
+            failed=lambda: next((f"a query died ({q.exception()})" for q in queries if q.exception()), None),
+        )
         final = duckdb_query(cat, join)
         assert final.read.barrier == 8
         assert {r["customer"]: (r["revenue"], r["orders"]) for r in final.table.to_pylist()} == truth(8)

@@ -32,6 +32,7 @@ import pytest
 
 from lakestep.barrier import Pipeline
 from lakestep.streaming import register_job
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -188,14 +189,12 @@ def _alive(pid: int) -> bool:
 
 
 def wait_for(cond, timeout: float, what: str, app: App | None = None) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        if app is not None and app.exited() is not None:
-            raise AssertionError(f"the app died (status {app.exited()}) while waiting for {what}:\n{app.tail()}")
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f":\n{app.tail()}" if app else ""))
+    wait_until(
+        cond, what, timeout=timeout, interval=0.2,
+        failed=None if app is None else lambda: (
+            None if app.exited() is None else f"the app died (status {app.exited()}):\n{app.tail()}"),
+        detail=None if app is None else lambda: "\n" + app.tail(),
+    )
 
 
 # What each run before the last one does: ("delay", seconds after READY) | ("failpoint", spec)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
@@ -12,17 +10,13 @@ from pyspark.errors import StreamingQueryException
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog import schema as S
 from lakestep.streaming import register, register_job
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.spark
 
 
 def wait_for(cond, timeout: float = 120.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_until(cond, what, timeout=timeout, interval=0.3)
 
 
 def test_root_sink_exactly_once_with_epochs(spark, catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog import schema as S
 from lakestep.streaming import register, register_job
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -97,13 +98,12 @@ class JoinJob:
 
     def wait(self, cond: Callable[[], bool], what: str, timeout: float = 180.0) -> None:
         """Wait for ``cond``; fail at once if the query died."""
-        deadline = time.monotonic() + timeout
-        while not cond():
+        def died() -> str | None:
             if self.query is not None and self.query.exception() is not None:
-                raise AssertionError(f"the join query died while waiting for {what}: {self.query.exception()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.05)
+                return f"the join query died ({self.query.exception()})"
+            return None
+
+        wait_until(cond, what, timeout=timeout, failed=died)
 
     def frontier(self) -> int:
         return self.p.frontier("s.j") or 0

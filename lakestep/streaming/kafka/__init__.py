@@ -60,6 +60,9 @@ Options (names are case-insensitive, like every Spark option):
                                    :func:`kafka_consumer_config` for the name mapping.
 =================================  ==========================================================
 
+docs/kafka.md compares every option with Spark's own Kafka source (same,
+different, refused and why); a test keeps that table in step with the parser.
+
 Guarantees:
 
 * Offsets live only in Spark's checkpoint. The offset JSON is

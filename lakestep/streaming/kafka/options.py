@@ -361,15 +361,43 @@ _KNOWN_OPTIONS = {
     "rowformat",
     "path",
 }
-_UNSUPPORTED_OPTIONS = {
+#: Spark options accepted (validated) and not used, and why (docs/kafka.md).
+_IGNORED_OPTIONS = {
+    "fetchoffset.numretries": "offset lookups are bounded by fetchOffset.timeoutMs instead of retried",
+    "fetchoffset.retryintervalms": "offset lookups are bounded by fetchOffset.timeoutMs instead of retried",
+}
+#: Options of Spark's streaming source only: ignored by batch reads (as Spark does).
+_STREAMING_ONLY = {"maxoffsetspertrigger"}
+#: Options of Spark's batch reads only: refused by streaming queries (as Spark does).
+_BATCH_ONLY: dict[str, str] = {
     "endingoffsets": "it is not valid for streaming queries",
     "endingoffsetsbytimestamp": "it is not valid for streaming queries",
-    "startingoffsetsbytimestamp": "use startingOffsets",
-    "startingtimestamp": "use startingOffsets",
-    "maxpartitions": "use minPartitions (ranges are split, never merged)",
-    "minoffsetspertrigger": "it is not implemented",
-    "groupidprefix": "the source does not use consumer groups",
+    "endingtimestamp": "it is not valid for streaming queries",
 }
+_UNSUPPORTED_OPTIONS = {
+    "endingoffsets": "batch reads (spark.read) are not implemented",
+    "endingoffsetsbytimestamp": "timestamps as offsets are not implemented; use endingOffsets",
+    "endingtimestamp": "timestamps as offsets are not implemented; use endingOffsets",
+    "startingoffsetsbytimestamp": "timestamps as offsets are not implemented; use startingOffsets",
+    "startingtimestamp": "timestamps as offsets are not implemented; use startingOffsets",
+    "startingoffsetsbytimestampstrategy": "timestamps as offsets are not implemented; use startingOffsets",
+    "maxpartitions": "use minPartitions (ranges are split, never merged)",
+    "maxrecordsperpartition": "it is not implemented; use minPartitions to split large ranges",
+    "minoffsetspertrigger": "it is not implemented",
+    "maxtriggerdelay": "it is not implemented (it goes with minOffsetsPerTrigger)",
+    "groupidprefix": "the source never joins a consumer group (offsets live in the Spark checkpoint)",
+}
+
+
+def _non_negative_int(options: Mapping[str, Any], name: str) -> None:
+    raw = options.get(name.lower())
+    try:
+        if raw is not None and int(str(raw).strip()) >= 0:
+            return
+    except ValueError:
+        pass
+    if raw is not None:
+        raise ValueError(f"option {name!r} must be an integer >= 0, got {raw!r}")
 
 
 @dataclass(frozen=True)
@@ -394,18 +422,28 @@ class KafkaSourceOptions:
     row_format: Literal["arrow", "tuples"] = "arrow"
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> KafkaSourceOptions:
-        """Validate Spark's (case-insensitive) option map.
+    def from_options(cls, options: Mapping[str, Any], *, batch: bool = False) -> KafkaSourceOptions:
+        """Validate Spark's (case-insensitive) option map, for a streaming query or (``batch``)
+        a batch read. docs/kafka.md compares every option with Spark's Kafka source.
 
         Raises:
             ValueError: naming the offending option.
         """
         opts = {str(k).lower(): v for k, v in options.items()}
         consumer_config = kafka_consumer_config(opts)
+        if not batch:
+            for name, why in _BATCH_ONLY.items():
+                if name in opts:
+                    raise ValueError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}")
         for name, why in _UNSUPPORTED_OPTIONS.items():
             if name in opts:
                 raise ValueError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}")
-        unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in _KNOWN_OPTIONS)
+        _non_negative_int(opts, "fetchOffset.numRetries")
+        _non_negative_int(opts, "fetchOffset.retryIntervalMs")
+        if batch:
+            opts = {k: v for k, v in opts.items() if k not in _STREAMING_ONLY}
+        known = _KNOWN_OPTIONS | set(_IGNORED_OPTIONS) | set(_BATCH_ONLY) | _STREAMING_ONLY
+        unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in known)
         if unknown:
             logger.warning("%s ignores unknown options %s", FORMAT_NAME, unknown)
 

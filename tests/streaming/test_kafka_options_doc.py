@@ -96,3 +96,22 @@ def test_doc_has_a_row_for_every_option() -> None:
     )
     assert sorted(parser - documented) == []
     assert sorted({o.lower() for o in SPARK_OPTIONS} - documented) == []
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay_parse_like_spark() -> None:
+    base = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}
+    default = KafkaSourceOptions.from_options({**base, "minOffsetsPerTrigger": "10"})
+    assert default.min_offsets_per_trigger == 10 and default.max_trigger_delay_ms == 15 * 60_000
+    for text, ms in [("500ms", 500), ("30s", 30_000), ("15m", 900_000), ("2min", 120_000), ("1h", 3_600_000),
+                     ("1d", 86_400_000), ("250", 250), (" 3 S ", 3000)]:
+        assert KafkaSourceOptions.from_options({**base, "maxTriggerDelay": text}).max_trigger_delay_ms == ms
+    for options, message in [
+        ({"maxTriggerDelay": "soon"}, "'maxTriggerDelay' must be a duration"),
+        ({"maxTriggerDelay": "5 weeks"}, "'maxTriggerDelay' must be a duration"),
+        ({"minOffsetsPerTrigger": "0"}, "'minOffsetsPerTrigger' must be a positive integer"),
+        ({"minOffsetsPerTrigger": "11", "maxOffsetsPerTrigger": "10"}, "higher than 'maxOffsetsPerTrigger'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            KafkaSourceOptions.from_options({**base, **options})
+    batch = KafkaSourceOptions.from_options({**base, "minOffsetsPerTrigger": "x"}, batch=True)
+    assert batch.min_offsets_per_trigger is None  # streaming-only: ignored by batch reads, as Spark

@@ -13,7 +13,6 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from lakestep.streaming.kafka.errors import KafkaDataLossError
 from lakestep.streaming.kafka.options import KafkaSourceOptions
@@ -37,7 +36,7 @@ class Driver:
 
     def trigger(self) -> dict[tuple[str, int, int], bytes | None]:
         """One micro-batch: {(topic, partition, offset): value} of what it read."""
-        end = self.reader.latestOffset(self.offset, ReadAllAvailable())
+        end = self.reader.latestOffset(self.offset, self.reader.getDefaultReadLimit())
         rows: dict[tuple[str, int, int], bytes | None] = {}
         if end != self.offset:
             for part in self.reader.partitions(self.offset, end):
@@ -132,5 +131,48 @@ def test_fail_on_data_loss_false_follows_deleted_and_recreated_topics(
         assert report[DATA_LOSS_KEY]["skippedOffsets"] == {}  # none that could be counted
         messages = [r.getMessage() for r in caplog.records if "failOnDataLoss=false" in r.getMessage()]
         assert len(messages) == 2 and any("created again" in m or "the log ends at" in m for m in messages)
+    finally:
+        driver.close()
+
+
+class FakeClock:
+    """The reader's wall clock, moved by the test only."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.kafka
+def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(
+    kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str]
+) -> None:
+    """Spark's rule: no batch while fewer than minOffsetsPerTrigger new offsets are available,
+    unless maxTriggerDelay has passed since the last batch (the clock is the test's)."""
+    topic = kafka_topic_name()
+    kafka_broker.create_topic(topic, 2)
+    driver = Driver(kafka_broker, subscribe=topic, startingOffsets="earliest", minOffsetsPerTrigger="5",
+                    maxTriggerDelay="1m")
+    clock = driver.reader.clock = FakeClock()
+    try:
+        first = produce_per_partition(kafka_broker, topic, [1, 1], tag="a")
+        assert driver.trigger() == _tagged(topic, first)  # the first trigger is never held (as Spark)
+
+        second = produce_per_partition(kafka_broker, topic, [2, 1], tag="b")
+        assert driver.trigger() == {}  # 3 new offsets < 5
+        clock.now += 59.999
+        assert driver.trigger() == {}  # still within the delay
+
+        third = produce_per_partition(kafka_broker, topic, [0, 2], tag="c")
+        assert driver.trigger() == _tagged(topic, {**second, **third})  # 5 new offsets: a batch now
+
+        clock.now += 30
+        fourth = produce_per_partition(kafka_broker, topic, [1, 0], tag="d")
+        assert driver.trigger() == {}
+        clock.now += 30  # a minute since the last batch: the delay has passed
+        assert driver.trigger() == _tagged(topic, fourth)
+        assert driver.offset == {topic: {"0": 4, "1": 4}}  # every record, once
     finally:
         driver.close()

@@ -37,6 +37,9 @@ Options (names are case-insensitive, like every Spark option):
 ``maxOffsetsPerTrigger``           cap on records per micro-batch, spread over partitions in
                                    proportion to their backlog (Spark's algorithm). Also
                                    honoured by ``trigger(availableNow=True)``.
+``minOffsetsPerTrigger``           no batch while fewer new offsets are available, until
+                                   ``maxTriggerDelay`` (default ``15m``) has passed since the
+                                   last batch (Spark's rule; not with ``availableNow``).
 ``minPartitions``                  split the offset ranges of a micro-batch into at least
                                    this many Spark tasks when there are fewer Kafka
                                    partitions with data (Spark's algorithm: large ranges

@@ -353,6 +353,8 @@ _KNOWN_OPTIONS = {
     "assign",
     "startingoffsets",
     "maxoffsetspertrigger",
+    "minoffsetspertrigger",
+    "maxtriggerdelay",
     "minpartitions",
     "includeheaders",
     "failondataloss",
@@ -367,7 +369,7 @@ _IGNORED_OPTIONS = {
     "fetchoffset.retryintervalms": "offset lookups are bounded by fetchOffset.timeoutMs instead of retried",
 }
 #: Options of Spark's streaming source only: ignored by batch reads (as Spark does).
-_STREAMING_ONLY = {"maxoffsetspertrigger"}
+_STREAMING_ONLY = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"}
 #: Options of Spark's batch reads only: refused by streaming queries (as Spark does).
 _BATCH_ONLY: dict[str, str] = {
     "endingoffsets": "it is not valid for streaming queries",
@@ -383,10 +385,30 @@ _UNSUPPORTED_OPTIONS = {
     "startingoffsetsbytimestampstrategy": "timestamps as offsets are not implemented; use startingOffsets",
     "maxpartitions": "use minPartitions (ranges are split, never merged)",
     "maxrecordsperpartition": "it is not implemented; use minPartitions to split large ranges",
-    "minoffsetspertrigger": "it is not implemented",
-    "maxtriggerdelay": "it is not implemented (it goes with minOffsetsPerTrigger)",
     "groupidprefix": "the source never joins a consumer group (offsets live in the Spark checkpoint)",
 }
+
+
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_TIME_RE = re.compile(r"^([0-9]+)\s*([a-z]+)?$")
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
+
+
+def parse_duration_ms(name: str, value: Any) -> int:
+    """A duration as Spark writes them (``JavaUtils.timeStringAsMs``): ``500ms``, ``30s``,
+    ``15m`` / ``15min``, ``2h``, ``1d``, ``100us``; a bare number is milliseconds.
+
+    Raises:
+        ValueError: naming the option.
+    """
+    match = _TIME_RE.match(str(value).strip().lower())
+    unit = (match.group(2) or "ms") if match else None
+    if match is None or unit not in _TIME_UNITS_MS:
+        raise ValueError(
+            f"option {name!r} must be a duration like '30s', '15m', '500ms' (units us, ms, s, m, min, h, d), "
+            f"got {value!r}"
+        )
+    return int(int(match.group(1)) * _TIME_UNITS_MS[unit])
 
 
 def _non_negative_int(options: Mapping[str, Any], name: str) -> None:
@@ -415,6 +437,9 @@ class KafkaSourceOptions:
     fail_on_data_loss: bool = True
     starting_offsets: StartingOffsets = "latest"
     max_offsets_per_trigger: int | None = None
+    #: ``minOffsetsPerTrigger``: a trigger waits for this many new offsets, at most ``max_trigger_delay_ms``
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     min_partitions: int | None = None
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
@@ -453,6 +478,17 @@ class KafkaSourceOptions:
         if row_format not in ("arrow", "tuples"):
             raise ValueError(f"option 'rowFormat' must be 'arrow' or 'tuples', got {row_format!r}")
 
+        max_offsets = _positive_int(opts, "maxOffsetsPerTrigger", None)
+        min_offsets = _positive_int(opts, "minOffsetsPerTrigger", None)
+        if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+            raise ValueError(
+                f"option 'minOffsetsPerTrigger' ({min_offsets}) is higher than 'maxOffsetsPerTrigger' ({max_offsets})"
+            )
+        delay = opts.get("maxtriggerdelay")
+        max_trigger_delay_ms = (
+            DEFAULT_MAX_TRIGGER_DELAY_MS if delay is None else parse_duration_ms("maxTriggerDelay", delay)
+        )
+
         return cls(
             topics=topics,
             pattern=pattern,
@@ -460,7 +496,9 @@ class KafkaSourceOptions:
             fail_on_data_loss=fail_on_data_loss,
             consumer_config=consumer_config,
             starting_offsets=parse_starting_offsets(opts.get("startingoffsets"), topics if pattern is None else None),
-            max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger", None),
+            max_offsets_per_trigger=max_offsets,
+            min_offsets_per_trigger=min_offsets,
+            max_trigger_delay_ms=max_trigger_delay_ms,
             min_partitions=_positive_int(opts, "minPartitions", None),
             include_headers=_parse_bool("includeHeaders", str(opts.get("includeheaders", "false"))),
             poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs", 120_000) or 120_000,

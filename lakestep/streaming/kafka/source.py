@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +109,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._gone: set[TP] = set()
         #: partitions whose log was reset (recreated topic): (offset in the old log, where to read from)
         self._restart_at: dict[TP, tuple[int, int]] = {}
+        #: wall clock in seconds, for ``maxTriggerDelay`` (a test puts its own clock here)
+        self.clock: Callable[[], float] = time.time
+        #: when the last batch was planned (0: never, so the first trigger is not delayed, as in Spark)
+        self._last_trigger_ms = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -271,9 +276,30 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._target is not None:
                 end = max(offset, min(end, self._target.get(tp, offset)))
             until[tp] = end
+        if self._delay_batch(origin, until):
+            return start
         if isinstance(limit, ReadMaxRows):
             until = rate_limit(origin, until, limit.max_rows)
         return offsets_to_json(until)
+
+    def _delay_batch(self, origin: Mapping[TP, int], until: Mapping[TP, int]) -> bool:
+        """``minOffsetsPerTrigger`` (Spark's rule): no batch while fewer new offsets than
+        that are available, unless ``maxTriggerDelay`` has passed since the last batch.
+        Never with ``trigger(availableNow=True)`` (it would hold back the last batch), nor
+        when a partition's log was reset (that is handled in the batch planned now)."""
+        minimum = self.options.min_offsets_per_trigger
+        if minimum is None or self._target is not None or self._restart_at:
+            return False
+        now_ms = self.clock() * 1000
+        if now_ms - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+            self._last_trigger_ms = now_ms
+            return False
+        available = sum(max(end - origin.get(tp, end), 0) for tp, end in until.items())
+        if available < minimum:
+            logger.debug("batch delayed: %d new offsets, minOffsetsPerTrigger=%d", available, minimum)
+            return True
+        self._last_trigger_ms = now_ms
+        return False
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The newest offsets seen (for the query's progress), and the data-loss accounting

@@ -115,3 +115,24 @@ def test_min_offsets_per_trigger_and_max_trigger_delay_parse_like_spark() -> Non
             KafkaSourceOptions.from_options({**base, **options})
     batch = KafkaSourceOptions.from_options({**base, "minOffsetsPerTrigger": "x"}, batch=True)
     assert batch.min_offsets_per_trigger is None  # streaming-only: ignored by batch reads, as Spark
+
+
+def test_batch_offsets_parse_like_spark() -> None:
+    base = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}
+    batch = KafkaSourceOptions.from_options(base, batch=True)
+    assert (batch.starting_offsets, batch.ending_offsets, batch.batch) == ("earliest", "latest", True)
+    json_ends = KafkaSourceOptions.from_options(
+        {**base, "startingOffsets": '{"t": {"0": 3, "1": -2}}', "endingOffsets": '{"t": {"0": 7, "1": -1}}'},
+        batch=True,
+    )
+    assert json_ends.starting_offsets == {("t", 0): 3, ("t", 1): -2}
+    assert json_ends.ending_offsets == {("t", 0): 7, ("t", 1): -1}
+    for options, message in [
+        ({"startingOffsets": "latest"}, "'startingOffsets' cannot be latest"),
+        ({"startingOffsets": '{"t": {"0": -1}}'}, "'startingOffsets' cannot be latest"),
+        ({"endingOffsets": "earliest"}, "'endingOffsets' cannot be earliest"),
+        ({"endingOffsets": '{"t": {"0": -2}}'}, "'endingOffsets' cannot be earliest"),
+        ({"endingOffsets": '{"u": {"0": 1}}'}, "'endingOffsets' names topic 'u'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            KafkaSourceOptions.from_options({**base, **options}, batch=True)

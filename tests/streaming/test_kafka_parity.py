@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import pytest
 
 from lakestep.streaming.kafka.errors import KafkaDataLossError
-from lakestep.streaming.kafka.options import KafkaSourceOptions
+from lakestep.streaming.kafka.options import FORMAT_NAME, KafkaSourceOptions
 from lakestep.streaming.kafka.source import DATA_LOSS_KEY, KafkaStreamReader
 from tests.streaming.kafka_helpers import keyed, memory_query, produce_per_partition, stream
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from lakestep.testing import TansuBroker
 
@@ -176,3 +176,60 @@ def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(
         assert driver.offset == {topic: {"0": 4, "1": 4}}  # every record, once
     finally:
         driver.close()
+
+
+def _batch(spark: SparkSession, broker: TansuBroker, topic: str, **options: Any) -> DataFrame:
+    reader = spark.read.format(FORMAT_NAME).option("kafka.bootstrap.servers", broker.bootstrap_servers)
+    reader = reader.option("subscribe", topic)
+    for name, value in options.items():
+        reader = reader.option(name, value if isinstance(value, str) else json.dumps(value))
+    return reader.load()
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
+def test_batch_read_backfills_a_lakestep_table(
+    kafka_spark: SparkSession, kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str], catalog_spec: Any
+) -> None:
+    """spark.read of [startingOffsets, endingOffsets) (earliest / latest by default, as Spark),
+    written into a lakestep table by one idempotent batch write: exact records, once."""
+    import pyarrow as pa
+
+    from lakestep.streaming import register
+
+    topic = kafka_topic_name()
+    kafka_broker.create_topic(topic, 3)
+    expected = produce_per_partition(kafka_broker, topic, [5, 3, 0])
+
+    everything = _batch(kafka_spark, kafka_broker, topic)
+    assert keyed(everything.collect()) == expected
+    ranged = _batch(kafka_spark, kafka_broker, topic, startingOffsets={topic: {"0": 1, "1": -2, "2": -2}},
+                    endingOffsets={topic: {"0": 4, "1": -1, "2": -1}})
+    assert keyed(ranged.collect()) == {(p, o): v for (p, o), v in expected.items() if p != 0 or 1 <= o < 4}
+    split = _batch(kafka_spark, kafka_broker, topic, minPartitions="4")
+    assert split.rdd.getNumPartitions() >= 4 and keyed(split.collect()) == expected  # (at least, as Spark)
+    with pytest.raises(Exception, match="'endingOffsets' cannot be earliest"):
+        _batch(kafka_spark, kafka_broker, topic, endingOffsets="earliest").collect()
+    with pytest.raises(Exception, match="'startingOffsets' cannot be latest"):
+        _batch(kafka_spark, kafka_broker, topic, startingOffsets="latest").collect()
+    with pytest.raises(Exception, match="beyond the end of the log"):
+        _batch(kafka_spark, kafka_broker, topic, endingOffsets={topic: {"0": 6, "1": -1, "2": -1}}).collect()
+
+    cat = catalog_spec.open()
+    try:
+        cat.create_namespace("k")
+        table = cat.create_table(
+            "k.events", pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.binary())])
+        )
+        register(kafka_spark)
+        rows = everything.select("partition", "offset", "value")
+        for _ in range(2):  # the second write is a replay of the same (job, batchId): no second commit
+            (rows.write.format("lakestep").option("catalog", catalog_spec.url).option("table", "k.events")
+             .option("job", "kafka-backfill").option("batchId", "0").mode("append").save())
+        written = table.refresh().to_arrow().to_pylist()
+        assert len(written) == len(expected)
+        assert {(r["partition"], r["offset"]): r["value"] for r in written} == expected
+        assert [(h.job_id, h.batch_id) for h in table.history()][:1] == [("kafka-backfill", 0)]
+    finally:
+        cat.close()

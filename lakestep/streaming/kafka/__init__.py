@@ -66,6 +66,11 @@ Options (names are case-insensitive, like every Spark option):
 docs/kafka.md compares every option with Spark's own Kafka source (same,
 different, refused and why); a test keeps that table in step with the parser.
 
+Batch reads (``spark.read.format("lakestep-kafka")``, e.g. for backfills) read
+``[startingOffsets, endingOffsets)`` of every partition, ``earliest`` to
+``latest`` by default (as Spark; ``startingOffsets=latest`` and
+``endingOffsets=earliest`` are refused), resolved once on the driver.
+
 Guarantees:
 
 * Offsets live only in Spark's checkpoint. The offset JSON is
@@ -89,7 +94,7 @@ Not guaranteed / not supported:
 * ``read_committed`` reads: ``kafka.isolation.level`` may be set, but the end
   offset is the high watermark, so with open transactions a task can wait for
   records that are not yet readable until ``kafkaConsumer.pollTimeoutMs``.
-* Batch queries (``spark.read``), ``endingOffsets``, timestamps as starting offsets.
+* Timestamps as starting or ending offsets.
 * Partitions and topics added while a query runs are found at the next trigger
   (metadata is read every trigger) and are read from their earliest offset (as
   Spark does).
@@ -144,7 +149,7 @@ if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
     )
     from .options import FORMAT_NAME, KafkaSourceOptions, kafka_consumer_config, parse_starting_offsets
     from .schema import arrow_schema, kafka_schema
-    from .source import KafkaDataSource, KafkaInputPartition, KafkaStreamReader, register_kafka_source
+    from .source import KafkaBatchReader, KafkaDataSource, KafkaInputPartition, KafkaStreamReader, register_kafka_source
 
 #: The package's public names and the module each lives in. Everything else is
 #: imported from its module (``from lakestep.streaming.kafka.offsets import ...``).
@@ -154,7 +159,8 @@ _PUBLIC: dict[str, str] = {
     **dict.fromkeys(["FORMAT_NAME", "KafkaSourceOptions", "kafka_consumer_config", "parse_starting_offsets"],
                     "options"),
     **dict.fromkeys(["kafka_schema", "arrow_schema"], "schema"),
-    **dict.fromkeys(["KafkaDataSource", "KafkaInputPartition", "KafkaStreamReader", "register_kafka_source"],
+    **dict.fromkeys(["KafkaBatchReader", "KafkaDataSource", "KafkaInputPartition", "KafkaStreamReader",
+                     "register_kafka_source"],
                     "source"),
 }
 __all__ = sorted(_PUBLIC)

@@ -236,17 +236,24 @@ def redact(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: ("***" if k in _SECRET_KEYS and v is not None else v) for k, v in config.items()}
 
 
-def parse_starting_offsets(value: str | None, topics: Sequence[str] | None) -> StartingOffsets:
-    """Parse ``startingOffsets``: ``earliest``, ``latest`` or Spark's JSON form.
+def parse_starting_offsets(
+    value: str | None,
+    topics: Sequence[str] | None,
+    *,
+    name: str = "startingOffsets",
+    default: Literal["earliest", "latest"] = "latest",
+) -> StartingOffsets:
+    """Parse ``startingOffsets`` (or ``endingOffsets``, ``name``): ``earliest``, ``latest``
+    or Spark's JSON form (``default`` when not given).
 
     JSON partitions are not checked against the cluster here (that happens when
     the query starts: every partition of the subscribed topics must be listed).
 
     Raises:
-        ValueError: naming ``startingOffsets``.
+        ValueError: naming the option.
     """
     if value is None or not str(value).strip():
-        return "latest"
+        return default
     text = str(value).strip()
     if text.lower() in ("earliest", "latest"):
         return "earliest" if text.lower() == "earliest" else "latest"
@@ -254,37 +261,37 @@ def parse_starting_offsets(value: str | None, topics: Sequence[str] | None) -> S
         parsed = json.loads(text)
     except json.JSONDecodeError:
         raise ValueError(
-            f"option 'startingOffsets' must be 'earliest', 'latest' or JSON like "
+            f"option {name!r} must be 'earliest', 'latest' or JSON like "
             f'{{"topic": {{"0": 23, "1": -2}}}}, got {text!r}'
         ) from None
     if not isinstance(parsed, dict) or not parsed:
-        raise ValueError("option 'startingOffsets' JSON must be a non-empty object of topics")
+        raise ValueError(f"option {name!r} JSON must be a non-empty object of topics")
     result: Offsets = {}
     for topic, parts in parsed.items():
         if topics is not None and topic not in topics:
             raise ValueError(
-                f"option 'startingOffsets' names topic {topic!r}, which is not subscribed "
+                f"option {name!r} names topic {topic!r}, which is not subscribed "
                 f"(subscribe={','.join(topics)!r})"
             )
         if not isinstance(parts, dict) or not parts:
             raise ValueError(
-                f"option 'startingOffsets': topic {topic!r} needs an object of partition: offset"
+                f"option {name!r}: topic {topic!r} needs an object of partition: offset"
             )
         for part, offset in parts.items():
             try:
                 partition = int(part)
             except (TypeError, ValueError):
                 raise ValueError(
-                    f"option 'startingOffsets': partition {part!r} of topic {topic!r} is not "
+                    f"option {name!r}: partition {part!r} of topic {topic!r} is not "
                     "an integer"
                 ) from None
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
                 raise ValueError(
-                    f"option 'startingOffsets': offset {offset!r} of {topic}-{partition} must "
+                    f"option {name!r}: offset {offset!r} of {topic}-{partition} must "
                     "be an integer >= 0, or -2 (earliest) / -1 (latest)"
                 )
             if partition < 0:
-                raise ValueError(f"option 'startingOffsets': negative partition {partition}")
+                raise ValueError(f"option {name!r}: negative partition {partition}")
             result[(topic, partition)] = offset
     return result
 
@@ -377,7 +384,6 @@ _BATCH_ONLY: dict[str, str] = {
     "endingtimestamp": "it is not valid for streaming queries",
 }
 _UNSUPPORTED_OPTIONS = {
-    "endingoffsets": "batch reads (spark.read) are not implemented",
     "endingoffsetsbytimestamp": "timestamps as offsets are not implemented; use endingOffsets",
     "endingtimestamp": "timestamps as offsets are not implemented; use endingOffsets",
     "startingoffsetsbytimestamp": "timestamps as offsets are not implemented; use startingOffsets",
@@ -436,6 +442,10 @@ class KafkaSourceOptions:
     assign: tuple[TP, ...] | None = None
     fail_on_data_loss: bool = True
     starting_offsets: StartingOffsets = "latest"
+    #: batch reads: ``endingOffsets`` (``latest`` or offsets; -1 = latest)
+    ending_offsets: StartingOffsets = "latest"
+    #: the options of a batch read (``spark.read``)
+    batch: bool = False
     max_offsets_per_trigger: int | None = None
     #: ``minOffsetsPerTrigger``: a trigger waits for this many new offsets, at most ``max_trigger_delay_ms``
     min_offsets_per_trigger: int | None = None
@@ -489,13 +499,33 @@ class KafkaSourceOptions:
             DEFAULT_MAX_TRIGGER_DELAY_MS if delay is None else parse_duration_ms("maxTriggerDelay", delay)
         )
 
+        subscribed = topics if pattern is None else None
+        starting = parse_starting_offsets(
+            opts.get("startingoffsets"), subscribed, default="earliest" if batch else "latest"
+        )
+        ending: StartingOffsets = "latest"
+        if batch:
+            if starting == "latest" or (isinstance(starting, dict) and LATEST in starting.values()):
+                raise ValueError(
+                    "option 'startingOffsets' cannot be latest (-1) in a batch read (as in Spark): "
+                    "use earliest, or offsets"
+                )
+            ending = parse_starting_offsets(opts.get("endingoffsets"), subscribed, name="endingOffsets")
+            if ending == "earliest" or (isinstance(ending, dict) and EARLIEST in ending.values()):
+                raise ValueError(
+                    "option 'endingOffsets' cannot be earliest (-2) in a batch read (as in Spark): "
+                    "use latest, or offsets"
+                )
+
         return cls(
             topics=topics,
             pattern=pattern,
             assign=assign,
             fail_on_data_loss=fail_on_data_loss,
             consumer_config=consumer_config,
-            starting_offsets=parse_starting_offsets(opts.get("startingoffsets"), topics if pattern is None else None),
+            starting_offsets=starting,
+            ending_offsets=ending,
+            batch=batch,
             max_offsets_per_trigger=max_offsets,
             min_offsets_per_trigger=min_offsets,
             max_trigger_delay_ms=max_trigger_delay_ms,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 try:
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadLimit,
@@ -27,7 +27,8 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed pyspa
 
 from .errors import KafkaDataLossError, KafkaTopicNotFoundError
 from .offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
-from .options import EARLIEST, FORMAT_NAME, LATEST, TP, KafkaSourceOptions, Offsets, redact
+from .options import _parse_bool, _parse_subscription, kafka_consumer_config
+from .options import EARLIEST, FORMAT_NAME, LATEST, TP, KafkaSourceOptions, Offsets, StartingOffsets, redact
 from .reader import read_partition_range
 from .schema import kafka_schema
 
@@ -137,61 +138,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ends
 
     def current_partitions(self, *, force: bool = False) -> list[TP]:
-        """The partitions the query reads now (``subscribe``: of its topics; ``subscribePattern``:
-        of the topics matching now; ``assign``: the assigned ones that exist)."""
-        o = self.options
-        if o.pattern is not None:
-            topics = [t for t in self.client.all_topics(force=force) if o.pattern.fullmatch(t)]
-            return self.client.partitions(topics, force=force, missing_ok=True)
-        tps = self.client.partitions(o.topics, force=force, missing_ok=True)
-        if o.assign is not None:
-            present = set(tps)
-            return [tp for tp in o.assign if tp in present]
-        return tps
-
-    def _require_all(self, tps: Sequence[TP]) -> None:
-        """At start: every subscribed topic / assigned partition exists."""
-        o = self.options
-        if o.pattern is None and self.client.missing:
-            name = "assign" if o.assign is not None else "subscribe"
-            raise KafkaTopicNotFoundError(
-                f"option {name!r}: topic(s) {', '.join(map(repr, self.client.missing))} do not exist "
-                f"on {','.join(o.consumer_config['bootstrap_servers'])}"
-            )
-        if o.assign is not None and len(tps) != len(o.assign):
-            raise KafkaTopicNotFoundError(
-                f"option 'assign': partition(s) {sorted(set(o.assign) - set(tps))} do not exist"
-            )
+        """The partitions the query reads now, see :func:`current_partitions`."""
+        return current_partitions(self.client, self.options, force=force)
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         """Resolve ``startingOffsets`` against the cluster."""
         tps = self.current_partitions(force=True)
-        self._require_all(tps)
-        starting = self.options.starting_offsets
+        require_all(self.client, self.options, tps)
         earliest = self.client.earliest(tps)
-        if starting == "earliest":
-            result = earliest
-        elif starting == "latest":
-            result = self._ends(earliest)
-        else:
-            assert isinstance(starting, dict)
-            missing = sorted(set(tps) - set(starting))
-            extra = sorted(set(starting) - set(tps))
-            if missing or extra:
-                raise ValueError(
-                    "option 'startingOffsets' must list every partition of the subscribed topics "
-                    f"(use -2 for earliest, -1 for latest); missing {missing}, unknown {extra}"
-                )
-            latest = self._ends(earliest) if LATEST in starting.values() else {}
-            result = {}
-            for tp in tps:
-                offset = starting[tp]
-                if offset == EARLIEST:
-                    result[tp] = earliest[tp]
-                elif offset == LATEST:
-                    result[tp] = latest[tp]
-                else:
-                    result[tp] = offset
+        result = resolve_offsets(self.options.starting_offsets, "startingOffsets", tps, earliest,
+                                 lambda: self._ends(earliest))
         logger.info("initial offsets %s", offsets_to_json(result))
         return offsets_to_json(result)
 
@@ -369,8 +325,132 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
 
+def current_partitions(client: OffsetClient, o: KafkaSourceOptions, *, force: bool = False) -> list[TP]:
+    """The partitions a query reads now (``subscribe``: of its topics; ``subscribePattern``:
+    of the topics matching now; ``assign``: the assigned ones that exist)."""
+    if o.pattern is not None:
+        topics = [t for t in client.all_topics(force=force) if o.pattern.fullmatch(t)]
+        return client.partitions(topics, force=force, missing_ok=True)
+    tps = client.partitions(o.topics, force=force, missing_ok=True)
+    if o.assign is not None:
+        present = set(tps)
+        return [tp for tp in o.assign if tp in present]
+    return tps
+
+
+def require_all(client: OffsetClient, o: KafkaSourceOptions, tps: Sequence[TP]) -> None:
+    """At start: every subscribed topic / assigned partition exists."""
+    if o.pattern is None and client.missing:
+        name = "assign" if o.assign is not None else "subscribe"
+        raise KafkaTopicNotFoundError(
+            f"option {name!r}: topic(s) {', '.join(map(repr, client.missing))} do not exist "
+            f"on {','.join(o.consumer_config['bootstrap_servers'])}"
+        )
+    if o.assign is not None and len(tps) != len(o.assign):
+        raise KafkaTopicNotFoundError(
+            f"option 'assign': partition(s) {sorted(set(o.assign) - set(tps))} do not exist"
+        )
+
+
+def resolve_offsets(
+    spec: StartingOffsets, name: str, tps: Sequence[TP], earliest: Mapping[TP, int], latest: Callable[[], Offsets]
+) -> Offsets:
+    """``startingOffsets`` / ``endingOffsets`` (``name``) as offsets of ``tps``; ``latest``
+    is called only when needed.
+
+    Raises:
+        ValueError: JSON offsets that do not name every partition of ``tps``.
+    """
+    if spec == "earliest":
+        return {tp: earliest[tp] for tp in tps}
+    if spec == "latest":
+        return dict(latest())
+    assert isinstance(spec, dict)
+    missing = sorted(set(tps) - set(spec))
+    extra = sorted(set(spec) - set(tps))
+    if missing or extra:
+        raise ValueError(
+            f"option {name!r} must list every partition of the subscribed topics "
+            f"(use -2 for earliest, -1 for latest); missing {missing}, unknown {extra}"
+        )
+    ends = latest() if LATEST in spec.values() else {}
+    return {
+        tp: earliest[tp] if spec[tp] == EARLIEST else ends[tp] if spec[tp] == LATEST else spec[tp] for tp in tps
+    }
+
+
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read``: the offsets ``[startingOffsets, endingOffsets)`` of every partition,
+    resolved once on the driver (``earliest`` / ``latest`` by default, as Spark), read by
+    one task per partition with offsets (or pieces of it, ``minPartitions``).
+
+    Offsets asked for that are no longer in the log (retention) or not yet in it
+    (``endingOffsets`` beyond its end) are data loss: ``failOnDataLoss=false`` reads what
+    is there, with a warning.
+    """
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+
+    def ranges(self) -> list[tuple[TP, int, int]]:
+        """The offset range ``(tp, start, end)`` of every partition (driver side)."""
+        o = self.options
+        client = OffsetClient(o.consumer_config, o.fetch_offset_timeout_ms)
+        try:
+            tps = current_partitions(client, o, force=True)
+            require_all(client, o, tps)
+            earliest = client.earliest(tps)
+            ends: Offsets = {}
+
+            def latest() -> Offsets:
+                if not ends:
+                    ends.update(client.high_watermarks(earliest))
+                return ends
+
+            start = resolve_offsets(o.starting_offsets, "startingOffsets", tps, earliest, latest)
+            end = resolve_offsets(o.ending_offsets, "endingOffsets", tps, earliest, latest)
+            log_end = latest()
+        finally:
+            client.close()
+        data_loss = DataLoss(o.fail_on_data_loss)
+        ranges: list[tuple[TP, int, int]] = []
+        for tp in tps:
+            first, stop = start[tp], end[tp]
+            if first > stop:
+                raise ValueError(
+                    f"{tp[0]}-{tp[1]}: option 'startingOffsets' ({first}) is after option 'endingOffsets' ({stop})"
+                )
+            if stop > log_end[tp]:
+                data_loss.report(
+                    f"{tp[0]}-{tp[1]}: option 'endingOffsets' ({stop}) is beyond the end of the log ({log_end[tp]})"
+                )
+                stop = log_end[tp]
+            if first < earliest[tp]:
+                kept = min(earliest[tp], stop)
+                data_loss.report(
+                    f"{tp[0]}-{tp[1]}: offsets [{first}, {earliest[tp]}) were deleted from the log (retention)",
+                    {tp: kept - first},
+                )
+                first = kept
+            ranges.append((tp, first, max(first, stop)))
+        logger.info("batch read of %s", [(f"{t}-{p}", a, b) for (t, p), a, b in ranges])
+        return ranges
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [
+            KafkaInputPartition(tp[0], tp[1], first, stop)
+            for tp, first, stop in split_ranges(self.ranges(), self.options.min_partitions)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, KafkaInputPartition), partition
+        return read_partition_range(
+            self.options, partition.topic, partition.partition, partition.start, partition.end
+        )
+
+
 class KafkaDataSource(DataSource):
-    """The ``lakestep-kafka`` data source (streaming reads only)."""
+    """The ``lakestep-kafka`` data source: streaming queries and batch reads."""
 
     @classmethod
     def name(cls) -> str:
@@ -380,17 +460,32 @@ class KafkaDataSource(DataSource):
         return KafkaSourceOptions.from_options(self.options)
 
     def schema(self) -> StructType:
-        return kafka_schema(self._options().include_headers)
+        # Spark asks at load(), before it says whether the read is a batch or a stream: the
+        # options both have in common are checked here, the others when the reader is made.
+        opts = {str(k).lower(): v for k, v in self.options.items()}
+        kafka_consumer_config(opts)
+        _parse_subscription(opts)
+        return kafka_schema(_parse_bool("includeHeaders", str(opts.get("includeheaders", "false"))))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = self._options()
-        expected = kafka_schema(options.include_headers)
-        if schema != expected:
-            raise ValueError(
-                f"{FORMAT_NAME} has a fixed schema and does not accept a user-specified one; "
-                f"expected {expected.simpleString()}, got {schema.simpleString()}"
-            )
+        _check_schema(schema, options)
         return KafkaStreamReader(options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """``spark.read``: a batch read of ``[startingOffsets, endingOffsets)``."""
+        options = KafkaSourceOptions.from_options(self.options, batch=True)
+        _check_schema(schema, options)
+        return KafkaBatchReader(options)
+
+
+def _check_schema(schema: StructType, options: KafkaSourceOptions) -> None:
+    expected = kafka_schema(options.include_headers)
+    if schema != expected:
+        raise ValueError(
+            f"{FORMAT_NAME} has a fixed schema and does not accept a user-specified one; "
+            f"expected {expected.simpleString()}, got {schema.simpleString()}"
+        )
 
 
 def register_kafka_source(spark: SparkSession) -> None:

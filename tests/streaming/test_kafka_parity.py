@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
@@ -233,3 +234,79 @@ def test_batch_read_backfills_a_lakestep_table(
         assert [(h.job_id, h.batch_id) for h in table.history()][:1] == [("kafka-backfill", 0)]
     finally:
         cat.close()
+
+
+@pytest.mark.kafka
+def test_subscribe_pattern_picks_up_a_new_matching_topic(
+    kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str]
+) -> None:
+    """A topic created mid-stream that matches subscribePattern is read from its start at the
+    next trigger; one that does not match is not read."""
+    prefix = kafka_topic_name()
+    first, later, unrelated = f"{prefix}-a", f"{prefix}-b", f"{prefix}x-c"
+    kafka_broker.create_topic(first, 2)
+    records = produce_per_partition(kafka_broker, first, [2, 1], tag="a")
+    driver = Driver(kafka_broker, subscribePattern=f"{re.escape(prefix)}-.*", startingOffsets="earliest")
+    try:
+        assert driver.trigger() == _tagged(first, records)
+        kafka_broker.create_topic(later, 3)
+        kafka_broker.create_topic(unrelated, 1)
+        new = produce_per_partition(kafka_broker, later, [1, 0, 3], tag="b")
+        produce_per_partition(kafka_broker, unrelated, [2], tag="c")
+        more = produce_per_partition(kafka_broker, first, [0, 2], tag="a2")
+        assert driver.trigger() == {**_tagged(later, new), **_tagged(first, more)}
+        assert driver.offset == {first: {"0": 2, "1": 3}, later: {"0": 1, "1": 0, "2": 3}}
+        assert driver.trigger() == {}
+    finally:
+        driver.close()
+
+
+@pytest.mark.kafka
+def test_subscribe_pattern_follows_a_topic_recreated_with_more_partitions(
+    own_broker: TansuBroker, kafka_topic_name: Callable[[], str]
+) -> None:
+    """subscribePattern, failOnDataLoss=false: a matching topic deleted and created again with
+    more partitions is read from the start of its new log, every partition, exactly once."""
+    prefix = kafka_topic_name()
+    topic, other = f"{prefix}-t", f"{prefix}-u"
+    own_broker.create_topic(topic, 1)
+    own_broker.create_topic(other, 1)
+    old = produce_per_partition(own_broker, topic, [3], tag="old")
+    driver = Driver(own_broker, subscribePattern=f"{re.escape(prefix)}-.*", startingOffsets="earliest",
+                    failOnDataLoss="false")
+    try:
+        assert driver.trigger() == _tagged(topic, old)
+        driver.delete_topic(own_broker, topic)
+        kept = produce_per_partition(own_broker, other, [2], tag="u")
+        assert driver.trigger() == _tagged(other, kept)
+        own_broker.create_topic(topic, 3)
+        new = produce_per_partition(own_broker, topic, [1, 2, 4], tag="new")
+        assert driver.trigger() == _tagged(topic, new)
+        assert driver.offset == {topic: {"0": 1, "1": 2, "2": 4}, other: {"0": 2}}
+        assert driver.trigger() == {}
+    finally:
+        driver.close()
+
+
+@pytest.mark.kafka
+def test_assign_reads_only_its_partitions_of_a_recreated_topic(
+    own_broker: TansuBroker, kafka_topic_name: Callable[[], str]
+) -> None:
+    """assign, failOnDataLoss=false: a topic deleted and created again with more partitions is
+    read from the start of its new log, in the assigned partitions only."""
+    topic = kafka_topic_name()
+    own_broker.create_topic(topic, 3)
+    old = produce_per_partition(own_broker, topic, [2, 2, 2], tag="old")
+    driver = Driver(own_broker, assign=json.dumps({topic: [0, 2]}), startingOffsets="earliest",
+                    failOnDataLoss="false")
+    try:
+        assert driver.trigger() == _tagged(topic, {k: v for k, v in old.items() if k[0] in (0, 2)})
+        driver.delete_topic(own_broker, topic)
+        assert driver.trigger() == {}
+        own_broker.create_topic(topic, 4)
+        new = produce_per_partition(own_broker, topic, [1, 3, 1, 2], tag="new")
+        assert driver.trigger() == _tagged(topic, {k: v for k, v in new.items() if k[0] in (0, 2)})
+        assert driver.offset == {topic: {"0": 1, "2": 1}}
+        assert driver.trigger() == {}
+    finally:
+        driver.close()

@@ -136,3 +136,27 @@ def test_batch_offsets_parse_like_spark() -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             KafkaSourceOptions.from_options({**base, **options}, batch=True)
+
+
+def test_timestamp_options_parse_like_spark() -> None:
+    base = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}
+    parsed = KafkaSourceOptions.from_options({**base, "startingTimestamp": "1000"})
+    assert (parsed.starting_timestamps, parsed.starting_timestamp_strategy) == (1000, "error")
+    both = KafkaSourceOptions.from_options(  # startingTimestamp ranks first, as in Spark
+        {**base, "startingTimestamp": "1000", "startingOffsetsByTimestamp": '{"t": {"0": 5}}',
+         "startingOffsetsByTimestampStrategy": "LATEST"})
+    assert (both.starting_timestamps, both.starting_timestamp_strategy) == (1000, "latest")
+    per = KafkaSourceOptions.from_options({**base, "startingOffsetsByTimestamp": '{"t": {"0": 5, "1": 0}}'})
+    assert per.starting_timestamps == {("t", 0): 5, ("t", 1): 0}
+    ending = KafkaSourceOptions.from_options({**base, "endingOffsetsByTimestamp": '{"t": {"0": 9}}'}, batch=True)
+    assert ending.ending_timestamps == {("t", 0): 9}
+    for options, message in [
+        ({"startingTimestamp": "yesterday"}, "'startingTimestamp' must be a timestamp"),
+        ({"startingTimestamp": "-5"}, "'startingTimestamp' must be a timestamp"),
+        ({"startingOffsetsByTimestamp": '{"t": {"0": -1}}'}, "'startingOffsetsByTimestamp' must be JSON"),
+        ({"startingOffsetsByTimestamp": '{"u": {"0": 1}}'}, "'startingOffsetsByTimestamp' names topic 'u'"),
+        ({"startingOffsetsByTimestampStrategy": "skip"}, "'error' or 'latest'"),
+        ({"endingTimestamp": "5"}, "'endingtimestamp' is not supported.*streaming"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            KafkaSourceOptions.from_options({**base, **options})

@@ -310,3 +310,59 @@ def test_assign_reads_only_its_partitions_of_a_recreated_topic(
         assert driver.trigger() == {}
     finally:
         driver.close()
+
+
+def _produce_at(broker: TansuBroker, topic: str, partition: int, stamps: list[int]) -> dict[tuple[int, int], bytes]:
+    """Records with the given create timestamps (ms), in order; {(partition, offset): value}."""
+    producer = broker.producer
+    values = [f"{partition}@{ts}#{i}".encode() for i, ts in enumerate(stamps)]
+    futures = [producer.send(topic, v, partition=partition, timestamp_ms=ts) for v, ts in zip(values, stamps)]
+    producer.flush()
+    return {(partition, f.get(timeout=60).offset): v for f, v in zip(futures, values)}
+
+
+@pytest.mark.kafka
+def test_starting_offsets_by_timestamp(kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str]) -> None:
+    """startingTimestamp / startingOffsetsByTimestamp: the first record at or after the timestamp
+    (found from the records' own timestamps: tansu answers every timestamp lookup with 0);
+    startingOffsetsByTimestampStrategy says what happens where there is none; batch reads
+    take endingTimestamp too."""
+    from lakestep.streaming.kafka.errors import KafkaTimestampNotFoundError
+    from lakestep.streaming.kafka.source import KafkaBatchReader
+
+    topic = kafka_topic_name()
+    kafka_broker.create_topic(topic, 2)
+    stamps = {0: [1000 * (i + 1) for i in range(10)], 1: [500, 5000, 5000, 9000]}
+    records = {**_produce_at(kafka_broker, topic, 0, stamps[0]), **_produce_at(kafka_broker, topic, 1, stamps[1])}
+    assert sorted(records) == [(0, o) for o in range(10)] + [(1, o) for o in range(4)]
+
+    def first_at(partition: int, ts: int) -> int | None:
+        return next((o for o, t in enumerate(stamps[partition]) if t >= ts), None)
+
+    driver = Driver(kafka_broker, subscribe=topic, startingTimestamp="5000")
+    try:
+        client = driver.reader.client
+        for partition, ends in ((0, 10), (1, 4)):
+            for ts in (0, 500, 501, 999, 1000, 1001, 4999, 5000, 5001, 9000, 10000, 10001):
+                assert client.offset_for_timestamp((topic, partition), ts, 0, ends) == first_at(partition, ts), ts
+        assert driver.offset == {topic: {"0": 4, "1": 1}}
+        assert driver.trigger() == _tagged(topic, {(p, o): v for (p, o), v in records.items()
+                                                   if o >= {0: 4, 1: 1}[p]})
+    finally:
+        driver.close()
+
+    by_partition = json.dumps({topic: {"0": 10001, "1": 600}})
+    with pytest.raises(KafkaTimestampNotFoundError, match=f"topic '{topic}' partition 0 .* 10001") as info:
+        Driver(kafka_broker, subscribe=topic, startingOffsetsByTimestamp=by_partition).close()
+    assert (info.value.topic, info.value.partition, info.value.timestamp) == (topic, 0, 10001)
+    driver = Driver(kafka_broker, subscribe=topic, startingOffsetsByTimestamp=by_partition,
+                    startingOffsetsByTimestampStrategy="latest")
+    try:
+        assert driver.offset == {topic: {"0": 10, "1": 1}}  # no record at 10001 in partition 0: its end
+    finally:
+        driver.close()
+
+    batch = KafkaBatchReader(KafkaSourceOptions.from_options(
+        {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers, "subscribe": topic,
+         "startingTimestamp": "2000", "endingTimestamp": "9000"}, batch=True))
+    assert batch.ranges() == [((topic, 0), 1, 8), ((topic, 1), 1, 3)]

@@ -94,7 +94,10 @@ Not guaranteed / not supported:
 * ``read_committed`` reads: ``kafka.isolation.level`` may be set, but the end
   offset is the high watermark, so with open transactions a task can wait for
   records that are not yet readable until ``kafkaConsumer.pollTimeoutMs``.
-* Timestamps as starting or ending offsets.
+* Offsets from timestamps (``startingTimestamp``, ``startingOffsetsByTimestamp``,
+  ``endingTimestamp``, ``endingOffsetsByTimestamp``) are checked against the
+  records and searched for when the broker's answer is wrong (docs/kafka.md);
+  the search assumes timestamps that do not decrease along the log.
 * Partitions and topics added while a query runs are found at the next trigger
   (metadata is read every trigger) and are read from their earliest offset (as
   Spark does).

@@ -359,6 +359,9 @@ _KNOWN_OPTIONS = {
     "subscribepattern",
     "assign",
     "startingoffsets",
+    "startingtimestamp",
+    "startingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy",
     "maxoffsetspertrigger",
     "minoffsetspertrigger",
     "maxtriggerdelay",
@@ -384,11 +387,6 @@ _BATCH_ONLY: dict[str, str] = {
     "endingtimestamp": "it is not valid for streaming queries",
 }
 _UNSUPPORTED_OPTIONS = {
-    "endingoffsetsbytimestamp": "timestamps as offsets are not implemented; use endingOffsets",
-    "endingtimestamp": "timestamps as offsets are not implemented; use endingOffsets",
-    "startingoffsetsbytimestamp": "timestamps as offsets are not implemented; use startingOffsets",
-    "startingtimestamp": "timestamps as offsets are not implemented; use startingOffsets",
-    "startingoffsetsbytimestampstrategy": "timestamps as offsets are not implemented; use startingOffsets",
     "maxpartitions": "use minPartitions (ranges are split, never merged)",
     "maxrecordsperpartition": "it is not implemented; use minPartitions to split large ranges",
     "groupidprefix": "the source never joins a consumer group (offsets live in the Spark checkpoint)",
@@ -428,6 +426,40 @@ def _non_negative_int(options: Mapping[str, Any], name: str) -> None:
         raise ValueError(f"option {name!r} must be an integer >= 0, got {raw!r}")
 
 
+#: A timestamp for every partition (``startingTimestamp``), or per partition (``...ByTimestamp``).
+Timestamps = Union[int, Offsets, None]
+
+
+def _parse_timestamps(
+    opts: Mapping[str, Any], single: str, per_partition: str, topics: Sequence[str] | None
+) -> Timestamps:
+    """``startingTimestamp`` / ``startingOffsetsByTimestamp`` (or the ending pair): the first
+    one given, as Spark ranks them (ms since the epoch, >= 0).
+
+    Raises:
+        ValueError: naming the option.
+    """
+    raw = opts.get(single.lower())
+    if raw is not None and str(raw).strip():
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise ValueError(f"option {single!r} must be a timestamp in milliseconds since the epoch, got {raw!r}")
+        return value
+    raw = opts.get(per_partition.lower())
+    if raw is None or not str(raw).strip():
+        return None
+    parsed = parse_starting_offsets(str(raw), topics, name=per_partition)
+    if not isinstance(parsed, dict) or any(ts < 0 for ts in parsed.values()):
+        raise ValueError(
+            f"option {per_partition!r} must be JSON like {{\"topic\": {{\"0\": 1700000000000}}}} "
+            f"(ms since the epoch, >= 0), got {raw!r}"
+        )
+    return parsed
+
+
 @dataclass(frozen=True)
 class KafkaSourceOptions:
     """Validated source options (see the module docstring)."""
@@ -444,6 +476,13 @@ class KafkaSourceOptions:
     starting_offsets: StartingOffsets = "latest"
     #: batch reads: ``endingOffsets`` (``latest`` or offsets; -1 = latest)
     ending_offsets: StartingOffsets = "latest"
+    #: ``startingTimestamp`` (one for every partition) or ``startingOffsetsByTimestamp``
+    #: (per partition), in ms since the epoch; before ``startingOffsets`` when set
+    starting_timestamps: Timestamps = None
+    #: ``startingOffsetsByTimestampStrategy``: no record at or after the timestamp
+    starting_timestamp_strategy: Literal["error", "latest"] = "error"
+    #: batch reads: ``endingTimestamp`` / ``endingOffsetsByTimestamp``; before ``endingOffsets``
+    ending_timestamps: Timestamps = None
     #: the options of a batch read (``spark.read``)
     batch: bool = False
     max_offsets_per_trigger: int | None = None
@@ -503,6 +542,13 @@ class KafkaSourceOptions:
         starting = parse_starting_offsets(
             opts.get("startingoffsets"), subscribed, default="earliest" if batch else "latest"
         )
+        starting_ts = _parse_timestamps(opts, "startingTimestamp", "startingOffsetsByTimestamp", subscribed)
+        strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).strip().lower()
+        if strategy not in ("error", "latest"):
+            raise ValueError(
+                f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}"
+            )
+        ending_ts = _parse_timestamps(opts, "endingTimestamp", "endingOffsetsByTimestamp", subscribed)
         ending: StartingOffsets = "latest"
         if batch:
             if starting == "latest" or (isinstance(starting, dict) and LATEST in starting.values()):
@@ -525,6 +571,9 @@ class KafkaSourceOptions:
             consumer_config=consumer_config,
             starting_offsets=starting,
             ending_offsets=ending,
+            starting_timestamps=starting_ts,
+            starting_timestamp_strategy="latest" if strategy == "latest" else "error",
+            ending_timestamps=ending_ts,
             batch=batch,
             max_offsets_per_trigger=max_offsets,
             min_offsets_per_trigger=min_offsets,

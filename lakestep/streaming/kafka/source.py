@@ -25,7 +25,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed pyspa
         f"import failed: {_exc}"
     ) from _exc
 
-from .errors import KafkaDataLossError, KafkaTopicNotFoundError
+from .errors import KafkaDataLossError, KafkaTimestampNotFoundError, KafkaTopicNotFoundError
 from .offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from .options import _parse_bool, _parse_subscription, kafka_consumer_config
 from .options import EARLIEST, FORMAT_NAME, LATEST, TP, KafkaSourceOptions, Offsets, StartingOffsets, redact
@@ -146,8 +146,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = self.current_partitions(force=True)
         require_all(self.client, self.options, tps)
         earliest = self.client.earliest(tps)
-        result = resolve_offsets(self.options.starting_offsets, "startingOffsets", tps, earliest,
-                                 lambda: self._ends(earliest))
+        result = resolve_start(self.client, self.options, tps, earliest, lambda: self._ends(earliest))
         logger.info("initial offsets %s", offsets_to_json(result))
         return offsets_to_json(result)
 
@@ -379,6 +378,57 @@ def resolve_offsets(
     }
 
 
+def resolve_timestamps(
+    client: OffsetClient,
+    spec: int | Mapping[TP, int],
+    name: str,
+    tps: Sequence[TP],
+    earliest: Mapping[TP, int],
+    latest: Callable[[], Offsets],
+    strategy: str,
+) -> Offsets:
+    """Offsets of ``tps`` from timestamps (one for all, or one per partition): the first record
+    at or after the timestamp (:meth:`OffsetClient.offset_for_timestamp`); where there is none,
+    the end of the log (``strategy`` ``latest``) or :class:`KafkaTimestampNotFoundError`.
+
+    Raises:
+        ValueError: per-partition timestamps that do not name every partition of ``tps``.
+    """
+    if isinstance(spec, int):
+        stamps = {tp: spec for tp in tps}
+    else:
+        missing, extra = sorted(set(tps) - set(spec)), sorted(set(spec) - set(tps))
+        if missing or extra:
+            raise ValueError(
+                f"option {name!r} must list every partition of the subscribed topics; missing {missing}, "
+                f"unknown {extra}"
+            )
+        stamps = dict(spec)
+    ends = latest()
+    result: Offsets = {}
+    for tp in tps:
+        offset = client.offset_for_timestamp(tp, stamps[tp], earliest[tp], ends[tp])
+        if offset is None:
+            if strategy != "latest":
+                raise KafkaTimestampNotFoundError(name, tp[0], tp[1], stamps[tp])
+            offset = ends[tp]
+        result[tp] = offset
+    return result
+
+
+def resolve_start(
+    client: OffsetClient, o: KafkaSourceOptions, tps: Sequence[TP], earliest: Mapping[TP, int],
+    latest: Callable[[], Offsets],
+) -> Offsets:
+    """Where a query starts: ``startingTimestamp`` / ``startingOffsetsByTimestamp`` when given
+    (before ``startingOffsets``, as Spark ranks them), else ``startingOffsets``."""
+    if o.starting_timestamps is not None:
+        name = "startingTimestamp" if isinstance(o.starting_timestamps, int) else "startingOffsetsByTimestamp"
+        return resolve_timestamps(client, o.starting_timestamps, name, tps, earliest, latest,
+                                  o.starting_timestamp_strategy)
+    return resolve_offsets(o.starting_offsets, "startingOffsets", tps, earliest, latest)
+
+
 class KafkaBatchReader(DataSourceReader):
     """``spark.read``: the offsets ``[startingOffsets, endingOffsets)`` of every partition,
     resolved once on the driver (``earliest`` / ``latest`` by default, as Spark), read by
@@ -407,8 +457,12 @@ class KafkaBatchReader(DataSourceReader):
                     ends.update(client.high_watermarks(earliest))
                 return ends
 
-            start = resolve_offsets(o.starting_offsets, "startingOffsets", tps, earliest, latest)
-            end = resolve_offsets(o.ending_offsets, "endingOffsets", tps, earliest, latest)
+            start = resolve_start(client, o, tps, earliest, latest)
+            if o.ending_timestamps is not None:
+                end = resolve_timestamps(client, o.ending_timestamps, "endingOffsetsByTimestamp", tps, earliest,
+                                         latest, "latest")
+            else:
+                end = resolve_offsets(o.ending_offsets, "endingOffsets", tps, earliest, latest)
             log_end = latest()
         finally:
             client.close()

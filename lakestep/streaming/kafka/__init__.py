@@ -148,6 +148,7 @@ if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
         KafkaDecodeError,
         KafkaSourceError,
         KafkaSourceTimeoutError,
+        KafkaTimestampNotFoundError,
         KafkaTopicNotFoundError,
     )
     from .options import FORMAT_NAME, KafkaSourceOptions, kafka_consumer_config, parse_starting_offsets
@@ -158,7 +159,7 @@ if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
 #: imported from its module (``from lakestep.streaming.kafka.offsets import ...``).
 _PUBLIC: dict[str, str] = {
     **dict.fromkeys(["KafkaSourceError", "KafkaTopicNotFoundError", "KafkaDataLossError", "KafkaDecodeError",
-                     "KafkaSourceTimeoutError"], "errors"),
+                     "KafkaSourceTimeoutError", "KafkaTimestampNotFoundError"], "errors"),
     **dict.fromkeys(["FORMAT_NAME", "KafkaSourceOptions", "kafka_consumer_config", "parse_starting_offsets"],
                     "options"),
     **dict.fromkeys(["kafka_schema", "arrow_schema"], "schema"),

@@ -354,6 +354,19 @@ def _positive_int(options: Mapping[str, Any], name: str, default: int | None) ->
     return value
 
 
+def check_common_options(options: Mapping[str, Any]) -> bool:
+    """Check the options streaming queries and batch reads share (``kafka.*``, the
+    subscription); returns ``includeHeaders`` (what the schema depends on).
+
+    Raises:
+        ValueError: naming the option.
+    """
+    opts = {str(k).lower(): v for k, v in options.items()}
+    kafka_consumer_config(opts)
+    _parse_subscription(opts)
+    return _parse_bool("includeHeaders", str(opts.get("includeheaders", "false")))
+
+
 _KNOWN_OPTIONS = {
     "subscribe",
     "subscribepattern",

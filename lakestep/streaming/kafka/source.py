@@ -27,8 +27,17 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed pyspa
 
 from .errors import KafkaDataLossError, KafkaTimestampNotFoundError, KafkaTopicNotFoundError
 from .offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
-from .options import _parse_bool, _parse_subscription, kafka_consumer_config
-from .options import EARLIEST, FORMAT_NAME, LATEST, TP, KafkaSourceOptions, Offsets, StartingOffsets, redact
+from .options import (
+    EARLIEST,
+    FORMAT_NAME,
+    LATEST,
+    TP,
+    KafkaSourceOptions,
+    Offsets,
+    StartingOffsets,
+    check_common_options,
+    redact,
+)
 from .reader import read_partition_range
 from .schema import kafka_schema
 
@@ -516,10 +525,7 @@ class KafkaDataSource(DataSource):
     def schema(self) -> StructType:
         # Spark asks at load(), before it says whether the read is a batch or a stream: the
         # options both have in common are checked here, the others when the reader is made.
-        opts = {str(k).lower(): v for k, v in self.options.items()}
-        kafka_consumer_config(opts)
-        _parse_subscription(opts)
-        return kafka_schema(_parse_bool("includeHeaders", str(opts.get("includeheaders", "false"))))
+        return kafka_schema(check_common_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = self._options()

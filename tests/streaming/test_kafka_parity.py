@@ -366,3 +366,33 @@ def test_starting_offsets_by_timestamp(kafka_broker: TansuBroker, kafka_topic_na
         {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers, "subscribe": topic,
          "startingTimestamp": "2000", "endingTimestamp": "9000"}, batch=True))
     assert batch.ranges() == [((topic, 0), 1, 8), ((topic, 1), 1, 3)]
+
+
+@pytest.mark.kafka
+def test_batch_ranges_refuse_or_clip_offsets_outside_the_log(
+    kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Batch reads: endingOffsets beyond the end of the log is data loss (failOnDataLoss=false:
+    read up to the end, with a warning); a start after the end, or JSON that does not name
+    every partition, is refused."""
+    from lakestep.streaming.kafka.source import KafkaBatchReader
+
+    topic = kafka_topic_name()
+    kafka_broker.create_topic(topic, 2)
+    produce_per_partition(kafka_broker, topic, [4, 2])
+
+    def ranges(**options: str) -> list[tuple[tuple[str, int], int, int]]:
+        opts = {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers, "subscribe": topic, **options}
+        return KafkaBatchReader(KafkaSourceOptions.from_options(opts, batch=True)).ranges()
+
+    assert ranges() == [((topic, 0), 0, 4), ((topic, 1), 0, 2)]
+    beyond = json.dumps({topic: {"0": 9, "1": -1}})
+    with pytest.raises(KafkaDataLossError, match=f"{topic}-0: option 'endingOffsets' \\(9\\) is beyond the end"):
+        ranges(endingOffsets=beyond)
+    caplog.set_level(logging.WARNING, logger="lakestep.streaming.kafka")
+    assert ranges(endingOffsets=beyond, failOnDataLoss="false") == [((topic, 0), 0, 4), ((topic, 1), 0, 2)]
+    assert any("beyond the end" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match=f"{topic}-0: option 'startingOffsets' \\(3\\) is after option 'endingOffsets' \\(1\\)"):
+        ranges(startingOffsets=json.dumps({topic: {"0": 3, "1": 0}}), endingOffsets=json.dumps({topic: {"0": 1, "1": 2}}))
+    with pytest.raises(ValueError, match="'endingOffsets' must list every partition.*missing \\[\\('.*', 1\\)\\]"):
+        ranges(endingOffsets=json.dumps({topic: {"0": 1}}))

@@ -37,6 +37,9 @@ Options (names are case-insensitive, like every Spark option):
 ``maxOffsetsPerTrigger``           cap on records per micro-batch, spread over partitions in
                                    proportion to their backlog (Spark's algorithm). Also
                                    honoured by ``trigger(availableNow=True)``.
+``minOffsetsPerTrigger``           no batch while fewer new offsets are available, until
+                                   ``maxTriggerDelay`` (default ``15m``) has passed since the
+                                   last batch (Spark's rule; not with ``availableNow``).
 ``minPartitions``                  split the offset ranges of a micro-batch into at least
                                    this many Spark tasks when there are fewer Kafka
                                    partitions with data (Spark's algorithm: large ranges
@@ -59,6 +62,14 @@ Options (names are case-insensitive, like every Spark option):
 ``kafka.*``                        passed to kafka-python's ``KafkaConsumer``, see
                                    :func:`kafka_consumer_config` for the name mapping.
 =================================  ==========================================================
+
+docs/kafka.md compares every option with Spark's own Kafka source (same,
+different, refused and why); a test keeps that table in step with the parser.
+
+Batch reads (``spark.read.format("lakestep-kafka")``, e.g. for backfills) read
+``[startingOffsets, endingOffsets)`` of every partition, ``earliest`` to
+``latest`` by default (as Spark; ``startingOffsets=latest`` and
+``endingOffsets=earliest`` are refused), resolved once on the driver.
 
 Guarantees:
 
@@ -83,7 +94,10 @@ Not guaranteed / not supported:
 * ``read_committed`` reads: ``kafka.isolation.level`` may be set, but the end
   offset is the high watermark, so with open transactions a task can wait for
   records that are not yet readable until ``kafkaConsumer.pollTimeoutMs``.
-* Batch queries (``spark.read``), ``endingOffsets``, timestamps as starting offsets.
+* Offsets from timestamps (``startingTimestamp``, ``startingOffsetsByTimestamp``,
+  ``endingTimestamp``, ``endingOffsetsByTimestamp``) are checked against the
+  records and searched for when the broker's answer is wrong (docs/kafka.md);
+  the search assumes timestamps that do not decrease along the log.
 * Partitions and topics added while a query runs are found at the next trigger
   (metadata is read every trigger) and are read from their earliest offset (as
   Spark does).
@@ -134,21 +148,23 @@ if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
         KafkaDecodeError,
         KafkaSourceError,
         KafkaSourceTimeoutError,
+        KafkaTimestampNotFoundError,
         KafkaTopicNotFoundError,
     )
     from .options import FORMAT_NAME, KafkaSourceOptions, kafka_consumer_config, parse_starting_offsets
     from .schema import arrow_schema, kafka_schema
-    from .source import KafkaDataSource, KafkaInputPartition, KafkaStreamReader, register_kafka_source
+    from .source import KafkaBatchReader, KafkaDataSource, KafkaInputPartition, KafkaStreamReader, register_kafka_source
 
 #: The package's public names and the module each lives in. Everything else is
 #: imported from its module (``from lakestep.streaming.kafka.offsets import ...``).
 _PUBLIC: dict[str, str] = {
     **dict.fromkeys(["KafkaSourceError", "KafkaTopicNotFoundError", "KafkaDataLossError", "KafkaDecodeError",
-                     "KafkaSourceTimeoutError"], "errors"),
+                     "KafkaSourceTimeoutError", "KafkaTimestampNotFoundError"], "errors"),
     **dict.fromkeys(["FORMAT_NAME", "KafkaSourceOptions", "kafka_consumer_config", "parse_starting_offsets"],
                     "options"),
     **dict.fromkeys(["kafka_schema", "arrow_schema"], "schema"),
-    **dict.fromkeys(["KafkaDataSource", "KafkaInputPartition", "KafkaStreamReader", "register_kafka_source"],
+    **dict.fromkeys(["KafkaBatchReader", "KafkaDataSource", "KafkaInputPartition", "KafkaStreamReader",
+                     "register_kafka_source"],
                     "source"),
 }
 __all__ = sorted(_PUBLIC)

@@ -55,3 +55,22 @@ def describe(exc: BaseException) -> str:
     name = type(exc).__name__ if package in ("builtins", "kafka", "lakestep") else f"{package}.{type(exc).__name__}"
     text = str(exc)
     return f"{name}: {text}" if text else name
+
+
+class KafkaTimestampNotFoundError(KafkaSourceError, ValueError):
+    """No record at or after ``timestamp`` (ms since the epoch) in ``topic`` ``partition``,
+    for ``option`` (``startingTimestamp`` / ``startingOffsetsByTimestamp``) with
+    ``startingOffsetsByTimestampStrategy=error`` (the default, as in Spark)."""
+
+    def __init__(self, option: str, topic: str, partition: int, timestamp: int) -> None:
+        self.option = option
+        self.topic = topic
+        self.partition = partition
+        self.timestamp = timestamp
+        super().__init__(
+            f"option {option!r}: no record of topic {topic!r} partition {partition} has a timestamp at or after "
+            f"{timestamp}; set startingOffsetsByTimestampStrategy=latest to start at the end of such partitions"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, int, int]]:
+        return (type(self), (self.option, self.topic, self.partition, self.timestamp))

@@ -152,6 +152,7 @@ class OffsetClient:
         self._timeout_ms = timeout_ms
         self._consumer = new_consumer(config, timeout_ms=timeout_ms)
         self._probe: KafkaConsumer | None = None
+        self._seeker: KafkaConsumer | None = None  # reads single records (timestamp lookups)
         self._partitions: dict[str, list[int]] = {}
         self._refreshed_at = -math.inf
         self._topics: list[str] = []
@@ -165,14 +166,14 @@ class OffsetClient:
         self.log_starts: Offsets = {}
 
     def close(self) -> None:
-        for consumer in (self._probe, self._consumer):
+        for consumer in (self._probe, self._seeker, self._consumer):
             if consumer is None:
                 continue
             try:
                 consumer.close(autocommit=False, timeout_ms=2000)
             except Exception:  # closing is best effort
                 logger.debug("closing a driver consumer failed", exc_info=True)
-        self._probe = None
+        self._probe = self._seeker = None
 
     def partitions(self, topics: Sequence[str], *, force: bool = False, missing_ok: bool = False) -> list[TP]:
         """All partitions of ``topics``; metadata is refreshed at most once a second
@@ -359,3 +360,114 @@ class OffsetClient:
             wanted[tp] = start
             self.log_starts[(tp.topic, tp.partition)] = start
 
+
+    # ------------------------------------------------------------------ timestamps
+
+    def offset_for_timestamp(self, tp: TP, timestamp: int, log_start: int, log_end: int) -> int | None:
+        """The offset of the first record of ``tp`` whose timestamp is at or after ``timestamp``
+        (ms), None when there is none in ``[log_start, log_end)``.
+
+        The broker's answer (ListOffsets with a timestamp) is checked against the records
+        themselves: it is right when the record there is at or after ``timestamp`` and the one
+        before it is not. Some brokers answer every such lookup with offset 0 (tansu 0.6);
+        then the offset is found by a binary search over the records' timestamps, which
+        finds Kafka's answer when timestamps do not decrease along the log (log-append
+        time, or one producer's create time).
+
+        Raises:
+            KafkaSourceTimeoutError: a record could not be read within ``fetchOffset.timeoutMs``.
+        """
+        if log_start >= log_end:
+            return None
+        answer = self._broker_offset_for_time(tp, timestamp)
+        if answer is not None and log_start <= answer <= log_end and self._is_first_at(tp, answer, timestamp,
+                                                                                         log_start, log_end):
+            return None if answer >= log_end else answer
+        logger.info("%s-%d: the broker's offset for timestamp %d (%s) is not right; searching the log",
+                    tp[0], tp[1], timestamp, answer)
+        lo, hi = log_start, log_end  # the first record at or after timestamp is in [lo, hi), or there is none
+        found: int | None = None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            record = self._record_at(tp, mid, log_end)
+            if record is None:  # no record from mid on (control records / gaps at the end)
+                hi = mid
+            elif record[1] >= timestamp:
+                found, hi = record[0], mid
+            else:
+                lo = record[0] + 1
+        return found
+
+    def _is_first_at(self, tp: TP, offset: int, timestamp: int, log_start: int, log_end: int) -> bool:
+        if offset < log_end:
+            record = self._record_at(tp, offset, log_end)
+            if record is None or record[0] != offset or record[1] < timestamp:
+                return False
+        if offset == log_start:
+            return True
+        before = self._last_record_before(tp, offset, log_start)
+        return before is None or before[1] < timestamp
+
+    def _last_record_before(self, tp: TP, offset: int, log_start: int) -> tuple[int, int] | None:
+        """The last record below ``offset`` (offsets can have gaps: compaction, control records)."""
+        step = 1
+        while True:
+            start = max(log_start, offset - step)
+            last: tuple[int, int] | None = None
+            at = start
+            while at < offset:
+                record = self._record_at(tp, at, offset)
+                if record is None:
+                    break
+                last, at = record, record[0] + 1
+            if last is not None or start == log_start:
+                return last
+            step *= 16
+
+    def _broker_offset_for_time(self, tp: TP, timestamp: int) -> int | None:
+        _import_kafka_python()
+        from kafka import TopicPartition
+        from kafka.errors import KafkaError
+
+        key = TopicPartition(*tp)
+        try:
+            found = self._consumer.offsets_for_times({key: timestamp}, timeout_ms=self._timeout_ms)
+        except (KafkaError, ValueError) as exc:
+            logger.info("no offset for timestamp %d of %s from the broker: %r", timestamp, tp, exc)
+            return None
+        answer = found.get(key)
+        return None if answer is None else int(answer.offset)
+
+    def _record_at(self, tp: TP, offset: int, end: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record of ``tp`` at or after ``offset`` and below
+        ``end``; None when there is none."""
+        _import_kafka_python()
+        from kafka import TopicPartition
+
+        if offset >= end:
+            return None
+        if self._seeker is None:
+            self._seeker = new_consumer(
+                self._config, timeout_ms=self._timeout_ms, fetch_max_wait_ms=_PROBE_FETCH_WAIT_MS,
+                max_partition_fetch_bytes=_PROBE_PARTITION_FETCH_BYTES, enable_incremental_fetch_sessions=False,
+            )
+        consumer = self._seeker
+        key = TopicPartition(*tp)
+        consumer.assign([key])
+        try:
+            consumer.seek(key, offset)
+            deadline = time.monotonic() + self._timeout_ms / 1000
+            while True:
+                for record in consumer.poll(timeout_ms=_PROBE_FETCH_WAIT_MS * 10, max_records=1).get(key, ()):
+                    if record.offset >= end:
+                        return None
+                    return int(record.offset), int(record.timestamp)
+                if consumer.position(key) >= end:
+                    return None
+                if time.monotonic() > deadline:
+                    raise KafkaSourceTimeoutError(
+                        f"no record of {tp[0]}-{tp[1]} at offset {offset} within {self._timeout_ms} ms "
+                        "(option fetchOffset.timeoutMs)"
+                    )
+        finally:
+            consumer.unsubscribe()

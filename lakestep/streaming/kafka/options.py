@@ -236,17 +236,24 @@ def redact(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: ("***" if k in _SECRET_KEYS and v is not None else v) for k, v in config.items()}
 
 
-def parse_starting_offsets(value: str | None, topics: Sequence[str] | None) -> StartingOffsets:
-    """Parse ``startingOffsets``: ``earliest``, ``latest`` or Spark's JSON form.
+def parse_starting_offsets(
+    value: str | None,
+    topics: Sequence[str] | None,
+    *,
+    name: str = "startingOffsets",
+    default: Literal["earliest", "latest"] = "latest",
+) -> StartingOffsets:
+    """Parse ``startingOffsets`` (or ``endingOffsets``, ``name``): ``earliest``, ``latest``
+    or Spark's JSON form (``default`` when not given).
 
     JSON partitions are not checked against the cluster here (that happens when
     the query starts: every partition of the subscribed topics must be listed).
 
     Raises:
-        ValueError: naming ``startingOffsets``.
+        ValueError: naming the option.
     """
     if value is None or not str(value).strip():
-        return "latest"
+        return default
     text = str(value).strip()
     if text.lower() in ("earliest", "latest"):
         return "earliest" if text.lower() == "earliest" else "latest"
@@ -254,37 +261,37 @@ def parse_starting_offsets(value: str | None, topics: Sequence[str] | None) -> S
         parsed = json.loads(text)
     except json.JSONDecodeError:
         raise ValueError(
-            f"option 'startingOffsets' must be 'earliest', 'latest' or JSON like "
+            f"option {name!r} must be 'earliest', 'latest' or JSON like "
             f'{{"topic": {{"0": 23, "1": -2}}}}, got {text!r}'
         ) from None
     if not isinstance(parsed, dict) or not parsed:
-        raise ValueError("option 'startingOffsets' JSON must be a non-empty object of topics")
+        raise ValueError(f"option {name!r} JSON must be a non-empty object of topics")
     result: Offsets = {}
     for topic, parts in parsed.items():
         if topics is not None and topic not in topics:
             raise ValueError(
-                f"option 'startingOffsets' names topic {topic!r}, which is not subscribed "
+                f"option {name!r} names topic {topic!r}, which is not subscribed "
                 f"(subscribe={','.join(topics)!r})"
             )
         if not isinstance(parts, dict) or not parts:
             raise ValueError(
-                f"option 'startingOffsets': topic {topic!r} needs an object of partition: offset"
+                f"option {name!r}: topic {topic!r} needs an object of partition: offset"
             )
         for part, offset in parts.items():
             try:
                 partition = int(part)
             except (TypeError, ValueError):
                 raise ValueError(
-                    f"option 'startingOffsets': partition {part!r} of topic {topic!r} is not "
+                    f"option {name!r}: partition {part!r} of topic {topic!r} is not "
                     "an integer"
                 ) from None
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
                 raise ValueError(
-                    f"option 'startingOffsets': offset {offset!r} of {topic}-{partition} must "
+                    f"option {name!r}: offset {offset!r} of {topic}-{partition} must "
                     "be an integer >= 0, or -2 (earliest) / -1 (latest)"
                 )
             if partition < 0:
-                raise ValueError(f"option 'startingOffsets': negative partition {partition}")
+                raise ValueError(f"option {name!r}: negative partition {partition}")
             result[(topic, partition)] = offset
     return result
 
@@ -347,12 +354,30 @@ def _positive_int(options: Mapping[str, Any], name: str, default: int | None) ->
     return value
 
 
+def check_common_options(options: Mapping[str, Any]) -> bool:
+    """Check the options streaming queries and batch reads share (``kafka.*``, the
+    subscription); returns ``includeHeaders`` (what the schema depends on).
+
+    Raises:
+        ValueError: naming the option.
+    """
+    opts = {str(k).lower(): v for k, v in options.items()}
+    kafka_consumer_config(opts)
+    _parse_subscription(opts)
+    return _parse_bool("includeHeaders", str(opts.get("includeheaders", "false")))
+
+
 _KNOWN_OPTIONS = {
     "subscribe",
     "subscribepattern",
     "assign",
     "startingoffsets",
+    "startingtimestamp",
+    "startingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy",
     "maxoffsetspertrigger",
+    "minoffsetspertrigger",
+    "maxtriggerdelay",
     "minpartitions",
     "includeheaders",
     "failondataloss",
@@ -361,15 +386,91 @@ _KNOWN_OPTIONS = {
     "rowformat",
     "path",
 }
-_UNSUPPORTED_OPTIONS = {
+#: Spark options accepted (validated) and not used, and why (docs/kafka.md).
+_IGNORED_OPTIONS = {
+    "fetchoffset.numretries": "offset lookups are bounded by fetchOffset.timeoutMs instead of retried",
+    "fetchoffset.retryintervalms": "offset lookups are bounded by fetchOffset.timeoutMs instead of retried",
+}
+#: Options of Spark's streaming source only: ignored by batch reads (as Spark does).
+_STREAMING_ONLY = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"}
+#: Options of Spark's batch reads only: refused by streaming queries (as Spark does).
+_BATCH_ONLY: dict[str, str] = {
     "endingoffsets": "it is not valid for streaming queries",
     "endingoffsetsbytimestamp": "it is not valid for streaming queries",
-    "startingoffsetsbytimestamp": "use startingOffsets",
-    "startingtimestamp": "use startingOffsets",
-    "maxpartitions": "use minPartitions (ranges are split, never merged)",
-    "minoffsetspertrigger": "it is not implemented",
-    "groupidprefix": "the source does not use consumer groups",
+    "endingtimestamp": "it is not valid for streaming queries",
 }
+_UNSUPPORTED_OPTIONS = {
+    "maxpartitions": "use minPartitions (ranges are split, never merged)",
+    "maxrecordsperpartition": "it is not implemented; use minPartitions to split large ranges",
+    "groupidprefix": "the source never joins a consumer group (offsets live in the Spark checkpoint)",
+}
+
+
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_TIME_RE = re.compile(r"^([0-9]+)\s*([a-z]+)?$")
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
+
+
+def parse_duration_ms(name: str, value: Any) -> int:
+    """A duration as Spark writes them (``JavaUtils.timeStringAsMs``): ``500ms``, ``30s``,
+    ``15m`` / ``15min``, ``2h``, ``1d``, ``100us``; a bare number is milliseconds.
+
+    Raises:
+        ValueError: naming the option.
+    """
+    match = _TIME_RE.match(str(value).strip().lower())
+    unit = (match.group(2) or "ms") if match else None
+    if match is None or unit not in _TIME_UNITS_MS:
+        raise ValueError(
+            f"option {name!r} must be a duration like '30s', '15m', '500ms' (units us, ms, s, m, min, h, d), "
+            f"got {value!r}"
+        )
+    return int(int(match.group(1)) * _TIME_UNITS_MS[unit])
+
+
+def _non_negative_int(options: Mapping[str, Any], name: str) -> None:
+    raw = options.get(name.lower())
+    try:
+        if raw is not None and int(str(raw).strip()) >= 0:
+            return
+    except ValueError:
+        pass
+    if raw is not None:
+        raise ValueError(f"option {name!r} must be an integer >= 0, got {raw!r}")
+
+
+#: A timestamp for every partition (``startingTimestamp``), or per partition (``...ByTimestamp``).
+Timestamps = Union[int, Offsets, None]
+
+
+def _parse_timestamps(
+    opts: Mapping[str, Any], single: str, per_partition: str, topics: Sequence[str] | None
+) -> Timestamps:
+    """``startingTimestamp`` / ``startingOffsetsByTimestamp`` (or the ending pair): the first
+    one given, as Spark ranks them (ms since the epoch, >= 0).
+
+    Raises:
+        ValueError: naming the option.
+    """
+    raw = opts.get(single.lower())
+    if raw is not None and str(raw).strip():
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise ValueError(f"option {single!r} must be a timestamp in milliseconds since the epoch, got {raw!r}")
+        return value
+    raw = opts.get(per_partition.lower())
+    if raw is None or not str(raw).strip():
+        return None
+    parsed = parse_starting_offsets(str(raw), topics, name=per_partition)
+    if not isinstance(parsed, dict) or any(ts < 0 for ts in parsed.values()):
+        raise ValueError(
+            f"option {per_partition!r} must be JSON like {{\"topic\": {{\"0\": 1700000000000}}}} "
+            f"(ms since the epoch, >= 0), got {raw!r}"
+        )
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -386,7 +487,21 @@ class KafkaSourceOptions:
     assign: tuple[TP, ...] | None = None
     fail_on_data_loss: bool = True
     starting_offsets: StartingOffsets = "latest"
+    #: batch reads: ``endingOffsets`` (``latest`` or offsets; -1 = latest)
+    ending_offsets: StartingOffsets = "latest"
+    #: ``startingTimestamp`` (one for every partition) or ``startingOffsetsByTimestamp``
+    #: (per partition), in ms since the epoch; before ``startingOffsets`` when set
+    starting_timestamps: Timestamps = None
+    #: ``startingOffsetsByTimestampStrategy``: no record at or after the timestamp
+    starting_timestamp_strategy: Literal["error", "latest"] = "error"
+    #: batch reads: ``endingTimestamp`` / ``endingOffsetsByTimestamp``; before ``endingOffsets``
+    ending_timestamps: Timestamps = None
+    #: the options of a batch read (``spark.read``)
+    batch: bool = False
     max_offsets_per_trigger: int | None = None
+    #: ``minOffsetsPerTrigger``: a trigger waits for this many new offsets, at most ``max_trigger_delay_ms``
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     min_partitions: int | None = None
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
@@ -394,18 +509,28 @@ class KafkaSourceOptions:
     row_format: Literal["arrow", "tuples"] = "arrow"
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> KafkaSourceOptions:
-        """Validate Spark's (case-insensitive) option map.
+    def from_options(cls, options: Mapping[str, Any], *, batch: bool = False) -> KafkaSourceOptions:
+        """Validate Spark's (case-insensitive) option map, for a streaming query or (``batch``)
+        a batch read. docs/kafka.md compares every option with Spark's Kafka source.
 
         Raises:
             ValueError: naming the offending option.
         """
         opts = {str(k).lower(): v for k, v in options.items()}
         consumer_config = kafka_consumer_config(opts)
+        if not batch:
+            for name, why in _BATCH_ONLY.items():
+                if name in opts:
+                    raise ValueError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}")
         for name, why in _UNSUPPORTED_OPTIONS.items():
             if name in opts:
                 raise ValueError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}")
-        unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in _KNOWN_OPTIONS)
+        _non_negative_int(opts, "fetchOffset.numRetries")
+        _non_negative_int(opts, "fetchOffset.retryIntervalMs")
+        if batch:
+            opts = {k: v for k, v in opts.items() if k not in _STREAMING_ONLY}
+        known = _KNOWN_OPTIONS | set(_IGNORED_OPTIONS) | set(_BATCH_ONLY) | _STREAMING_ONLY
+        unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in known)
         if unknown:
             logger.warning("%s ignores unknown options %s", FORMAT_NAME, unknown)
 
@@ -415,14 +540,57 @@ class KafkaSourceOptions:
         if row_format not in ("arrow", "tuples"):
             raise ValueError(f"option 'rowFormat' must be 'arrow' or 'tuples', got {row_format!r}")
 
+        max_offsets = _positive_int(opts, "maxOffsetsPerTrigger", None)
+        min_offsets = _positive_int(opts, "minOffsetsPerTrigger", None)
+        if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+            raise ValueError(
+                f"option 'minOffsetsPerTrigger' ({min_offsets}) is higher than 'maxOffsetsPerTrigger' ({max_offsets})"
+            )
+        delay = opts.get("maxtriggerdelay")
+        max_trigger_delay_ms = (
+            DEFAULT_MAX_TRIGGER_DELAY_MS if delay is None else parse_duration_ms("maxTriggerDelay", delay)
+        )
+
+        subscribed = topics if pattern is None else None
+        starting = parse_starting_offsets(
+            opts.get("startingoffsets"), subscribed, default="earliest" if batch else "latest"
+        )
+        starting_ts = _parse_timestamps(opts, "startingTimestamp", "startingOffsetsByTimestamp", subscribed)
+        strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).strip().lower()
+        if strategy not in ("error", "latest"):
+            raise ValueError(
+                f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}"
+            )
+        ending_ts = _parse_timestamps(opts, "endingTimestamp", "endingOffsetsByTimestamp", subscribed)
+        ending: StartingOffsets = "latest"
+        if batch:
+            if starting == "latest" or (isinstance(starting, dict) and LATEST in starting.values()):
+                raise ValueError(
+                    "option 'startingOffsets' cannot be latest (-1) in a batch read (as in Spark): "
+                    "use earliest, or offsets"
+                )
+            ending = parse_starting_offsets(opts.get("endingoffsets"), subscribed, name="endingOffsets")
+            if ending == "earliest" or (isinstance(ending, dict) and EARLIEST in ending.values()):
+                raise ValueError(
+                    "option 'endingOffsets' cannot be earliest (-2) in a batch read (as in Spark): "
+                    "use latest, or offsets"
+                )
+
         return cls(
             topics=topics,
             pattern=pattern,
             assign=assign,
             fail_on_data_loss=fail_on_data_loss,
             consumer_config=consumer_config,
-            starting_offsets=parse_starting_offsets(opts.get("startingoffsets"), topics if pattern is None else None),
-            max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger", None),
+            starting_offsets=starting,
+            ending_offsets=ending,
+            starting_timestamps=starting_ts,
+            starting_timestamp_strategy="latest" if strategy == "latest" else "error",
+            ending_timestamps=ending_ts,
+            batch=batch,
+            max_offsets_per_trigger=max_offsets,
+            min_offsets_per_trigger=min_offsets,
+            max_trigger_delay_ms=max_trigger_delay_ms,
             min_partitions=_positive_int(opts, "minPartitions", None),
             include_headers=_parse_bool("includeHeaders", str(opts.get("includeheaders", "false"))),
             poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs", 120_000) or 120_000,

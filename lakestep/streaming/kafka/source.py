@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 try:
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadLimit,
@@ -24,9 +25,19 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed pyspa
         f"import failed: {_exc}"
     ) from _exc
 
-from .errors import KafkaDataLossError, KafkaTopicNotFoundError
+from .errors import KafkaDataLossError, KafkaTimestampNotFoundError, KafkaTopicNotFoundError
 from .offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
-from .options import EARLIEST, FORMAT_NAME, LATEST, TP, KafkaSourceOptions, Offsets, redact
+from .options import (
+    EARLIEST,
+    FORMAT_NAME,
+    LATEST,
+    TP,
+    KafkaSourceOptions,
+    Offsets,
+    StartingOffsets,
+    check_common_options,
+    redact,
+)
 from .reader import read_partition_range
 from .schema import kafka_schema
 
@@ -108,6 +119,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._gone: set[TP] = set()
         #: partitions whose log was reset (recreated topic): (offset in the old log, where to read from)
         self._restart_at: dict[TP, tuple[int, int]] = {}
+        #: wall clock in seconds, for ``maxTriggerDelay`` (a test puts its own clock here)
+        self.clock: Callable[[], float] = time.time
+        #: when the last batch was planned (0: never, so the first trigger is not delayed, as in Spark)
+        self._last_trigger_ms = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -132,61 +147,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ends
 
     def current_partitions(self, *, force: bool = False) -> list[TP]:
-        """The partitions the query reads now (``subscribe``: of its topics; ``subscribePattern``:
-        of the topics matching now; ``assign``: the assigned ones that exist)."""
-        o = self.options
-        if o.pattern is not None:
-            topics = [t for t in self.client.all_topics(force=force) if o.pattern.fullmatch(t)]
-            return self.client.partitions(topics, force=force, missing_ok=True)
-        tps = self.client.partitions(o.topics, force=force, missing_ok=True)
-        if o.assign is not None:
-            present = set(tps)
-            return [tp for tp in o.assign if tp in present]
-        return tps
-
-    def _require_all(self, tps: Sequence[TP]) -> None:
-        """At start: every subscribed topic / assigned partition exists."""
-        o = self.options
-        if o.pattern is None and self.client.missing:
-            name = "assign" if o.assign is not None else "subscribe"
-            raise KafkaTopicNotFoundError(
-                f"option {name!r}: topic(s) {', '.join(map(repr, self.client.missing))} do not exist "
-                f"on {','.join(o.consumer_config['bootstrap_servers'])}"
-            )
-        if o.assign is not None and len(tps) != len(o.assign):
-            raise KafkaTopicNotFoundError(
-                f"option 'assign': partition(s) {sorted(set(o.assign) - set(tps))} do not exist"
-            )
+        """The partitions the query reads now, see :func:`current_partitions`."""
+        return current_partitions(self.client, self.options, force=force)
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         """Resolve ``startingOffsets`` against the cluster."""
         tps = self.current_partitions(force=True)
-        self._require_all(tps)
-        starting = self.options.starting_offsets
+        require_all(self.client, self.options, tps)
         earliest = self.client.earliest(tps)
-        if starting == "earliest":
-            result = earliest
-        elif starting == "latest":
-            result = self._ends(earliest)
-        else:
-            assert isinstance(starting, dict)
-            missing = sorted(set(tps) - set(starting))
-            extra = sorted(set(starting) - set(tps))
-            if missing or extra:
-                raise ValueError(
-                    "option 'startingOffsets' must list every partition of the subscribed topics "
-                    f"(use -2 for earliest, -1 for latest); missing {missing}, unknown {extra}"
-                )
-            latest = self._ends(earliest) if LATEST in starting.values() else {}
-            result = {}
-            for tp in tps:
-                offset = starting[tp]
-                if offset == EARLIEST:
-                    result[tp] = earliest[tp]
-                elif offset == LATEST:
-                    result[tp] = latest[tp]
-                else:
-                    result[tp] = offset
+        result = resolve_start(self.client, self.options, tps, earliest, lambda: self._ends(earliest))
         logger.info("initial offsets %s", offsets_to_json(result))
         return offsets_to_json(result)
 
@@ -271,9 +240,30 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._target is not None:
                 end = max(offset, min(end, self._target.get(tp, offset)))
             until[tp] = end
+        if self._delay_batch(origin, until):
+            return start
         if isinstance(limit, ReadMaxRows):
             until = rate_limit(origin, until, limit.max_rows)
         return offsets_to_json(until)
+
+    def _delay_batch(self, origin: Mapping[TP, int], until: Mapping[TP, int]) -> bool:
+        """``minOffsetsPerTrigger`` (Spark's rule): no batch while fewer new offsets than
+        that are available, unless ``maxTriggerDelay`` has passed since the last batch.
+        Never with ``trigger(availableNow=True)`` (it would hold back the last batch), nor
+        when a partition's log was reset (that is handled in the batch planned now)."""
+        minimum = self.options.min_offsets_per_trigger
+        if minimum is None or self._target is not None or self._restart_at:
+            return False
+        now_ms = self.clock() * 1000
+        if now_ms - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+            self._last_trigger_ms = now_ms
+            return False
+        available = sum(max(end - origin.get(tp, end), 0) for tp, end in until.items())
+        if available < minimum:
+            logger.debug("batch delayed: %d new offsets, minOffsetsPerTrigger=%d", available, minimum)
+            return True
+        self._last_trigger_ms = now_ms
+        return False
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The newest offsets seen (for the query's progress), and the data-loss accounting
@@ -343,8 +333,187 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
 
+def current_partitions(client: OffsetClient, o: KafkaSourceOptions, *, force: bool = False) -> list[TP]:
+    """The partitions a query reads now (``subscribe``: of its topics; ``subscribePattern``:
+    of the topics matching now; ``assign``: the assigned ones that exist)."""
+    if o.pattern is not None:
+        topics = [t for t in client.all_topics(force=force) if o.pattern.fullmatch(t)]
+        return client.partitions(topics, force=force, missing_ok=True)
+    tps = client.partitions(o.topics, force=force, missing_ok=True)
+    if o.assign is not None:
+        present = set(tps)
+        return [tp for tp in o.assign if tp in present]
+    return tps
+
+
+def require_all(client: OffsetClient, o: KafkaSourceOptions, tps: Sequence[TP]) -> None:
+    """At start: every subscribed topic / assigned partition exists."""
+    if o.pattern is None and client.missing:
+        name = "assign" if o.assign is not None else "subscribe"
+        raise KafkaTopicNotFoundError(
+            f"option {name!r}: topic(s) {', '.join(map(repr, client.missing))} do not exist "
+            f"on {','.join(o.consumer_config['bootstrap_servers'])}"
+        )
+    if o.assign is not None and len(tps) != len(o.assign):
+        raise KafkaTopicNotFoundError(
+            f"option 'assign': partition(s) {sorted(set(o.assign) - set(tps))} do not exist"
+        )
+
+
+def resolve_offsets(
+    spec: StartingOffsets, name: str, tps: Sequence[TP], earliest: Mapping[TP, int], latest: Callable[[], Offsets]
+) -> Offsets:
+    """``startingOffsets`` / ``endingOffsets`` (``name``) as offsets of ``tps``; ``latest``
+    is called only when needed.
+
+    Raises:
+        ValueError: JSON offsets that do not name every partition of ``tps``.
+    """
+    if spec == "earliest":
+        return {tp: earliest[tp] for tp in tps}
+    if spec == "latest":
+        return dict(latest())
+    assert isinstance(spec, dict)
+    missing = sorted(set(tps) - set(spec))
+    extra = sorted(set(spec) - set(tps))
+    if missing or extra:
+        raise ValueError(
+            f"option {name!r} must list every partition of the subscribed topics "
+            f"(use -2 for earliest, -1 for latest); missing {missing}, unknown {extra}"
+        )
+    ends = latest() if LATEST in spec.values() else {}
+    return {
+        tp: earliest[tp] if spec[tp] == EARLIEST else ends[tp] if spec[tp] == LATEST else spec[tp] for tp in tps
+    }
+
+
+def resolve_timestamps(
+    client: OffsetClient,
+    spec: int | Mapping[TP, int],
+    name: str,
+    tps: Sequence[TP],
+    earliest: Mapping[TP, int],
+    latest: Callable[[], Offsets],
+    strategy: str,
+) -> Offsets:
+    """Offsets of ``tps`` from timestamps (one for all, or one per partition): the first record
+    at or after the timestamp (:meth:`OffsetClient.offset_for_timestamp`); where there is none,
+    the end of the log (``strategy`` ``latest``) or :class:`KafkaTimestampNotFoundError`.
+
+    Raises:
+        ValueError: per-partition timestamps that do not name every partition of ``tps``.
+    """
+    if isinstance(spec, int):
+        stamps = {tp: spec for tp in tps}
+    else:
+        missing, extra = sorted(set(tps) - set(spec)), sorted(set(spec) - set(tps))
+        if missing or extra:
+            raise ValueError(
+                f"option {name!r} must list every partition of the subscribed topics; missing {missing}, "
+                f"unknown {extra}"
+            )
+        stamps = dict(spec)
+    ends = latest()
+    result: Offsets = {}
+    for tp in tps:
+        offset = client.offset_for_timestamp(tp, stamps[tp], earliest[tp], ends[tp])
+        if offset is None:
+            if strategy != "latest":
+                raise KafkaTimestampNotFoundError(name, tp[0], tp[1], stamps[tp])
+            offset = ends[tp]
+        result[tp] = offset
+    return result
+
+
+def resolve_start(
+    client: OffsetClient, o: KafkaSourceOptions, tps: Sequence[TP], earliest: Mapping[TP, int],
+    latest: Callable[[], Offsets],
+) -> Offsets:
+    """Where a query starts: ``startingTimestamp`` / ``startingOffsetsByTimestamp`` when given
+    (before ``startingOffsets``, as Spark ranks them), else ``startingOffsets``."""
+    if o.starting_timestamps is not None:
+        name = "startingTimestamp" if isinstance(o.starting_timestamps, int) else "startingOffsetsByTimestamp"
+        return resolve_timestamps(client, o.starting_timestamps, name, tps, earliest, latest,
+                                  o.starting_timestamp_strategy)
+    return resolve_offsets(o.starting_offsets, "startingOffsets", tps, earliest, latest)
+
+
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read``: the offsets ``[startingOffsets, endingOffsets)`` of every partition,
+    resolved once on the driver (``earliest`` / ``latest`` by default, as Spark), read by
+    one task per partition with offsets (or pieces of it, ``minPartitions``).
+
+    Offsets asked for that are no longer in the log (retention) or not yet in it
+    (``endingOffsets`` beyond its end) are data loss: ``failOnDataLoss=false`` reads what
+    is there, with a warning.
+    """
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+
+    def ranges(self) -> list[tuple[TP, int, int]]:
+        """The offset range ``(tp, start, end)`` of every partition (driver side)."""
+        o = self.options
+        client = OffsetClient(o.consumer_config, o.fetch_offset_timeout_ms)
+        try:
+            tps = current_partitions(client, o, force=True)
+            require_all(client, o, tps)
+            earliest = client.earliest(tps)
+            ends: Offsets = {}
+
+            def latest() -> Offsets:
+                if not ends:
+                    ends.update(client.high_watermarks(earliest))
+                return ends
+
+            start = resolve_start(client, o, tps, earliest, latest)
+            if o.ending_timestamps is not None:
+                end = resolve_timestamps(client, o.ending_timestamps, "endingOffsetsByTimestamp", tps, earliest,
+                                         latest, "latest")
+            else:
+                end = resolve_offsets(o.ending_offsets, "endingOffsets", tps, earliest, latest)
+            log_end = latest()
+        finally:
+            client.close()
+        data_loss = DataLoss(o.fail_on_data_loss)
+        ranges: list[tuple[TP, int, int]] = []
+        for tp in tps:
+            first, stop = start[tp], end[tp]
+            if first > stop:
+                raise ValueError(
+                    f"{tp[0]}-{tp[1]}: option 'startingOffsets' ({first}) is after option 'endingOffsets' ({stop})"
+                )
+            if stop > log_end[tp]:
+                data_loss.report(
+                    f"{tp[0]}-{tp[1]}: option 'endingOffsets' ({stop}) is beyond the end of the log ({log_end[tp]})"
+                )
+                stop = log_end[tp]
+            if first < earliest[tp]:
+                kept = min(earliest[tp], stop)
+                data_loss.report(
+                    f"{tp[0]}-{tp[1]}: offsets [{first}, {earliest[tp]}) were deleted from the log (retention)",
+                    {tp: kept - first},
+                )
+                first = kept
+            ranges.append((tp, first, max(first, stop)))
+        logger.info("batch read of %s", [(f"{t}-{p}", a, b) for (t, p), a, b in ranges])
+        return ranges
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [
+            KafkaInputPartition(tp[0], tp[1], first, stop)
+            for tp, first, stop in split_ranges(self.ranges(), self.options.min_partitions)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, KafkaInputPartition), partition
+        return read_partition_range(
+            self.options, partition.topic, partition.partition, partition.start, partition.end
+        )
+
+
 class KafkaDataSource(DataSource):
-    """The ``lakestep-kafka`` data source (streaming reads only)."""
+    """The ``lakestep-kafka`` data source: streaming queries and batch reads."""
 
     @classmethod
     def name(cls) -> str:
@@ -354,17 +523,29 @@ class KafkaDataSource(DataSource):
         return KafkaSourceOptions.from_options(self.options)
 
     def schema(self) -> StructType:
-        return kafka_schema(self._options().include_headers)
+        # Spark asks at load(), before it says whether the read is a batch or a stream: the
+        # options both have in common are checked here, the others when the reader is made.
+        return kafka_schema(check_common_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = self._options()
-        expected = kafka_schema(options.include_headers)
-        if schema != expected:
-            raise ValueError(
-                f"{FORMAT_NAME} has a fixed schema and does not accept a user-specified one; "
-                f"expected {expected.simpleString()}, got {schema.simpleString()}"
-            )
+        _check_schema(schema, options)
         return KafkaStreamReader(options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """``spark.read``: a batch read of ``[startingOffsets, endingOffsets)``."""
+        options = KafkaSourceOptions.from_options(self.options, batch=True)
+        _check_schema(schema, options)
+        return KafkaBatchReader(options)
+
+
+def _check_schema(schema: StructType, options: KafkaSourceOptions) -> None:
+    expected = kafka_schema(options.include_headers)
+    if schema != expected:
+        raise ValueError(
+            f"{FORMAT_NAME} has a fixed schema and does not accept a user-specified one; "
+            f"expected {expected.simpleString()}, got {schema.simpleString()}"
+        )
 
 
 def register_kafka_source(spark: SparkSession) -> None:

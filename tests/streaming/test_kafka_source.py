@@ -124,7 +124,7 @@ def test_consumer_config_maps_spark_options(options: dict[str, str], expected: d
     ("options", "message"),
     [
         ({}, "'kafka.bootstrap.servers' is required"),
-        ({"kafka.bootstrap.servers": "a:1", "kafka.group.id": "g"}, "never joins a consumer group"),
+        ({"kafka.bootstrap.servers": "a:1", "kafka.group.instance.id": "g"}, "never joins a consumer group"),
         ({"kafka.bootstrap.servers": "a:1", "kafka.enable.auto.commit": "true"}, "consumer group"),
         ({"kafka.bootstrap.servers": "a:1", "kafka.auto.offset.reset": "earliest"}, "startingOffsets"),
         ({"kafka.bootstrap.servers": "a:1", "kafka.value.deserializer": "x"}, "binary"),
@@ -137,6 +137,13 @@ def test_consumer_config_maps_spark_options(options: dict[str, str], expected: d
 def test_consumer_config_refuses_bad_options(options: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         kafka_consumer_config(options)
+
+
+def test_group_id_is_accepted_and_unused() -> None:
+    """A job moved from format("kafka") keeps its kafka.group.id / groupIdPrefix: no group is joined."""
+    assert kafka_consumer_config({"kafka.bootstrap.servers": "a:1", "kafka.group.id": "etl"}) == (
+        kafka_consumer_config({"kafka.bootstrap.servers": "a:1"})
+    )
 
 
 def test_secrets_do_not_leak_into_errors() -> None:

@@ -45,8 +45,11 @@ _RENAMED: dict[str, str] = {
     "max.poll.records": "max_poll_records",
 }
 
+#: Spark passes ``kafka.group.id`` to its consumers (it names them in broker ACLs and logs);
+#: this source fetches by partition and joins no group, so it is accepted and not used.
+_ACCEPTED_UNUSED = {"group.id"}
+
 _GROUP_KEYS = {
-    "group.id",
     "group.instance.id",
     "enable.auto.commit",
     "auto.commit.interval.ms",
@@ -158,7 +161,7 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
 
     Raises:
         ValueError: naming the option, for unknown names, consumer-group settings
-            (``group.id``, ``enable.auto.commit``...), ``auto.offset.reset``,
+            (``enable.auto.commit``...; ``group.id`` is accepted and unused), ``auto.offset.reset``,
             deserializers, JKS key/trust stores, unparsable values, or a missing
             ``kafka.bootstrap.servers``. Secret values never appear in messages.
     """
@@ -184,6 +187,8 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
         value = "" if raw_value is None else str(raw_value)
         if name in _REFUSED:
             raise ValueError(f"option {option!r} is not supported: {_REFUSED[name]}")
+        if name in _ACCEPTED_UNUSED:
+            continue
         if name == "sasl.jaas.config":
             for key, val in _parse_jaas(value).items():
                 put(key, val, option)
@@ -390,6 +395,7 @@ _KNOWN_OPTIONS = {
 _IGNORED_OPTIONS = {
     "fetchoffset.numretries": "offset lookups are bounded by fetchOffset.timeoutMs instead of retried",
     "fetchoffset.retryintervalms": "offset lookups are bounded by fetchOffset.timeoutMs instead of retried",
+    "groupidprefix": "the source joins no consumer group (offsets live in the Spark checkpoint)",
 }
 #: Options of Spark's streaming source only: ignored by batch reads (as Spark does).
 _STREAMING_ONLY = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"}
@@ -402,7 +408,6 @@ _BATCH_ONLY: dict[str, str] = {
 _UNSUPPORTED_OPTIONS = {
     "maxpartitions": "use minPartitions (ranges are split, never merged)",
     "maxrecordsperpartition": "it is not implemented; use minPartitions to split large ranges",
-    "groupidprefix": "the source never joins a consumer group (offsets live in the Spark checkpoint)",
 }
 
 

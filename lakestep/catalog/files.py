@@ -266,6 +266,14 @@ def _encode(v: Any) -> Any:
     return None  # unknown type: no statistics
 
 
+def partition_key(part: Mapping[str, Any]) -> str:
+    """The stored form of a file's partition values (``ls_file.partition``): canonical
+    JSON, keys sorted. The only writer of that column; reads with a filter that pins
+    every partition column match it as text (Predicate.partition_keys), so any other
+    form would hide files from those reads."""
+    return json.dumps({k: _encode(v) for k, v in part.items()}, sort_keys=True)
+
+
 def _decode(v: Any) -> Any:
     if isinstance(v, dict):
         if "$dt" in v:
@@ -436,7 +444,7 @@ class FileWriter:
             path=rel,
             record_count=data.num_rows,
             file_size=size,
-            partition_json=json.dumps({k: _encode(v) for k, v in part.items()}, sort_keys=True),
+            partition_json=partition_key(part),
             stats_json=json.dumps(compute_stats(data), separators=(",", ":")),
             source_ids=list(source_ids),
             seq=seq,

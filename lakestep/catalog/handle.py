@@ -139,10 +139,23 @@ class TableHandle:
             raise TableNotFoundError(self.ident)
         return int(row.version), int(row.data_version)
 
-    def files_at(self, conn: sa.Connection, v: int, head: int) -> list[DataFile]:
+    def files_at(self, conn: sa.Connection, v: int, head: int,
+                 partitions: frozenset[str] | None = None) -> list[DataFile]:
+        """The files live at version ``v``; with ``partitions`` (stored partition keys),
+        only those of these partitions, found through the partition index without
+        listing the others (and without the head cache)."""
+        f = S.files.c
+        if partitions is not None:
+            out: list[DataFile] = []
+            keys = sorted(partitions)
+            for i in range(0, len(keys), 500):
+                q = sa.select(*FILE_COLS).where(
+                    f.table_id == self.table_id, f.partition.in_(keys[i:i + 500]), f.added_version <= v,
+                    sa.or_(f.removed_version.is_(None), f.removed_version > v))
+                out.extend(row_to_file(r) for r in conn.execute(q).all())
+            return sorted(out, key=lambda d: d.file_id)
         if v == head:
             return self._live_at_head(conn, head)
-        f = S.files.c
         q = sa.select(*FILE_COLS).where(
             f.table_id == self.table_id, f.added_version <= v,
             sa.or_(f.removed_version.is_(None), f.removed_version > v))

@@ -20,6 +20,7 @@ rules err to ``SOME`` whenever statistics are missing or not comparable.
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence, Union
 
@@ -28,12 +29,16 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import FilterValueError, InvalidPredicateError
-from .files import ColumnStats, DataFile
+from .files import ColumnStats, DataFile, partition_key
 
 Term = tuple[str, str, Any]
 Filter = Union[Sequence[Term], Sequence[Sequence[Term]]]
 
 _OPS = {"=", "==", "!=", "<", "<=", ">", ">=", "in", "not in", "is_null", "not_null"}
+
+#: More candidate partitions than this: no narrowing by partition key (the files are
+#: listed and judged one by one instead).
+MAX_PARTITION_KEYS = 1024
 
 
 class Verdict(enum.Enum):
@@ -92,6 +97,44 @@ class Predicate:
     def columns(self) -> set[str]:
         return {t[0] for c in self.clauses for t in c}
 
+    def partition_keys(self, schema: pa.Schema, partition_by: Sequence[str]) -> frozenset[str] | None:
+        """The stored partition keys (:func:`~lakestep.catalog.files.partition_key`) of every
+        partition that may hold a matching row, or ``None`` when that cannot be told
+        exactly: some clause leaves a partition column free (no ``=``, ``in`` or
+        ``is_null`` term on it), a value does not convert exactly to the column's type,
+        or there are more than :data:`MAX_PARTITION_KEYS` candidates.
+
+        A superset, never less: a row matches a clause only if its partition
+        values satisfy that clause's terms on the partition columns. Reads
+        narrow their file listing to these keys (one indexed lookup each), then
+        judge the files by :meth:`verdict` as before.
+        """
+        if not partition_by:
+            return None
+        keys: set[str] = set()
+        for clause in self.clauses:
+            per_col: list[list[Any]] = []
+            for col in partition_by:
+                allowed: list[Any] | None = None
+                for c, op, val in clause:
+                    if c != col or op not in ("=", "==", "in", "is_null"):
+                        continue
+                    vals = [None] if op == "is_null" else list(val) if op == "in" else [val]
+                    exact = _exact_values(schema.field(col).type, vals)
+                    if exact is None:
+                        return None
+                    allowed = exact if allowed is None else [v for v in allowed if v in exact]
+                if allowed is None:
+                    return None
+                per_col.append(allowed)
+            combos = 1
+            for vals in per_col:
+                combos *= len(vals)
+            if combos + len(keys) > MAX_PARTITION_KEYS:
+                return None
+            keys.update(partition_key(dict(zip(partition_by, combo))) for combo in itertools.product(*per_col))
+        return frozenset(keys)
+
     # ---------------------------------------------------------------- rows
     def expression(self) -> ds.Expression:
         ors = []
@@ -131,6 +174,23 @@ class Predicate:
         if all_none and not any_some:
             return Verdict.NONE
         return Verdict.SOME
+
+
+def _exact_values(typ: pa.DataType, vals: list[Any]) -> list[Any] | None:
+    """``vals`` as the column's values (what a file's partition holds), deduplicated;
+    ``None`` if one does not convert exactly (no narrowing then)."""
+    try:
+        out = pa.array(vals, typ).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):
+        return None
+    for given, got in zip(vals, out):
+        if given is not None and (got is None or got != given):  # e.g. 5.5 on an integer column
+            return None
+    unique: list[Any] = []
+    for v in out:
+        if v not in unique:
+            unique.append(v)
+    return unique
 
 
 def _term_expr(t: Term) -> ds.Expression:

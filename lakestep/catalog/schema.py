@@ -119,6 +119,8 @@ files = sa.Table(
     sa.Column("seq", sa.BigInteger, nullable=True),
     sa.Index("ls_file_live", "table_id", "removed_version"),
     sa.Index("ls_file_added", "table_id", "added_version"),
+    # version 7: reads that pin every partition column list only those partitions
+    sa.Index("ls_file_partition", "table_id", "partition"),
 )
 
 
@@ -352,6 +354,15 @@ def _v6(conn: Connection) -> None:
         job_triggers.drop(conn)
 
 
+# --- version 7: an index of files by partition -----------------------------------
+# A read whose filter pins every partition column lists the files of those
+# partitions only (Predicate.partition_keys, TableHandle.files_at): the cost
+# follows the partitions read, not the number of files in the table.
+def _v7(conn: Connection) -> None:
+    if "ls_file_partition" not in {i["name"] for i in sa.inspect(conn).get_indexes("ls_file")}:
+        conn.exec_driver_sql("CREATE INDEX ls_file_partition ON ls_file (table_id, \"partition\")")
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
@@ -359,6 +370,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (4, _v4),
     (5, _v5),
     (6, _v6),
+    (7, _v7),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -253,9 +253,15 @@ class Table(TableHandle):
         snapshot: str | None = None,
     ) -> tuple[int, list[DataFile]]:
         """(version, live files) read consistently."""
+        return self._scan_files(version, data_version, as_of, snapshot, None)
+
+    def _scan_files(self, version: int | None, data_version: int | None, as_of: Any, snapshot: str | None,
+                    pred: Predicate | None) -> tuple[int, list[DataFile]]:
+        keys = pred.partition_keys(self.schema, self.partition_by) if pred is not None and self.partition_by \
+            else None
         with self.catalog.backend.read() as conn:
             v, head = self._resolve(conn, version, data_version, as_of, snapshot)
-            return v, self.files_at(conn, v, head=head)
+            return v, self.files_at(conn, v, head=head, partitions=keys)
 
     def added_files(self, from_data_version: int, to_data_version: int) -> list[DataFile]:
         """The files whose rows a stream of this table emits for the data versions
@@ -288,8 +294,8 @@ class Table(TableHandle):
         where: Filter | Predicate | None = None,
     ) -> pa.Table:
         """The rows at the newest version or the one asked for, as an Arrow table."""
-        _, live = self.scan_files(version=version, data_version=data_version, as_of=as_of, snapshot=snapshot)
         pred = Predicate.parse(where, self.schema) if where is not None else None
+        _, live = self._scan_files(version, data_version, as_of, snapshot, pred)
         return self.read_files(live, columns=columns, where=pred)
 
     def read_plan(
@@ -303,21 +309,30 @@ class Table(TableHandle):
     ) -> "ReadPlan":
         """A self-contained plan to read this table at one version (plan.py): absolute
         file URIs, schema, key, merge order. Readers (Spark executors, DuckDB) use it
-        without the catalog database. ``where`` prunes files by their statistics."""
+        without the catalog database. ``where`` prunes files by their statistics; when it
+        pins every partition column (``=``, ``in``, ``is_null``), only the files of those
+        partitions are listed at all (an indexed lookup: the cost follows the partitions
+        read, not the table's size)."""
         with self.catalog.backend.read() as conn:
             plan = self.plan_within(conn, version=version, data_version=data_version, as_of=as_of,
-                                    snapshot=snapshot)
+                                    snapshot=snapshot, where=where)
         return plan.prune(where) if where is not None else plan
 
     def plan_within(self, conn: sa.Connection, *, version: int | None = None, data_version: int | None = None,
-                    as_of: Any = None, snapshot: str | None = None) -> "ReadPlan":
+                    as_of: Any = None, snapshot: str | None = None,
+                    where: Filter | Predicate | None = None) -> "ReadPlan":
         """:meth:`read_plan` inside a read transaction the caller holds (``backend.read()``),
-        so that plans of several tables cost one transaction (a consistent multi-table read)."""
+        so that plans of several tables cost one transaction (a consistent multi-table read).
+        ``where`` only narrows the listing to the partitions it pins (the plan is not pruned
+        by statistics here: :meth:`ReadPlan.prune` does that)."""
         from .files import file_uri
         from .plan import PlannedFile, ReadPlan
 
         v, head = self._resolve(conn, version, data_version, as_of, snapshot)
-        files = self.files_at(conn, v, head=head)
+        keys = None
+        if where is not None and self.partition_by:
+            keys = Predicate.parse(where, self.schema).partition_keys(self.schema, self.partition_by)
+        files = self.files_at(conn, v, head=head, partitions=keys)
         dv = conn.execute(sa.select(S.commits.c.data_version).where(
             S.commits.c.table_id == self.table_id, S.commits.c.version == v)).scalar()
         return ReadPlan(

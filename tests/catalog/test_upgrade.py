@@ -73,7 +73,8 @@ def _write_as_version(conn: sa.Connection, version: int, warehouse: str) -> None
     version 2 and a lock of version 1, the second commit at barrier 1; from version 3
     job j writing s.t, barrier 1 sealed, a rollback record; at version 4 the job's
     trigger decisions (ls_job_trigger, which version 6 replaces), inserted neither
-    in the order they were made nor in key order."""
+    in the order they were made nor in key order; from version 6 the same decisions
+    in ls_trigger_decision."""
     location = f"{warehouse}/s/t-old"
     conn.execute(sa.insert(S.namespaces).values(name="s", properties="{}", created_at=T0))
     values = dict(namespace="s", name="t", location=location, external=False,
@@ -116,11 +117,16 @@ def _write_as_version(conn: sa.Connection, version: int, warehouse: str) -> None
         conn.execute(sa.insert(S.seals).values(barrier=1, opened_at=T0 + 1, sealed_at=T0 + 2, holder="h", token=1))
         conn.execute(sa.insert(S.rollbacks).values(to_barrier=0, open_epoch=1, created_at=T0 + 0.5,
                                                    summary='{"note": "old"}'))
-    if version >= 4:
+    if version in (4, 5):
         conn.execute(sa.insert(S.job_triggers), [  # a run at barrier 2, then (after a rollback) a run at 1
             dict(job_id="j", start_barrier=1, call_no=2, end_barrier=2, created_at=T0 + 3),
             dict(job_id="j", start_barrier=2, call_no=1, end_barrier=3, created_at=T0 + 1),
             dict(job_id="j", start_barrier=1, call_no=1, end_barrier=1, created_at=T0 + 2)])
+    elif version >= 6:  # the same decisions, numbered in the order they were made
+        conn.execute(sa.insert(S.trigger_decisions), [
+            dict(job_id="j", start_barrier=2, call_no=1, end_barrier=3, created_at=T0 + 1),
+            dict(job_id="j", start_barrier=1, call_no=1, end_barrier=1, created_at=T0 + 2),
+            dict(job_id="j", start_barrier=1, call_no=2, end_barrier=2, created_at=T0 + 3)])
 
 
 def _ids(tbl, **at) -> list[tuple[int, str]]:  # type: ignore[no-untyped-def]
@@ -145,7 +151,7 @@ def test_upgrade_keeps_the_data_of_every_older_version(catalog_spec, start: int)
             S.trigger_decisions.c.call_no, S.trigger_decisions.c.end_barrier).order_by(
                 S.trigger_decisions.c.decision_id))]
         assert not sa.inspect(conn).has_table("ls_job_trigger")
-    # version 6 copies version 4's decisions in the order they were made
+    # version 6 copies version 4's decisions in the order they were made (and keeps its own)
     assert decisions == ([(1, "j", 2, 1, 3), (2, "j", 1, 1, 1), (3, "j", 1, 2, 2)] if start >= 4 else [])
     assert cat.list_namespaces() == ["s"] and cat.list_tables("s") == ["s.t"]
     t = cat.load_table("s.t")

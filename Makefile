@@ -41,6 +41,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.barrier
 	$(BIN)/python -m benchmarks.streaming
 	$(BIN)/python -m benchmarks.query
+	$(BIN)/python -m benchmarks.scale
 
 clean:
 	rm -rf $(VENV) demo-warehouse .pytest_cache

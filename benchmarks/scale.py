@@ -139,7 +139,7 @@ def build_topology(cat: Catalog, n_tables: int, barriers: int, seed: int = 7) ->
     rnd = random.Random(seed)
     p = Pipeline(cat)
     n_roots = max(2, n_tables // 10)
-    n_derived = n_tables - n_roots
+    n_derived = n_tables - n_roots - 1  # and the probe
     roots = [cat.create_table(f"b.r{i}", SCHEMA).ident for i in range(n_roots)]
     for i, r in enumerate(roots):
         p.register_job(f"ingest{i}", sinks=[r], external_input=True)
@@ -328,12 +328,13 @@ def _delta_listing(path: Path, n_files: int, runs: int) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ curve 4
-def _writer(url: str, ident: str, seconds: float, period: float, start_at: float, results: Any) -> None:
+def _writer(url: str, ident: str, seconds: float, period: float, ready: Any, go: Any, results: Any) -> None:
     cat = Catalog(url)
     table = cat.load_table(ident)
     batch = pa.table({"k": [1, 2, 3], "v": [4, 5, 6]}, schema=SCHEMA)
     table.append(batch, barrier=OPEN_EPOCH)  # warm-up
-    time.sleep(max(0.0, start_at - time.time()))
+    ready.put(1)
+    go.wait()
     lat: list[float] = []
     errors: list[str] = []
     end = time.monotonic() + seconds
@@ -351,11 +352,12 @@ def _writer(url: str, ident: str, seconds: float, period: float, start_at: float
     results.put(("write", lat, errors))
 
 
-def _reader(url: str, tables: list[str], seconds: float, start_at: float, results: Any) -> None:
+def _reader(url: str, tables: list[str], seconds: float, ready: Any, go: Any, results: Any) -> None:
     cat = Catalog(url)
     p = Pipeline(cat)
     p.choose(tables)
-    time.sleep(max(0.0, start_at - time.time()))
+    ready.put(1)
+    go.wait()
     lat: list[float] = []
     errors: list[str] = []
     end = time.monotonic() + seconds
@@ -379,11 +381,14 @@ def curve_concurrency(cat: Catalog, writers: int, seconds: float) -> dict[str, A
         tables.append(ident)
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
-    start_at = time.time() + 5.0 + 0.4 * writers  # every process imported and warmed up first
-    procs = [ctx.Process(target=_writer, args=(cat.url, t, seconds, 0.05, start_at, q)) for t in tables]
-    procs += [ctx.Process(target=_reader, args=(cat.url, tables, seconds, start_at, q)) for _ in range(2)]
+    ready: Any = ctx.Queue()
+    go = ctx.Event()  # released once every process has imported and warmed up
+    procs = [ctx.Process(target=_writer, args=(cat.url, t, seconds, 0.05, ready, go, q)) for t in tables]
+    procs += [ctx.Process(target=_reader, args=(cat.url, tables, seconds, ready, go, q)) for _ in range(2)]
     for pr in procs:
         pr.start()
+    for _ in procs:
+        ready.get(timeout=600)
     coord = _TimedCoordinator(cat, interval=0.2, lease_seconds=10.0, snapshot_every=None)
     samples: list[tuple[int, int]] = []
     stop = threading.Event()
@@ -400,7 +405,7 @@ def curve_concurrency(cat: Catalog, writers: int, seconds: float) -> dict[str, A
                     samples.append((int(conns or 0), int(waits or 0)))
             eng.dispose()
         sampler = threading.Thread(target=sample, daemon=True)
-    time.sleep(max(0.0, start_at - time.time()))
+    go.set()
     coord.start()
     if sampler is not None:
         sampler.start()
@@ -522,10 +527,10 @@ def main(argv: list[str] | None = None) -> int:
             for curve in ("topology", "history", "files", "concurrency"):
                 if curve not in only:
                     continue
-                for n in sizes[curve]:
+                for i, n in enumerate(sizes[curve]):
                     print(f"[{backend}] {curve} at {n:,} ...", file=sys.stderr, flush=True)
-                    work = Path(tmp) / backend / f"{curve}{n}"
-                    with new_catalog(work, backend, args.pg_dsn, f"{curve}{n}") as cat:
+                    work = Path(tmp) / backend / f"{curve}{i}_{n}"
+                    with new_catalog(work, backend, args.pg_dsn, f"{curve}{i}_{n}") as cat:
                         if curve == "topology":
                             got = curve_topology(cat, n, tb, runs)
                         elif curve == "history":

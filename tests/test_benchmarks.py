@@ -23,3 +23,23 @@ def test_query_benchmark_runs(tmp_path: Path) -> None:
         assert set(by_reader) == {"arrow", "duckdb"}
         assert all(v["rounds"] == 2 for v in by_reader.values())
     assert "overhead ms" in r.stdout
+
+
+def test_scale_benchmark_runs(tmp_path: Path) -> None:
+    out = tmp_path / "scale.json"
+    r = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--backends", "sqlite,postgres", "--runs", "2",
+                        "--seconds", "1", "--topology-barriers", "20", "--out", str(out),
+                        "--sizes", "topology=10,12,14;history=50,60,70;files=20,30,40;concurrency=1,2,2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode in (0, 1), r.stderr[-3000:]  # 1: a target missed (no timing is judged here)
+    doc = json.loads(out.read_text())
+    for backend in ("sqlite", "postgres"):
+        res = doc["results"][backend]
+        assert [c["tables"] for c in res["topology"]] == [10, 12, 14]
+        assert [c["barriers"] for c in res["history"]] == [50, 60, 70]
+        files = res["files"]
+        assert [c["files"] for c in files] == [20, 30, 40]
+        # the filters select exactly: one day of 1000 holds one file here, one key one file
+        assert all(c["files returned"] == {"all": c["files"], "partition": 1, "stats": 1} for c in files)
+        assert all(c["exceptions"] == 0 and c["commit"]["runs"] > 0 for c in res["concurrency"])
+    assert "growth" in r.stdout

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 from lakestep.barrier import OPEN_EPOCH, Pipeline
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -39,15 +40,10 @@ def coordinator(url: str, holder: str, log: Path) -> subprocess.Popen[bytes]:
 
 def wait_for(cond: Callable[[], bool], what: str, proc: subprocess.Popen[bytes], log: Path,
              limit: float = 180.0) -> None:
-    """Poll ``cond``; the limit only catches a hang."""
-    deadline = time.monotonic() + limit
-    while not cond():
-        if proc.poll() is not None:
-            raise AssertionError(f"the coordinator exited ({proc.returncode}) waiting for {what}:\n"
-                                 f"{log.read_text(errors='replace')[-3000:]}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} after {limit:g} s:\n{log.read_text(errors='replace')[-3000:]}")
-        time.sleep(0.1)
+    """Wait until ``cond()`` (tests/waiting.py); a coordinator that exited ends the wait at once."""
+    wait_until(cond, what, timeout=limit,
+               failed=lambda: None if proc.poll() is None else f"the coordinator exited ({proc.returncode})",
+               detail=lambda: log.read_text(errors="replace")[-3000:])
 
 
 def test_a_coordinator_killed_and_replaced_resumes_from_the_last_sealed_epoch(catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]

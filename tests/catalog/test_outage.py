@@ -41,6 +41,7 @@ from lakestep.catalog.maintenance import MaintenanceLoop
 from lakestep.errors import CatalogUnavailableError
 from lakestep.retry import RetryPolicy, retrying
 from tests.conftest import CatalogSpec
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -248,14 +249,9 @@ class Parts:
 
 
 def wait_for(cond: Callable[[], bool], what: str, parts: Parts, limit: float = 300.0) -> None:
-    """Wait until ``cond()`` (polling); the limit only catches a hang."""
-    deadline = time.monotonic() + limit
-    while not _holds(cond):
-        if parts.errors:
-            raise AssertionError(f"a part failed while waiting for {what}") from parts.errors[0]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} after {limit:g} s")
-        time.sleep(0.1)
+    """Wait until ``cond()`` (tests/waiting.py); a part that failed ends the wait at once."""
+    wait_until(lambda: _holds(cond), what, timeout=limit,
+               failed=lambda: f"a part failed: {parts.errors[0]!r}" if parts.errors else None)
 
 
 def _holds(cond: Callable[[], bool]) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import pyarrow as pa
 import pytest
@@ -23,6 +22,7 @@ from lakestep.errors import CatalogUnavailableError, CatalogWaitExpiredError, In
 from lakestep.retry import RetryPolicy, Wait, retrying
 from tests.catalog.test_outage import PgStopped, SQLiteLocked
 from tests.conftest import CatalogSpec
+from tests.waiting import wait_until
 
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 # SQLite: a write gives up on the foreign lock after 1 s (its busy timeout); PostgreSQL: a stopped
@@ -164,8 +164,8 @@ def test_a_commit_whose_answer_was_lost_while_the_server_went_down_is_not_a_repl
         restarted = threading.Event()
 
         def start_when_waiting() -> None:
-            while not any("writer: the catalog database is unavailable" in r.getMessage() for r in caplog.records):
-                time.sleep(0.05)
+            wait_until(lambda: any("writer: the catalog database is unavailable" in r.getMessage()
+                                   for r in caplog.records), "the writer's wait")
             pg_cluster.start()
             restarted.set()
 

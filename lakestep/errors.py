@@ -48,6 +48,34 @@ class CatalogUnavailableError(CatalogError):
         self.outcome_unknown = outcome_unknown
 
 
+class CatalogWaitExpiredError(CatalogUnavailableError):
+    """A service gave up waiting for the catalog database (lakestep/retry.py).
+
+    ``what`` waited ``waited`` seconds over ``attempts`` failed attempts; its
+    policy's ``deadline`` (seconds, None: none). ``outcome_unknown`` as for
+    :class:`CatalogUnavailableError`: set when the last attempt was a commit
+    whose fate could not be looked up.
+    """
+
+    def __init__(self, message: str, *, what: str, waited: float, attempts: int, deadline: float | None,
+                 outcome_unknown: bool = False) -> None:
+        super().__init__(message, outcome_unknown=outcome_unknown)
+        self.what = what
+        self.waited = waited
+        self.attempts = attempts
+        self.deadline = deadline
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes (keyword-only facts)
+        return (_rebuild_wait_expired, (str(self), self.what, self.waited, self.attempts, self.deadline,
+                                        self.outcome_unknown))
+
+
+def _rebuild_wait_expired(message: str, what: str, waited: float, attempts: int, deadline: float | None,
+                          outcome_unknown: bool) -> "CatalogWaitExpiredError":
+    return CatalogWaitExpiredError(message, what=what, waited=waited, attempts=attempts, deadline=deadline,
+                                   outcome_unknown=outcome_unknown)
+
+
 class CatalogCorruptError(CatalogError):
     """The catalog database is damaged, or is not a lakestep catalog (nothing was changed)."""
 
@@ -355,6 +383,7 @@ __all__ = [
     "CatalogError",
     "CatalogVersionError",
     "CatalogUnavailableError",
+    "CatalogWaitExpiredError",
     "InvalidIdentifierError",
     "InvalidLocationError",
     "NamespaceNotFoundError",

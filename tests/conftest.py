@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
     from tests.catalog.workers import Worker
+    from tests.pgcluster import PgCluster
     from tests.pgproxy import PgProxy
     from tests.s3server import S3Server
 
@@ -175,6 +176,27 @@ def pg_spec(pg_admin: sa.Engine, tmp_path) -> Iterator[CatalogSpec]:  # type: ig
     """For the few behaviours that exist only with a database server (a dropped connection)."""
     with _pg_spec(pg_admin, str(tmp_path / "warehouse")) as spec:
         yield spec
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator["PgCluster"]:
+    """A PostgreSQL server of the suite's own (tests/pgcluster.py: initdb into a temporary
+    directory, a free port), for tests that stop and start the database."""
+    from tests.pgcluster import PgCluster
+
+    with PgCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def own_pg(pg_cluster: "PgCluster", tmp_path) -> Iterator[CatalogSpec]:  # type: ignore[no-untyped-def]
+    """A catalog in a fresh database of ``pg_cluster``, which the test may stop and start
+    (it is running when the test starts and when it ends)."""
+    if not pg_cluster.running:
+        pg_cluster.start()
+    yield CatalogSpec("postgres", pg_cluster.create_database(), str(tmp_path / "warehouse"))
+    if not pg_cluster.running:
+        pg_cluster.start()
 
 
 @pytest.fixture

@@ -22,7 +22,17 @@ cleanly and releases it). The loop, per :meth:`Coordinator.tick`:
 
 A :class:`NotCoordinatorError` (the lease was lost, e.g. after a long pause)
 turns the coordinator into a standby; it never seals with a stale lease.
-Database errors are logged and retried with a back-off.
+While the catalog database is unavailable the loop waits through
+:func:`lakestep.retry.retrying` (``retry``: bounded exponential backoff, one
+log line when the wait starts and one when it ends; by default it waits as
+long as it takes). A seal whose answer was lost is simply tried again: it is
+fenced by the lease and by the epoch it expects, so it never seals twice.
+
+**A restarted coordinator** (its process killed, a new one started later):
+nothing of a coordinator lives outside the database. The new one takes the
+lease when the old one's expires (database clock) and seals the epoch that is
+open, the one after the last sealed; root commits made while no coordinator
+ran are in that epoch.
 
 Not guaranteed: the interval is a lower bound (a seal waits for root commits
 in flight, and a loaded database delays it); ``per_batch`` polls, so several
@@ -42,9 +52,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
 
+from .. import retry as _retry
 from . import epochs
 from .epochs import Lease, Seal, epoch_row
-from ..errors import CatalogUnavailableError, InvalidArgumentError
+from ..errors import CatalogUnavailableError, CatalogWaitExpiredError, InvalidArgumentError
 from .errors import NotCoordinatorError
 from .topology import Topology
 
@@ -93,6 +104,7 @@ class Coordinator:
         retain_seconds: float | None = None,
         poll: float = 0.05,
         holder: str | None = None,
+        retry: "_retry.RetryPolicy | None" = None,
     ) -> None:
         if seal not in ("interval", "per_batch"):
             raise InvalidArgumentError(f"seal must be 'interval' or 'per_batch', not {seal!r}", argument="seal",
@@ -111,6 +123,9 @@ class Coordinator:
         self.retain_seconds = retain_seconds
         self.poll = float(poll)
         self.holder = holder or default_holder()
+        # waiting out the database: backoff up to a quarter of the lease, no deadline by default
+        self.retry = retry or _retry.RetryPolicy(initial=0.05, max_delay=min(5.0, self.lease_seconds / 4),
+                                                 deadline=None)
         self.topology = Topology(catalog)
         self.lease: Lease | None = None
         self._renewed_at = 0.0
@@ -221,18 +236,18 @@ class Coordinator:
         """Tick until :meth:`stop`, ``duration`` seconds, or ``max_seals`` seals by this coordinator."""
         deadline = None if duration is None else time.monotonic() + duration
         sealed = 0
-        backoff = 0.05
+        outage = _retry.Wait(self.retry, f"coordinator {self.holder}", stop=self._stop, logger=log)
         while not self._stop.is_set():
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            try:
-                t = self.tick()
-                backoff = 0.05
-            except CatalogUnavailableError as e:  # the database is down or busy: keep trying
-                log.warning("coordinator %s: database error (%s); retrying in %.2fs", self.holder, e, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, self.lease_seconds / 4)
-                continue
+            try:  # the database down or busy: wait (the seal is fenced, so redoing a tick is safe)
+                t = _retry.retrying(self.tick, policy=self.retry, what=outage.what, wait=outage, redo_unknown=True)
+            except CatalogWaitExpiredError:
+                raise
+            except CatalogUnavailableError:
+                if self._stop.is_set():  # stopped while waiting
+                    break
+                raise
             if t.sealed is not None:
                 sealed += 1
                 if max_seals is not None and sealed >= max_seals:

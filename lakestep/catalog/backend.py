@@ -75,12 +75,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DatabaseTimeouts:
-    """How long lakestep waits for the catalog database (seconds); PostgreSQL only.
+    """How long lakestep waits for the catalog database (seconds).
 
-    ``statement``: the server cancels a statement running longer (lock waits
-    included); the client gives up ``grace`` seconds later if no answer came
-    at all. ``pool``: how long a call waits for a free pooled connection.
-    ``keepalive_idle``: idle seconds before TCP keepalive probes start.
+    ``statement``: PostgreSQL: the server cancels a statement running longer
+    (lock waits included); the client gives up ``grace`` seconds later if no
+    answer came at all. SQLite: how long a statement waits for a lock that
+    another process holds on the file (the busy timeout), then fails with
+    :class:`CatalogUnavailableError`. The others are PostgreSQL's:
+    ``connect``; ``pool``: how long a call waits for a free pooled
+    connection; ``keepalive_idle``: idle seconds before TCP keepalive probes
+    start.
     """
 
     connect: float = 10.0
@@ -514,15 +518,16 @@ def create_backend(url: str, *, echo: bool = False, pool_size: int = 5,
         engine = sa.create_engine(
             parsed.set(database=path),
             echo=echo,
-            connect_args={"isolation_level": None, "timeout": 60.0, "check_same_thread": False},
+            connect_args={"isolation_level": None, "timeout": float(timeouts.statement), "check_same_thread": False},
         )
+        busy_ms = max(1, int(timeouts.statement * 1000))
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=FULL")
-            cur.execute("PRAGMA busy_timeout=60000")
+            cur.execute(f"PRAGMA busy_timeout={busy_ms}")
             cur.close()
 
         return SQLiteBackend(engine, path)

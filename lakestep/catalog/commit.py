@@ -22,7 +22,13 @@ The protocol of one catalog transaction (one or several tables):
    e. commits the database transaction: all tables or none.
 3. If the database connection breaks, the writer reconnects and looks its
    transaction up by uuid: found means it landed (the result is returned),
-   absent means it did not (it is retried, up to a limit).
+   absent means it did not (it is retried, up to a limit: the catalog's
+   ``commit_retries``, or inside :func:`lakestep.retry.retrying` the caller's
+   wait with its deadline). A retry that finds its idempotency key taken,
+   or whose guard calls it a replay (a barrier batch already committed),
+   first checks whether that is its own uuid (an earlier attempt landed, its
+   answer lost): then the commit is returned as landed, not as a replay,
+   and its files are kept.
 
 :func:`commit` is the one loop that runs these steps and retries them; every
 write (``Table``'s, a :class:`~lakestep.catalog.Transaction`, a barrier
@@ -50,7 +56,7 @@ from typing import Any, Callable, ContextManager, Protocol, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import _failpoints
+from .. import _failpoints, retry
 from ..clock import Clock
 from ..errors import CatalogError, CatalogUnavailableError, CommitConflict, SchemaChangedConflict, TableNotFoundError
 from . import schema as S
@@ -324,19 +330,51 @@ def commit(
     (committed=False). Commit times come from ``clock`` (the catalog's, lakestep/clock.py).
     """
     txn_uuid = new_txn_uuid()
-    attempts = rebases = 0
+    rebases = failures = 0
     fast = guard is None and after is None and len(changes) == 1 and changes[0].blind
     idents = {c.table_id: c.ident for c in changes}
+    # Inside retry.retrying (a sink, the coordinator, ...) the commit waits under the caller's wait;
+    # otherwise under the catalog's own policy: ``retries`` quick retries.
+    wait = retry.active() or retry.Wait(retry.RetryPolicy.counted(retries),
+                                        f"commit to {', '.join(sorted(set(idents.values())))}", logger=log)
+
+    def lost(e: CatalogUnavailableError) -> list[CommitResult] | None:
+        """Step 3: the results if an attempt landed; else wait for the next attempt (raises
+        CatalogWaitExpiredError when the wait gives up)."""
+        nonlocal failures
+        failures += 1
+        known = False
+        try:  # did it land before the connection broke?
+            with backend.read() as conn:
+                prior = find_txn(conn, txn_uuid=txn_uuid)
+                known = True
+                if prior is not None:
+                    log.warning("commit landed before the connection broke; returning its result")
+                    return txn_results(conn, prior, idents, replayed=False)
+        except CatalogUnavailableError:
+            pass
+        wait.failed(e, outcome_unknown=not known,
+                    detail="the commit did not land" if known else "whether the commit landed is unknown: "
+                    "replaying it with the same (job_id, batch_id) is safe")
+        return None
+
     while True:
         try:
             txn = txn_record(txn_uuid, job_id, batch_id, None if clock is None else clock.now())
             if fast:  # one blind append/upsert: the streaming hot path, one round trip on PostgreSQL
                 result = backend.commit_blind(changes[0], txn)
                 _failpoints.hit("commit.after_db_commit")
+                wait.succeeded()
                 return True, [result]
             with backend.write() as conn:
                 stop = guard(conn) if guard is not None else None
                 if stop is not None:
+                    # the guard's replay may be this very transaction, landed by an attempt whose answer was lost
+                    prior = find_txn(conn, txn_uuid=txn_uuid) if failures else None
+                    wait.succeeded()
+                    if prior is not None:
+                        log.warning("an earlier attempt of this commit had landed; returning its result")
+                        return True, txn_results(conn, prior, idents, replayed=False)
                     return False, stop
                 if all(c.blind for c in changes):  # appends and upserts: the backend's blind append
                     results = backend.append(conn, changes, txn)
@@ -345,6 +383,7 @@ def commit(
                 if after is not None:
                     after(conn, results)
             _failpoints.hit("commit.after_db_commit")
+            wait.succeeded()
             return True, results
         except NeedsRebase as nr:
             rebases += 1
@@ -356,42 +395,51 @@ def commit(
             log.info("rebasing %s onto %d concurrently added file(s)", nr.change.ident, len(nr.files))
             nr.change.rebase(nr.change, nr.files)
         except KeyReplayed as kr:
-            return False, _replayed(backend, changes, kr)
+            try:
+                if failures:  # the key may be this very transaction's, landed by an attempt whose answer was lost
+                    with backend.read() as conn:
+                        prior = find_txn(conn, txn_uuid=txn_uuid)
+                        if prior is not None:
+                            log.warning("an earlier attempt of this commit had landed; returning its result")
+                            wait.succeeded()
+                            return True, txn_results(conn, prior, idents, replayed=False)
+                replayed = _replayed(backend, changes, kr)
+            except CatalogUnavailableError as e:
+                landed = lost(e)
+                if landed is not None:
+                    wait.succeeded()
+                    return True, landed
+                continue
+            wait.succeeded()
+            return False, replayed
         except sa.exc.IntegrityError as e:
-            with backend.read() as conn:
-                # An earlier attempt of this very transaction landed (its outcome was unknown)?
-                prior = find_txn(conn, txn_uuid=txn_uuid)
-                if prior is not None:
-                    log.warning("an earlier attempt of this commit had landed; returning its result")
-                    return True, txn_results(conn, prior, idents, replayed=False)
-                # A concurrent commit with the same idempotency key won the race.
-                prior = None if job_id is None else find_txn(conn, key=(job_id, int(batch_id or 0)))
-            if prior is None:
-                raise CatalogError(f"the catalog database refused the commit: {e.orig}") from e
-            assert job_id is not None
-            return False, _replayed(backend, changes, KeyReplayed(job_id, int(batch_id or 0)))
-        except CatalogUnavailableError as e:
-            attempts += 1
-            known = False
-            try:  # did it land before the connection broke?
+            try:
                 with backend.read() as conn:
+                    # An earlier attempt of this very transaction landed (its outcome was unknown)?
                     prior = find_txn(conn, txn_uuid=txn_uuid)
-                    known = True
                     if prior is not None:
-                        log.warning("commit landed before the connection broke; returning its result")
+                        log.warning("an earlier attempt of this commit had landed; returning its result")
+                        wait.succeeded()
                         return True, txn_results(conn, prior, idents, replayed=False)
-            except CatalogUnavailableError:
-                pass
-            if attempts > retries:
-                raise CatalogUnavailableError(
-                    f"{e} (gave up after {attempts} attempts; "
-                    + ("the commit did not land" if known else "whether the commit landed is unknown: "
-                       "replaying it with the same (job_id, batch_id) is safe") + ")",
-                    outcome_unknown=not known) from e
-            delay = min(2.0, 0.05 * 2 ** attempts)
-            log.warning("catalog database unavailable (%s); retry %d/%d in %.2fs", e, attempts,
-                        retries, delay)
-            time.sleep(delay)
+                    # A concurrent commit with the same idempotency key won the race.
+                    prior = None if job_id is None else find_txn(conn, key=(job_id, int(batch_id or 0)))
+                if prior is None:
+                    raise CatalogError(f"the catalog database refused the commit: {e.orig}") from e
+                assert job_id is not None
+                replayed = _replayed(backend, changes, KeyReplayed(job_id, int(batch_id or 0)))
+            except CatalogUnavailableError as lost_answer:
+                landed = lost(lost_answer)
+                if landed is not None:
+                    wait.succeeded()
+                    return True, landed
+                continue
+            wait.succeeded()
+            return False, replayed
+        except CatalogUnavailableError as e:
+            landed = lost(e)
+            if landed is not None:
+                wait.succeeded()
+                return True, landed
 
 
 def _replayed(backend: "CommitBackend", changes: Sequence[TableChange], kr: KeyReplayed) -> list[CommitResult]:

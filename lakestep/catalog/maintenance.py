@@ -6,9 +6,14 @@ retention-safe cleanup, so the loop can run while streaming jobs append and
 upsert and readers read: a compaction that loses a race is discarded, never
 an ingest (docs/design.md §2). A failing table (an invalid property, a corrupt
 data file, a storage error, a bug) is logged with its error and retried next
-round; the other tables of the round still run. A round that cannot even list
-the tables (the catalog database down) is logged and retried after
-``interval``: the loop itself never dies of an error.
+round; the other tables of the round still run. While the catalog database is
+unavailable the round stops and waits through :func:`lakestep.retry.retrying`
+(``retry``: bounded exponential backoff, one log line when the wait starts
+and one when it ends, no deadline by default), then runs again from its first
+table: every step plans afresh from what the catalog holds, so redoing one
+whose outcome was lost is safe. The loop itself never dies of an error,
+except :class:`~lakestep.errors.CatalogWaitExpiredError` when ``retry`` has
+a deadline and the database stayed away longer.
 
 Run it in a thread of a driver (:meth:`MaintenanceLoop.start`) or as its own
 process (``python -m lakestep.catalog.maintenance --url ... [--table ns.t]``).
@@ -26,7 +31,8 @@ from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
-from ..errors import LakestepError
+from .. import retry as _retry
+from ..errors import CatalogUnavailableError, LakestepError
 from . import properties as P
 from .catalog import Catalog
 from .changes import CommitResult
@@ -100,6 +106,7 @@ class MaintenanceLoop:
         major_every: int = 0,
         cleanup: bool = True,
         ttl: bool = True,
+        retry: _retry.RetryPolicy = _retry.SERVICE,
     ) -> None:
         self.catalog = catalog
         self.tables = list(tables) if tables is not None else None
@@ -109,15 +116,18 @@ class MaintenanceLoop:
         self.major_every = major_every
         self.cleanup = cleanup
         self.ttl = ttl
+        self.retry = retry
         self.rounds = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def run_once(self) -> RoundReport:
-        self.rounds += 1
+        """One round. Raises :class:`CatalogUnavailableError` (the round is not counted) when the
+        catalog database is unavailable: :meth:`run` waits and runs it again."""
+        n = self.rounds + 1
         start = time.perf_counter()
-        report = RoundReport(self.rounds, 0.0)
-        major = self.major_every > 0 and self.rounds % self.major_every == 0
+        report = RoundReport(n, 0.0)
+        major = self.major_every > 0 and n % self.major_every == 0
         for ident in self.tables if self.tables is not None else self.catalog.list_tables():
             out: dict[str, Any] = {}
             try:
@@ -133,6 +143,8 @@ class MaintenanceLoop:
                     cr = table.cleanup()
                     out["deleted_files"] = len(cr.deleted_files) + len(cr.orphan_files)
                     out["deleted_bytes"] = cr.deleted_bytes + cr.orphan_bytes
+            except CatalogUnavailableError:  # not this table's trouble: the round waits for the database
+                raise
             except LakestepError as e:  # one table's trouble must not stop the others
                 log.warning("maintenance of %s failed this round: %s", ident, e)
                 out["error"] = f"{type(e).__name__}: {e}"
@@ -141,6 +153,7 @@ class MaintenanceLoop:
                 out["error"] = f"{type(e).__name__}: {e}"
             report.tables[ident] = out
         report.seconds = time.perf_counter() - start
+        self.rounds = n
         log.info("maintenance round %d in %.2fs: %s", report.round, report.seconds, report.tables)
         return report
 
@@ -150,10 +163,17 @@ class MaintenanceLoop:
         reports = []
         first = self.rounds
         deadline = None if duration is None else time.monotonic() + duration
+        outage = _retry.Wait(self.retry, "maintenance", stop=self._stop, logger=log)
         while not self._stop.is_set():
             try:
-                reports.append(self.run_once())
-            except Exception:  # the round itself failed (the catalog unreachable): try again later
+                reports.append(_retry.retrying(self.run_once, policy=self.retry, what=outage.what, wait=outage,
+                                               redo_unknown=True))
+            except CatalogUnavailableError:
+                if self._stop.is_set():  # stopped while waiting for the database
+                    break
+                raise  # gave up waiting: the retry policy's deadline passed (CatalogWaitExpiredError)
+            except Exception:  # the round itself failed: try again later
+                self.rounds += 1
                 log.exception("maintenance round %d failed", self.rounds)
             else:
                 if on_round is not None:

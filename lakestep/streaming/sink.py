@@ -18,6 +18,15 @@ Protocol of one micro-batch (numbered as it runs):
      precommits its barrier;
    * a dead-letter table (option ``deadLetterTable``) receives the rows whose
      ``_ls_error`` column is set, in the same transaction;
+   While the catalog database is unavailable, the commit waits
+   (:func:`lakestep.retry.retrying`: bounded exponential backoff, one log
+   line when the wait starts, one when it ends) up to ``catalogWaitSeconds``
+   (default 300), then fails the batch with
+   :class:`~lakestep.errors.CatalogWaitExpiredError`. A commit whose answer
+   was lost is looked up by its uuid (catalog/commit.py step 3), never made
+   twice; a commit whose outcome stays unknown is not redone here (a redo
+   would be told "replay" and delete the landed commit's files): the batch
+   fails, and Spark's replay of it is recognised by ``(job, batchId)``;
 3. on failure (``abort``): nothing is deleted. A commit that failed may still
    have landed (its connection died after the database committed, or the
    query was stopped while the commit ran in its Python worker, which may
@@ -34,7 +43,8 @@ the table lacks are added to it as nullable columns when the query starts;
 default: such a query is refused before it writes anything), ``storage.<name>``
 (object-store options, :class:`lakestep.catalog.files.Storage`: the driver opens
 the catalog with them and hands them to the executors with the table's shape;
-default: the AWS environment).
+default: the AWS environment), ``catalogWaitSeconds`` (how long a commit waits
+for an unavailable catalog database, step 2; default 300).
 
 Output modes: Spark 4 hands a Python sink only the append and complete
 output modes (``outputMode("update")`` fails with "lakestep does not support
@@ -54,6 +64,7 @@ from typing import Any, Iterator, Literal
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from .. import retry as _retry
 from ..catalog.files import FileWriter, NewFile, Storage
 from ..catalog.plan import SerializedSchemas
 from ..catalog.writes import conform
@@ -185,11 +196,12 @@ class SinkTarget:
     mode: SinkMode
     shape: TableShape
     dead: TableShape | None
+    retry: _retry.RetryPolicy = _retry.STREAMING  # waiting out an unavailable catalog database (step 2)
 
     @classmethod
     def open(cls, url: str, table_name: str, *, job: str | None, mode: str | None, overwrite: bool = False,
              dead_letter: str | None = None, schema: Any = None, merge_schema: bool = False,
-             storage: Storage | None = None) -> "SinkTarget":
+             storage: Storage | None = None, retry: _retry.RetryPolicy | None = None) -> "SinkTarget":
         """Check the options against the table and register the job (driver side only).
 
         ``schema``: the Spark schema of the rows to come. Columns the table
@@ -209,7 +221,7 @@ class SinkTarget:
             raise ValueError(f"update mode upserts by primary key, and {table.ident} has none")
         dead = TableShape.of(dead_table) if dead_table is not None else None
         progress.ensure_sink_registered(cat, job, table.ident, dead.ident if dead else None)
-        return cls(url, job, mode, TableShape.of(table), dead)
+        return cls(url, job, mode, TableShape.of(table), dead, retry or _retry.STREAMING)
 
     def files(self) -> BatchFiles:
         return BatchFiles(self.shape, self.dead)
@@ -222,11 +234,13 @@ class SinkTarget:
         """Publish a micro-batch's files in one catalog transaction (driver side)."""
         files = [f for m in messages if m is not None for f in m.files]
         dead = [f for m in messages if m is not None for f in m.dead_letters]
-        cat = progress.open_catalog(self.url, self.shape.storage)
         # upserts are appends to a primary-key table: the newest file wins per key
         mode = "overwrite" if self.mode == "complete" else "append"
-        results = progress.commit_batch(cat, self.job, batch_id, self.shape.ident, files, mode=mode,
-                                        dead_letter=(self.dead.ident, dead) if self.dead else None)
+        results = _retry.retrying(
+            lambda: progress.commit_batch(progress.open_catalog(self.url, self.shape.storage), self.job, batch_id,
+                                          self.shape.ident, files, mode=mode,
+                                          dead_letter=(self.dead.ident, dead) if self.dead else None),
+            policy=self.retry, what=f"sink of job {self.job} (batch {batch_id})")
         if results and all(r.replayed for r in results):
             # a replay of a batch that had committed: these files are a second copy
             self.files().delete(messages)
@@ -257,6 +271,18 @@ def evolve_schema(table: Any, spark_schema: Any, dead: Any, merge: bool) -> None
     table.add_columns(*(f.with_nullable(True) for f in extra))
 
 
+def wait_policy(options: Any) -> _retry.RetryPolicy:
+    """The option ``catalogWaitSeconds`` of a lakestep sink or source as a retry policy."""
+    value = (options or {}).get("catalogWaitSeconds")
+    if value is None:
+        return _retry.STREAMING
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"option catalogWaitSeconds must be a number of seconds, got {value!r}") from None
+    return _retry.RetryPolicy(deadline=seconds)
+
+
 def parse_flag(value: Any) -> bool:
     v = str(value or "false").strip().lower()
     if v not in ("true", "false"):
@@ -266,12 +292,16 @@ def parse_flag(value: Any) -> bool:
 
 class LakestepStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Any, overwrite: bool, schema: Any = None) -> None:
-        # Runs on the driver side: the only place that reads the catalog.
-        self.target = SinkTarget.open(progress.required(options, "catalog"), progress.required(options, "table"),
-                                      job=options.get("job"), mode=options.get("mode"), overwrite=overwrite,
-                                      dead_letter=options.get("deadLetterTable"), schema=schema,
-                                      merge_schema=parse_flag(options.get("mergeSchema")),
-                                      storage=progress.storage_of(options))
+        # Runs on the driver side: the only place that reads the catalog. Spark makes a new writer for
+        # micro-batches of a running query too, so it waits out an unavailable database like a commit.
+        url, table, policy = progress.required(options, "catalog"), progress.required(options, "table"), \
+            wait_policy(options)
+        self.target = _retry.retrying(
+            lambda: SinkTarget.open(url, table, job=options.get("job"), mode=options.get("mode"),
+                                    overwrite=overwrite, dead_letter=options.get("deadLetterTable"), schema=schema,
+                                    merge_schema=parse_flag(options.get("mergeSchema")),
+                                    storage=progress.storage_of(options), retry=policy),
+            policy=policy, what=f"sink of {table} (writer)")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:  # executors
         from pyspark import TaskContext

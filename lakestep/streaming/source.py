@@ -21,10 +21,18 @@ make no data version, so compacted rows never come back).
 4. ``commit``: pins the version the next batch starts from with a leased
    version lock, so cleanup keeps its files while the stream is behind.
 
+While the catalog database is unavailable, the reader's creation and steps
+1, 2, 3 and 4 on the driver wait (:func:`lakestep.retry.retrying`: bounded exponential backoff, one log
+line when the wait starts, one when it ends) up to ``catalogWaitSeconds``,
+then fail the query with :class:`~lakestep.errors.CatalogWaitExpiredError`.
+Redoing them is safe: a trigger decision is recorded once per
+``(job, start, call)`` and read back by a redo (barrier/triggers.py).
+
 Options: ``catalog``, ``table``, ``job`` (required: a derived job registered
 with its sources and sinks), ``maxBarriersPerTrigger`` (default 1),
 ``storage.<name>`` (object-store options, see :class:`lakestep.catalog.files.Storage`;
-default: the AWS environment of each process).
+default: the AWS environment of each process), ``catalogWaitSeconds`` (default
+300).
 """
 
 from __future__ import annotations
@@ -37,10 +45,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from .. import retry as _retry
 from ..barrier import Pipeline, triggers
 from ..catalog import reader
+from ..errors import CatalogUnavailableError
 from . import progress
-from .sink import TableShape
+from .sink import TableShape, wait_policy
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +77,23 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.table = progress.required(options, "table")
         self.job = progress.required(options, "job")
         self.max_barriers = int(options.get("maxBarriersPerTrigger", "1"))
+        self.retry = wait_policy(options)
         if self.max_barriers < 1:
             raise ValueError("maxBarriersPerTrigger must be at least 1")
-        cat = progress.open_catalog(self.url, self.storage)
-        progress.ensure_source_registered(cat, self.job, self.table)
-        self.shape = TableShape.of(cat.load_table(self.table))
+
+        def start() -> tuple[TableShape, int]:
+            cat = progress.open_catalog(self.url, self.storage)
+            progress.ensure_source_registered(cat, self.job, self.table)
+            # Decisions numbered above the mark are this run's (barrier/triggers.py, step 1).
+            return TableShape.of(cat.load_table(self.table)), triggers.run_mark(cat, self.job)
+
+        self.shape, self._mark = self._waiting(start, "start")
         self._calls: dict[int, int] = {}
-        # Decisions numbered above the mark are this run's (barrier/triggers.py, step 1).
-        self._mark = triggers.run_mark(cat, self.job)
         self._target: int | None = None  # Trigger.AvailableNow: the last barrier to read
+
+    def _waiting(self, fn: Any, step: str) -> Any:
+        """``fn()``, waiting out an unavailable catalog database (module docstring)."""
+        return _retry.retrying(fn, policy=self.retry, what=f"source {self.table} of job {self.job} ({step})")
 
     def _offset(self, barrier: int) -> dict[str, int]:
         cat = progress.open_catalog(self.url, self.storage)
@@ -83,37 +101,47 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"barrier": barrier, "dv": dv}
 
     def initialOffset(self) -> dict[str, int]:
-        return self._offset(Pipeline(progress.open_catalog(self.url, self.storage)).job_frontier(self.job))
+        return self._waiting(lambda: self._offset(
+            Pipeline(progress.open_catalog(self.url, self.storage)).job_frontier(self.job)), "initialOffset")
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the barrier an availableNow query reads up to: the newest one
         every source of the job has precommitted now. The query then runs its
         batches (one barrier each, or ``maxBarriersPerTrigger``) up to it and stops."""
-        self._target = Pipeline(progress.open_catalog(self.url, self.storage)).ready_barrier(self.job)
+        self._target = self._waiting(
+            lambda: Pipeline(progress.open_catalog(self.url, self.storage)).ready_barrier(self.job),
+            "prepareForTriggerAvailableNow")
         log.info("job %s: availableNow reads %s up to barrier %d", self.job, self.table, self._target)
 
     def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
         s = int(start["barrier"])
         n = self._calls.get(s, 0)
         self._calls = {s: n + 1}
-        cat = progress.open_catalog(self.url, self.storage)
         most = self.max_barriers if self._target is None else min(self.max_barriers, self._target - s)
 
         def plan() -> int:
             if most < 1:
                 return s
-            nxt = Pipeline(cat).next_batch(self.job, max_barriers=most)
+            nxt = Pipeline(progress.open_catalog(self.url, self.storage)).next_batch(self.job, max_barriers=most)
             return nxt.hi if nxt is not None and nxt.lo == s + 1 else s
 
-        end = triggers.decide(cat, self.job, s, n, plan, mark=self._mark)
-        return start if end == s else self._offset(end)
+        def decided() -> dict[str, int]:
+            cat = progress.open_catalog(self.url, self.storage)
+            end = triggers.decide(cat, self.job, s, n, plan, mark=self._mark)
+            return start if end == s else self._offset(end)
+
+        return self._waiting(decided, "latestOffset")
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         if int(end["dv"]) <= int(start["dv"]):
             return []
-        t = progress.open_catalog(self.url, self.storage).load_table(self.table)
-        return [FilesPartition([FileToRead(f.path, f.record_count, f.file_size)])
-                for f in t.added_files(int(start["dv"]), int(end["dv"]))]
+
+        def files() -> list[FilesPartition]:
+            t = progress.open_catalog(self.url, self.storage).load_table(self.table)
+            return [FilesPartition([FileToRead(f.path, f.record_count, f.file_size)])
+                    for f in t.added_files(int(start["dv"]), int(end["dv"]))]
+
+        return self._waiting(files, "partitions")
 
     def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:  # executors
         data = reader.read(self.shape.ident, self.shape.store(), partition.files,
@@ -123,6 +151,9 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from data.to_batches()
 
     def commit(self, end: dict[str, int]) -> None:
+        self._waiting(lambda: self._pin(end), "commit")
+
+    def _pin(self, end: dict[str, int]) -> None:
         cat = progress.open_catalog(self.url, self.storage)
         t = cat.load_table(self.table)
         locker = f"stream:{self.job}:{self.table}"
@@ -133,6 +164,8 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             b = int(end["barrier"])
             v = Pipeline(cat).version_at(self.table, b) if b > 0 else 0
             t.lock(locker=locker, version=v, lease_seconds=3600)
+        except CatalogUnavailableError:  # waited out by commit()
+            raise
         except Exception as e:  # a pin is a courtesy to cleanup; never fail the stream for it
             log.warning("could not pin %s for stream %s: %s", self.table, self.job, e)
 

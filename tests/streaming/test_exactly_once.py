@@ -86,20 +86,37 @@ if _spec and _sink:
 """
 
 
+# Test-only hook: every Python process of the app (driver and Spark's Python workers) logs lakestep's lines at
+# INFO to stderr, with its pid (the outage test counts the wait lines of sinks, sources and the coordinator).
+_LOG_HOOK = """
+import logging as _logging, os as _os, sys as _sys
+if _os.environ.get("LS_TEST_LOG_LAKESTEP"):
+    _h = _logging.StreamHandler(_sys.stderr)
+    _h.setFormatter(_logging.Formatter("%(asctime)s pid %(process)d %(levelname)s %(name)s: %(message)s"))
+    _logging.getLogger("lakestep").addHandler(_h)
+    _logging.getLogger("lakestep").setLevel(_logging.INFO)
+"""
+
+
 class App:
     """One run of pipeline_app.py in its own process group."""
 
     def __init__(self, tmp: Path, run: int, args: list[str], failpoints: str | None,
-                 pause_after_commit: str | None = None) -> None:
+                 pause_after_commit: str | None = None, log_lakestep: bool = False) -> None:
         env = dict(os.environ)
         paths = [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
         self.marker = tmp / f"app-{run}.committed"
-        if pause_after_commit:  # every Python process of the app loads the hook (sitecustomize)
-            hook = tmp / "hook"
+        hooks = ([_PAUSE_HOOK] if pause_after_commit else []) + ([_LOG_HOOK] if log_lakestep else [])
+        if hooks:  # every Python process of the app loads the hooks (sitecustomize)
+            hook = tmp / f"hook-{run}"
             hook.mkdir(exist_ok=True)
-            (hook / "sitecustomize.py").write_text(_PAUSE_HOOK)
+            (hook / "sitecustomize.py").write_text("\n".join(hooks))
             paths.insert(0, str(hook))
+        if pause_after_commit:
             env["LS_TEST_PAUSE_AFTER_COMMIT"] = f"{pause_after_commit}:{self.marker}"
+        env.pop("LS_TEST_LOG_LAKESTEP", None)
+        if log_lakestep:
+            env["LS_TEST_LOG_LAKESTEP"] = "1"
         env["PYTHONPATH"] = os.pathsep.join(paths)
         env.pop("LAKESTEP_FAILPOINTS", None)
         if failpoints:

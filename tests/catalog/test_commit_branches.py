@@ -129,3 +129,58 @@ def test_restore_of_files_removed_past_the_retention_window(clocked: Catalog, cl
     assert (r.version, r.operation, r.added_files, r.removed_files) == (4, "RESTORE", 1, 0)
     assert r.summary["restored_files"] == 1 and r.summary["restored_to"] == 2
     assert rows(t) == [(1, "d1"), (2, "d2")]
+
+
+def test_a_compaction_exactly_retention_old_is_not_undone(clocked: Catalog, clock: ManualClock) -> None:
+    """The retention window's edge, to the instant: a compaction exactly ``R`` old is the
+    version current at ``now - R``, so cleanup may delete its inputs' bytes now (cleanup.py:
+    files removed at or before that version expire). A delete that read one of those
+    inputs must then fail, not record file 2 again (its bytes may be gone)."""
+    t = table(clocked, (1, "d1"), (2, "d1"), (3, "d2"))
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "=", 1)])  # reads file 1
+    clock.advance(1)
+    c = t.compact()  # d1: files 1 and 2 -> o1, at START + 1
+    assert (c.version, c.committed_at) == (4, ManualClock.START + 1)
+    clock.advance(t.retention_seconds)  # now - R is the compaction's own time
+    inputs = sorted(f.path for f in t.files(version=3) if f.partition["day"] == "d1")
+    assert sorted(t.cleanup(dry_run=True).deleted_files) == inputs  # cleanup may delete files 1 and 2 now
+    with pytest.raises(errors.CommitConflict) as ei:
+        tx.commit()
+    assert (ei.value.other_version, ei.value.other_operation) == (4, "COMPACT")
+    assert "retention window" in ei.value.reason
+    assert t.version == 4 and rows(t) == [(1, "d1"), (2, "d1"), (3, "d2")]  # o1 holds them
+
+
+def test_a_file_removed_exactly_retention_ago_is_not_restored(clocked: Catalog, clock: ManualClock) -> None:
+    """RESTORE at the retention window's edge: the delete that removed file 1 is exactly
+    ``R`` old, cleanup may have deleted the file's bytes, so the restore conflicts (a snapshot
+    pinning a version that holds the file would keep it, as past the window)."""
+    t = table(clocked, (1, "d1"), (2, "d2"))
+    file1 = [f.path for f in t.files() if f.partition["day"] == "d1"]
+    clock.advance(1)
+    assert t.delete([("id", "=", 1)]).version == 3  # at START + 1
+    clock.advance(t.retention_seconds)
+    assert t.cleanup(dry_run=True).deleted_files == file1  # cleanup may delete file 1 now
+    with pytest.raises(errors.CommitConflict) as ei:
+        t.restore(2)
+    assert (ei.value.other_version, ei.value.other_operation) == (3, "DELETE")
+    assert "past the retention window" in ei.value.reason
+    # pins that do not keep file 1 from cleanup do not help either: a snapshot of the version
+    # that removed it, and one that expires at this very instant
+    t.create_snapshot("at-the-delete", version=3)
+    t.create_snapshot("brief", version=1, retain_seconds=10)
+    clock.advance(10)
+    assert t.cleanup(dry_run=True).deleted_files == file1
+    with pytest.raises(errors.CommitConflict):
+        t.restore(2)
+    assert t.version == 3 and rows(t) == [(2, "d2")]
+    t.create_snapshot("keep", version=1)  # a pin in force where file 1 was live
+    assert t.cleanup(dry_run=True).deleted_files == []
+    r = t.restore(2)
+    assert (r.version, r.added_files, r.removed_files) == (4, 1, 0) and rows(t) == [(1, "d1"), (2, "d2")]
+    # restoring the newest version is a commit that changes nothing
+    dv = t.data_version
+    r = t.restore(4)
+    assert (r.version, r.operation, r.data_version, r.added_files, r.removed_files) == (5, "RESTORE", dv, 0, 0)
+    assert rows(t) == [(1, "d1"), (2, "d2")]

@@ -355,6 +355,7 @@ def commit(
                     reason="concurrent commits kept changing the overwritten range") from None
             log.info("rebasing %s onto %d concurrently added file(s)", nr.change.ident, len(nr.files))
             nr.change.rebase(nr.change, nr.files)
+            _failpoints.hit("commit.rebased")  # after the rewrite, before the next attempt
         except KeyReplayed as kr:
             return False, _replayed(backend, changes, kr)
         except sa.exc.IntegrityError as e:

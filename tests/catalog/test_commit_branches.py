@@ -8,10 +8,13 @@ SQLite and PostgreSQL, on a :class:`ManualClock` (retention decided by moving it
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 import pytest
 
-from lakestep import Catalog, errors
+from lakestep import Catalog, _failpoints, errors
+from lakestep.catalog.commit import MAX_REBASES
 from lakestep.clock import ManualClock
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string())])
@@ -184,3 +187,80 @@ def test_a_file_removed_exactly_retention_ago_is_not_restored(clocked: Catalog, 
     r = t.restore(4)
     assert (r.version, r.operation, r.data_version, r.added_files, r.removed_files) == (5, "RESTORE", dv, 0, 0)
     assert rows(t) == [(1, "d1"), (2, "d2")]
+
+
+def test_a_replay_is_recognised_before_anything_else(clocked: Catalog) -> None:
+    """Step 2b comes first: a transaction whose key is already recorded returns the first
+    result, exactly (marked replayed), even when the table changed since in a way that would
+    fail a new commit (here a column added after the replay was prepared)."""
+    t = table(clocked, (1, "d1"), (2, "d2"))
+    again = clocked.transaction(job_id="j", batch_id=1)
+    again.delete(t, [("id", "=", 1)])  # prepared against the old schema
+    with clocked.transaction(job_id="j", batch_id=1) as first:
+        first.delete(t, [("id", "=", 1)])
+    [r] = first.results
+    t.add_columns(("note", pa.string()))
+    head = t.version
+    [replay] = again.commit()
+    assert again.replayed and replay == dataclasses.replace(r, replayed=True)
+    assert t.version == head and rows(t) == [(2, "d2")]
+
+
+def test_an_overwrite_rebases_at_most_max_rebases_times(clocked: Catalog) -> None:
+    """An OVERWRITE of ``5 <= id < 100`` while, before each of its attempts, a concurrent
+    append lands a file straddling the range's edge: it rewrites those files and tries again,
+    MAX_REBASES times exactly, then gives up with a CommitConflict; nothing of it lands."""
+    t = table(clocked, (1, "d1"))
+    tx = clocked.transaction()
+    tx.overwrite(t, {"id": [7], "day": ["d1"]}, where=[("id", ">=", 5), ("id", "<", 100)])
+    t.append({"id": [9, 2000], "day": ["d1", "d1"]})  # straddles: the first attempt must rebase
+    rebased: list[int] = []
+
+    def another_straddler(_name: str) -> None:
+        rebased.append(t.version)
+        if len(rebased) <= MAX_REBASES + 1:  # one more than allowed; then let it commit
+            t.append({"id": [10 + len(rebased), 3000], "day": ["d1", "d1"]})
+
+    _failpoints.arm("commit.rebased", another_straddler)
+    try:
+        with pytest.raises(errors.CommitConflict) as ei:
+            tx.commit()
+    finally:
+        _failpoints.disarm("commit.rebased")
+    assert len(rebased) == MAX_REBASES
+    assert "kept changing the overwritten range" in ei.value.reason
+    assert t.version == 2 + MAX_REBASES  # the appends only
+    assert rows(t) == sorted([(1, "d1"), (9, "d1"), (2000, "d1")]
+                             + [(10 + n, "d1") for n in range(1, MAX_REBASES + 1)] + [(3000, "d1")] * MAX_REBASES)
+
+
+def test_an_append_prepared_before_a_column_was_added_still_lands(clocked: Catalog) -> None:
+    """Only writes that rewrite files read with the old schema conflict with a schema change;
+    a blind append from before it lands (its rows read the new column as null), also when
+    the transaction carries a rewrite of another table (the general commit path)."""
+    t = table(clocked, (1, "d1"))
+    u = clocked.create_table("s.u", SCHEMA)
+    u.append({"id": [5], "day": ["d5"]})
+    tx = clocked.transaction()
+    tx.append(t, {"id": [2], "day": ["d2"]})
+    tx.delete(u, [("id", "=", 5)])
+    t.add_columns(("note", pa.string()))
+    [rt, ru] = tx.commit()
+    assert (rt.operation, ru.operation) == ("APPEND", "DELETE")
+    assert sorted(tuple(r.values()) for r in t.to_arrow().to_pylist()) == [(1, "d1", None), (2, "d2", None)]
+    assert u.to_arrow().num_rows == 0
+
+
+def test_an_overwrite_drops_its_rewrite_of_a_file_replaced_meanwhile(clocked: Catalog) -> None:
+    """An OVERWRITE of ``5 <= id < 100`` rewrote file F (ids 9 and 2000, straddling the edge)
+    to keep 2000; before it commits, a delete of 2000 replaced F by F' (id 9). The rewrite is
+    stale and dropped (2000 stays deleted); F', inside the range, is replaced."""
+    t = table(clocked, (1, "d1"))
+    t.append({"id": [9, 2000], "day": ["d1", "d1"]})  # F
+    tx = clocked.transaction()
+    tx.overwrite(t, {"id": [7], "day": ["d1"]}, where=[("id", ">=", 5), ("id", "<", 100)])
+    assert t.delete([("id", "=", 2000)]).version == 3  # F -> F'
+    [r] = tx.commit()
+    assert (r.version, r.base_version, r.removed_files, r.added_files) == (4, 2, 1, 1)  # F' out, [7] in
+    assert r.summary["stale_rewrites"] == 1
+    assert rows(t) == [(1, "d1"), (7, "d1")]

@@ -264,3 +264,16 @@ def test_an_overwrite_drops_its_rewrite_of_a_file_replaced_meanwhile(clocked: Ca
     assert (r.version, r.base_version, r.removed_files, r.added_files) == (4, 2, 1, 1)  # F' out, [7] in
     assert r.summary["stale_rewrites"] == 1
     assert rows(t) == [(1, "d1"), (7, "d1")]
+
+
+def test_serializable_judges_only_files_added_after_the_base(clocked: Catalog) -> None:
+    """Serializable isolation conflicts with rows that landed after the version L read, never
+    with the files L read itself: a serializable delete of id 2 (the file added by its base
+    version) commits beside a concurrent append that cannot hold id 2."""
+    t = table(clocked, (1, "d1"), (2, "d2"))  # id 2: the file added by version 2
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "=", 2)], isolation="serializable")
+    assert t.append({"id": [50], "day": ["d5"]}).version == 3
+    [r] = tx.commit()
+    assert (r.version, r.base_version, r.removed_files) == (4, 2, 1)
+    assert rows(t) == [(1, "d1"), (50, "d5")]

@@ -89,6 +89,40 @@ NAMED: dict[str, list[tuple[str, str]]] = {
 # the listing shows it, its replacement, why). They are listed, not run (--equivalent runs them
 # too). An entry that matches no mutant stops the run: the code moved, look at it again.
 EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
+    "lakestep/catalog/resolver.py": [
+        ("S.commits.c.version > self.c.base_version", ">", ">=",
+         "ops is looked up only at versions that removed files live at base_version: all above it"),
+        ("if op != Operation.COMPACT.value or f.file_id not in", "or", "and",
+         "both tests are always false: a source of an undone output was removed by that very compaction"),
+        ("raise self.conflict(rv, f\"file {f.file_id} to restore was removed by a {op}\")\n"
+         "            if at + self.c.retention_seconds <= self.now:", "<=", "<",
+         "never decides: the same compaction's age was checked, with <=, when its output was undone above"),
+    ],
+    "lakestep/barrier/states.py": [
+        # the tag and m of the newest era with its RESTORE left out: NULL where the RESTORE was the
+        # answer, and NULL is what sends each statement to its exact fallback
+        ("c.barrier IS NOT NULL AND c.version >= COALESCE(w.restore_v, 0)", "SQL >=", ">",
+         "the RESTORE left out of its era's tag: NULL only if it was the era's one barriered commit; "
+         "facts_ex then reads _NEWEST_TAG (that RESTORE's barrier), the choice takes the general path"),
+        ("c.barrier <= :e AND c.version >= COALESCE(w.restore_v, 0)", "SQL >=", ">",
+         "m NULL where the RESTORE was the answer: the era loop answers it (b_r <= e)"),
+        ("c.barrier <= b.e AND c.version >= COALESCE(fr.restore_v, 0)", "SQL >=", ">",
+         "m NULL where the RESTORE was the answer: choose._committed_fast takes the general path"),
+        ("n.version > x.m AND n.data_version", "SQL >", ">=",
+         "version m itself has data version d.data_version, not a greater one"),
+        ("n.version > x.m + 1", "SQL >", ">=", "m + 1 is s, judged by the WHEN before: its data version is not greater"),
+        ("COALESCE(f.tag, 0) < o.open_epoch - 1", "SQL <", "<=", "at tag = O - 1 both branches answer O - 1"),
+        ("fr.frontier >= fr.joined", "SQL >=", ">",
+         "e* in SQL only: choose._committed_fast recomputes e* in Python and takes the general path on any "
+         "disagreement"),
+        ("version > :lo", "SQL >", ">=",
+         "the RESTORE at lo is tagged <= e only when the next test answers it anyway, and never beats a "
+         "commit of its era tagged <= e (barrier, then version, descending)"),
+        ("version < :hi", "SQL <", "<=", "the commit at hi is a newer RESTORE tagged > e or untagged: the loop went on"),
+        ("AND version > :v AND data_version", "SQL >", ">=", "version v itself has data version dv, not a greater one"),
+        ("version > :v AND barrier IS NOT NULL AND data_version > :dv", "SQL >", ">=",  # both of _FIRST_CHANGE
+         "at.version (a version_at answer) is the last version of its data version, which never decreases"),
+    ],
     "lakestep/catalog/predicates.py": [
         ("if all_none and not any_some:", "and", "or",
          "all_none == (not any_some) always: a SOME clause sets both, nothing else does"),
@@ -232,8 +266,9 @@ def run_tests(copy: Path, tests: list[str], timeout: float, postgres: bool = Fal
     dt = time.monotonic() - t0
     if proc.returncode == 0:
         return "SURVIVED", dt
-    if proc.returncode == 1:
-        return "killed", dt
+    if proc.returncode == 1:  # name the test that failed first (-x: the only one)
+        failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, flags=re.M)
+        return ("killed by " + failed[0]) if failed else "killed", dt
     return f"killed (pytest exit {proc.returncode})", dt
 
 

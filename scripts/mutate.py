@@ -122,6 +122,14 @@ EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
         ("AND version > :v AND data_version", "SQL >", ">=", "version v itself has data version dv, not a greater one"),
         ("version > :v AND barrier IS NOT NULL AND data_version > :dv", "SQL >", ">=",  # both of _FIRST_CHANGE
          "at.version (a version_at answer) is the last version of its data version, which never decreases"),
+        ("if tag is None and restore_v is not None:", "and", "or",
+         "with a tag the fallback reads the same barrier (the newest barriered commit carries its era's highest "
+         "tag); with neither a tag nor a RESTORE it finds none either"),
+        ("return joined > 0 and fr", ">", ">=", "with joined = 0, fr < joined is never true: frontiers are >= 0"),
+        # choice_rows answers None (the general path, same answer) for more scopes: only speed is lost
+        ("if not ids or len(ids) > _CHUNK:", "or", "and", "the general path answers the same: speed only"),
+        ("if not ids or len(ids) > _CHUNK:", ">", ">=", "the general path answers the same: speed only"),
+        ("if not ids or len(ids) > _CHUNK:", ">", "<", "the general path answers the same: speed only"),
     ],
     "lakestep/catalog/predicates.py": [
         ("if all_none and not any_some:", "and", "or",

@@ -286,6 +286,34 @@ def test_snapshots_every_k_retention_and_cleanup(clocked: Catalog, clock: Manual
     aged.release()
 
 
+def test_a_snapshot_is_gone_at_its_expiry_instant(clocked: Catalog, clock: ManualClock) -> None:
+    """A snapshot lives while now < expires_at, to the instant, for every reader of snapshots:
+    repeatable_read, the SNAPSHOT state and the since-frontier of status (as for cleanup's pins)."""
+    catalog = clocked
+    catalog.create_namespace("s")
+    make_tables(catalog, "a", "d")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    coord = Coordinator(catalog, snapshot_every=1, retain_count=None, retain_seconds=60)
+    catalog.load_table("s.a").append(kv((1, 1)), barrier=OPEN_EPOCH)
+    coord.seal()
+    process(p, "copy", copy_of("s.a"), catalog)
+    assert coord.snapshot() == [1]
+    [snap] = catalog.load_table("s.a").snapshots()
+    assert snap.expires_at is not None
+    clock.set(snap.expires_at - 1)
+    with p.choose(["s.a", "s.d"], level="repeatable_read") as c:
+        assert c.barrier == 1
+    assert BarrierState.SNAPSHOT in p.states("s.a", 1) and p.status().oldest_retained == 1
+    clock.set(snap.expires_at)
+    with pytest.raises(NoSnapshotError):
+        p.choose(["s.a", "s.d"], level="repeatable_read")
+    assert BarrierState.SNAPSHOT not in p.states("s.a", 1)
+    assert p.status().oldest_retained is None and p.snapshot_barrier() is None
+    coord.release()
+
+
 def test_choice_follows_renames_and_drops(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
     make_tables(catalog, "a", "b")
     pipeline.register_job("ingest", sinks=["s.a", "s.b"], external_input=True)

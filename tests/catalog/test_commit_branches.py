@@ -154,6 +154,19 @@ def test_a_compaction_exactly_retention_old_is_not_undone(clocked: Catalog, cloc
     assert "retention window" in ei.value.reason
     assert t.version == 4 and rows(t) == [(1, "d1"), (2, "d1"), (3, "d2")]  # o1 holds them
 
+    # the matrix rule itself (resolver.Rule.UNDO_COMPACTION), at the same edge, when nothing would
+    # be recorded again: a delete that read both inputs of a compaction exactly R old fails too
+    t.append({"id": [4], "day": ["d1"]})  # v5: file 4
+    tx = clocked.transaction()
+    tx.delete(t, [("day", "=", "d1")])  # reads o1 and file 4
+    clock.advance(1)
+    assert t.compact().version == 6  # o1 and file 4 -> o2
+    clock.advance(t.retention_seconds)
+    with pytest.raises(errors.CommitConflict) as ei:
+        tx.commit()
+    assert (ei.value.other_version, ei.value.other_operation) == (6, "COMPACT")
+    assert t.version == 6 and rows(t) == [(1, "d1"), (2, "d1"), (3, "d2"), (4, "d1")]
+
 
 def test_a_file_removed_exactly_retention_ago_is_not_restored(clocked: Catalog, clock: ManualClock) -> None:
     """RESTORE at the retention window's edge: the delete that removed file 1 is exactly
@@ -169,8 +182,9 @@ def test_a_file_removed_exactly_retention_ago_is_not_restored(clocked: Catalog, 
         t.restore(2)
     assert (ei.value.other_version, ei.value.other_operation) == (3, "DELETE")
     assert "past the retention window" in ei.value.reason
-    # pins that do not keep file 1 from cleanup do not help either: a snapshot of the version
-    # that removed it, and one that expires at this very instant
+    # pins that do not keep file 1 from cleanup do not help either: snapshots of a version before
+    # it was added and of the version that removed it, and one that expires at this very instant
+    t.create_snapshot("before-it", version=0)
     t.create_snapshot("at-the-delete", version=3)
     t.create_snapshot("brief", version=1, retain_seconds=10)
     clock.advance(10)
@@ -178,7 +192,7 @@ def test_a_file_removed_exactly_retention_ago_is_not_restored(clocked: Catalog, 
     with pytest.raises(errors.CommitConflict):
         t.restore(2)
     assert t.version == 3 and rows(t) == [(2, "d2")]
-    t.create_snapshot("keep", version=1)  # a pin in force where file 1 was live
+    t.create_snapshot("keep", version=1, retain_seconds=60)  # a pin in force where file 1 was live
     assert t.cleanup(dry_run=True).deleted_files == []
     r = t.restore(2)
     assert (r.version, r.added_files, r.removed_files) == (4, 1, 0) and rows(t) == [(1, "d1"), (2, "d2")]

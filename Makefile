@@ -29,7 +29,8 @@ test: venv
 	scripts/ensure-services.sh
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# A mutation run over catalog/commit.py, catalog/predicates.py and barrier/states.py (scripts/mutate.py):
+# A mutation run over catalog/commit.py, catalog/resolver.py, catalog/predicates.py and barrier/states.py
+# (scripts/mutate.py):
 # long (minutes per target), not part of `make test`. MUTATE_ARGS='--target lakestep/barrier/states.py'.
 mutate: venv
 	$(BIN)/python scripts/mutate.py $(MUTATE_ARGS)

@@ -394,6 +394,7 @@ def commit(
                     reason="concurrent commits kept changing the overwritten range") from None
             log.info("rebasing %s onto %d concurrently added file(s)", nr.change.ident, len(nr.files))
             nr.change.rebase(nr.change, nr.files)
+            _failpoints.hit("commit.rebased")  # after the rewrite, before the next attempt
         except KeyReplayed as kr:
             try:
                 if failures:  # the key may be this very transaction's, landed by an attempt whose answer was lost

@@ -107,7 +107,7 @@ class Rule(enum.Enum):
                           "added may hold rows matching L's predicate")
     FAIL_IF_READ_REMOVED = "L fails if E removed a file L read (and under serializable, as above)"
     UNDO_COMPACTION = ("both land: E's compaction is undone by metadata where it took files L read; "
-                       "L fails if E is older than the retention window")
+                       "L fails if E is not younger than the retention window")
     DISCARD_IF_INPUT_REMOVED = "L is discarded (a success, discarded=True) if E removed one of its inputs"
     RESTORE_TARGET = "L makes the live files exactly those of its target version: E is undone"
 
@@ -263,8 +263,10 @@ class Resolver:
         """Undo, by metadata, the concurrent compactions that took files L read.
 
         The compaction outputs holding those rows are removed; their other
-        inputs, whose bytes are still on storage within the retention window,
-        are recorded again. Compactions of compaction outputs are undone too.
+        inputs, whose bytes are still on storage while the compaction is
+        younger than the retention window, are recorded again (at exactly
+        ``R`` old cleanup may delete them: refused). Compactions of compaction
+        outputs are undone too.
         """
         read = self.c.read_ids
         pending = list(gone.items())
@@ -274,7 +276,7 @@ class Resolver:
             op, at = self.ops.get(rv, ("?", 0.0))
             if op != Operation.COMPACT.value:
                 raise self.conflict(rv, f"file {fid} holding rows this {self.c.operation.value} read was removed")
-            if at + self.c.retention_seconds < self.now:
+            if at + self.c.retention_seconds <= self.now:
                 raise self.conflict(rv, "the compaction that took the files read is older than the retention window")
             q = sa.select(*FILE_COLS).where(
                 S.files.c.table_id == self.c.table_id,
@@ -296,7 +298,7 @@ class Resolver:
             op, at = self.ops.get(rv, ("?", 0.0))
             if op != Operation.COMPACT.value or f.file_id not in {s for o in undone.values() if o.added_version == rv for s in o.source_ids}:
                 raise self.conflict(rv, f"file {f.file_id} to restore was removed by a {op}")
-            if at + self.c.retention_seconds < self.now:
+            if at + self.c.retention_seconds <= self.now:
                 raise self.conflict(rv, "the files to restore are past the retention window")
             plan.readd.append(f)
         live_outputs = [o for o in undone.values() if o.removed_version is None]
@@ -326,9 +328,10 @@ class Resolver:
         1. every live file whose path was not live at the target is removed;
         2. every file live at the target whose path is no longer live is recorded
            again (a new file row, same path and statistics);
-        3. re-adding a file removed longer ago than the retention window is
-           refused (cleanup may have deleted its bytes) unless a live snapshot or
-           version lock pins a version where it was live.
+        3. re-adding a file removed the retention window ago or longer is
+           refused (cleanup may have deleted its bytes: it expires files removed
+           at or before ``now - R``) unless a live snapshot or version lock pins
+           a version where it was live.
 
         Commits that landed after the target, concurrent ones included, are all
         undone: the table then holds exactly the rows of the target version.
@@ -352,7 +355,7 @@ class Resolver:
             if x.path in have:
                 continue
             rv = int(x.removed_version or 0)
-            if self.ops.get(rv, ("?", 0.0))[1] + c.retention_seconds < self.now:
+            if self.ops.get(rv, ("?", 0.0))[1] + c.retention_seconds <= self.now:
                 if pinned is None:
                     pinned = self._pinned_versions()
                 if not any(x.added_version <= w < rv for w in pinned):

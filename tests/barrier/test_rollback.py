@@ -188,3 +188,51 @@ def test_version_at_an_older_restores_own_barrier(catalog: Catalog) -> None:
     assert p.version_at("s.a", 2) == 2
     assert rows(a.to_arrow(version=p.version_at("s.a", 3))) == [(1, 1), (2, 2), (3, 3)]
     coord.release()
+
+
+def test_version_at_in_an_older_era_includes_the_commits_that_change_no_rows(catalog: Catalog) -> None:
+    """Rule 2 of the version rule holds in older eras too (the era loop, states._version_at_slow):
+    a commit after m that changes no rows belongs to m's barrier; the next data change does not."""
+    catalog.create_namespace("s")
+    make_tables(catalog, "a")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    coord = Coordinator(catalog)
+    a = catalog.load_table("s.a")
+    a.append(kv((1, 1)), barrier=OPEN_EPOCH)  # v1: barrier 1
+    a.append(kv())  # v2: no rows, no barrier
+    coord.seal()
+    for k in (2, 3):  # v3, v4: barriers 2 and 3
+        a.append(kv((k, k)), barrier=OPEN_EPOCH)
+        coord.seal()
+    restore = p.rollback(to=2).tables["s.a"].restore_version  # v5, tagged 2: barrier 1 is in the era before
+    assert restore == 5
+    assert p.version_at("s.a", 1) == 2 and rows(a.to_arrow(version=2)) == [(1, 1)]
+    assert p.version_at("s.a", 2) == 5 and rows(a.to_arrow(version=5)) == [(1, 1), (2, 2)]
+    coord.release()
+
+
+def test_a_derived_table_restored_without_a_barrier_keeps_its_frontier(catalog: Catalog) -> None:
+    """A plain RESTORE (no barrier; here to the table's own newest version, so no row changes)
+    starts an era with no barrier tag: the derived table's frontier is still the newest barrier
+    its commits carry, from the era before (states.facts_ex), and its job goes on from there."""
+    catalog.create_namespace("s")
+    make_tables(catalog, "a", "d")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    coord = Coordinator(catalog)
+    a, d = catalog.load_table("s.a"), catalog.load_table("s.d")
+    for k in (1, 2):
+        a.append(kv((k, k)), barrier=OPEN_EPOCH)
+        coord.seal()
+        process(p, "copy", copy_of("s.a"), catalog)
+    assert d.restore(d.version).barrier is None
+    for pipe in (p, Pipeline(catalog)):
+        assert pipe.frontier("s.d") == 2
+        c = pipe.choose(["s.a", "s.d"])
+        assert c.barrier == 2 and rows(c.read("s.a")) == rows(c.read("s.d")) == [(1, 1), (2, 2)]
+    coord.seal()
+    plan = p.next_batch("copy")
+    assert plan is not None and (plan.lo, plan.hi) == (3, 3)
+    coord.release()

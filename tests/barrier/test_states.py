@@ -112,6 +112,34 @@ def test_version_rule_with_barrierless_commits(catalog: Catalog, pipeline: Pipel
     assert pipeline.version_at("s.a", 99, strict=False) == 5
 
 
+def test_the_choice_answers_the_version_rule_after_commits_that_change_no_rows(
+        catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+    """Commits after m that change no rows (here two empty appends) belong to m's barrier:
+    version_at and read_committed (one statement, states._CHOICE) both answer the newest of
+    them, exactly; a data change after them is left out, whether barriered or not."""
+    make_tables(catalog, "a", "d")
+    p = pipeline
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    a = catalog.load_table("s.a")
+    a.append(kv((1, 1)), barrier=OPEN_EPOCH)  # v1: barrier 1
+    coordinator.seal()
+    assert [a.append(kv()).data_version for _ in range(2)] == [1, 1]  # v2, v3: no rows, no new data version
+    process(p, "copy", copy_of("s.a"), catalog)
+    assert p.version_at("s.a", 1) == 3
+    for pipe in (p, Pipeline(catalog)):  # the cached topology (one statement) and a fresh one
+        c = pipe.choose(["s.a", "s.d"])
+        assert (c.barrier, c.versions["s.a"]) == (1, 3)
+    a.append(kv((2, 2)))  # v4: rows, no barrier: counts with the next barrier
+    a.append(kv(), barrier=OPEN_EPOCH)  # v5: barrier 2
+    assert p.version_at("s.a", 1) == 3 and p.choose(["s.a", "s.d"]).versions["s.a"] == 3
+    coordinator.seal()
+    process(p, "copy", copy_of("s.a"), catalog)
+    assert p.version_at("s.a", 2) == 5
+    c = p.choose(["s.a", "s.d"])
+    assert (c.barrier, c.versions["s.a"]) == (2, 5) and rows(c.read("s.a")) == rows(c.read("s.d")) == [(1, 1), (2, 2)]
+
+
 def two_components(catalog: Catalog, p: Pipeline, coord: Coordinator) -> None:
     """r1 -> d1 (lags), r2 -> d2 (caught up); three sealed barriers."""
     make_tables(catalog, "r1", "d1", "r2", "d2")
@@ -256,6 +284,34 @@ def test_snapshots_every_k_retention_and_cleanup(clocked: Catalog, clock: Manual
     clock.advance(0.5)
     assert p.snapshot_barrier() == 6  # retention by age: 8 and 9 expired, exactly at their expiry
     aged.release()
+
+
+def test_a_snapshot_is_gone_at_its_expiry_instant(clocked: Catalog, clock: ManualClock) -> None:
+    """A snapshot lives while now < expires_at, to the instant, for every reader of snapshots:
+    repeatable_read, the SNAPSHOT state and the since-frontier of status (as for cleanup's pins)."""
+    catalog = clocked
+    catalog.create_namespace("s")
+    make_tables(catalog, "a", "d")
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    coord = Coordinator(catalog, snapshot_every=1, retain_count=None, retain_seconds=60)
+    catalog.load_table("s.a").append(kv((1, 1)), barrier=OPEN_EPOCH)
+    coord.seal()
+    process(p, "copy", copy_of("s.a"), catalog)
+    assert coord.snapshot() == [1]
+    [snap] = catalog.load_table("s.a").snapshots()
+    assert snap.expires_at is not None
+    clock.set(snap.expires_at - 1)
+    with p.choose(["s.a", "s.d"], level="repeatable_read") as c:
+        assert c.barrier == 1
+    assert BarrierState.SNAPSHOT in p.states("s.a", 1) and p.status().oldest_retained == 1
+    clock.set(snap.expires_at)
+    with pytest.raises(NoSnapshotError):
+        p.choose(["s.a", "s.d"], level="repeatable_read")
+    assert BarrierState.SNAPSHOT not in p.states("s.a", 1)
+    assert p.status().oldest_retained is None and p.snapshot_barrier() is None
+    coord.release()
 
 
 def test_choice_follows_renames_and_drops(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:

@@ -8,10 +8,13 @@ SQLite and PostgreSQL, on a :class:`ManualClock` (retention decided by moving it
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 import pytest
 
-from lakestep import Catalog, errors
+from lakestep import Catalog, _failpoints, errors
+from lakestep.catalog.commit import MAX_REBASES
 from lakestep.clock import ManualClock
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string())])
@@ -129,3 +132,162 @@ def test_restore_of_files_removed_past_the_retention_window(clocked: Catalog, cl
     assert (r.version, r.operation, r.added_files, r.removed_files) == (4, "RESTORE", 1, 0)
     assert r.summary["restored_files"] == 1 and r.summary["restored_to"] == 2
     assert rows(t) == [(1, "d1"), (2, "d2")]
+
+
+def test_a_compaction_exactly_retention_old_is_not_undone(clocked: Catalog, clock: ManualClock) -> None:
+    """The retention window's edge, to the instant: a compaction exactly ``R`` old is the
+    version current at ``now - R``, so cleanup may delete its inputs' bytes now (cleanup.py:
+    files removed at or before that version expire). A delete that read one of those
+    inputs must then fail, not record file 2 again (its bytes may be gone)."""
+    t = table(clocked, (1, "d1"), (2, "d1"), (3, "d2"))
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "=", 1)])  # reads file 1
+    clock.advance(1)
+    c = t.compact()  # d1: files 1 and 2 -> o1, at START + 1
+    assert (c.version, c.committed_at) == (4, ManualClock.START + 1)
+    clock.advance(t.retention_seconds)  # now - R is the compaction's own time
+    inputs = sorted(f.path for f in t.files(version=3) if f.partition["day"] == "d1")
+    assert sorted(t.cleanup(dry_run=True).deleted_files) == inputs  # cleanup may delete files 1 and 2 now
+    with pytest.raises(errors.CommitConflict) as ei:
+        tx.commit()
+    assert (ei.value.other_version, ei.value.other_operation) == (4, "COMPACT")
+    assert "retention window" in ei.value.reason
+    assert t.version == 4 and rows(t) == [(1, "d1"), (2, "d1"), (3, "d2")]  # o1 holds them
+
+    # the matrix rule itself (resolver.Rule.UNDO_COMPACTION), at the same edge, when nothing would
+    # be recorded again: a delete that read both inputs of a compaction exactly R old fails too
+    t.append({"id": [4], "day": ["d1"]})  # v5: file 4
+    tx = clocked.transaction()
+    tx.delete(t, [("day", "=", "d1")])  # reads o1 and file 4
+    clock.advance(1)
+    assert t.compact().version == 6  # o1 and file 4 -> o2
+    clock.advance(t.retention_seconds)
+    with pytest.raises(errors.CommitConflict) as ei:
+        tx.commit()
+    assert (ei.value.other_version, ei.value.other_operation) == (6, "COMPACT")
+    assert t.version == 6 and rows(t) == [(1, "d1"), (2, "d1"), (3, "d2"), (4, "d1")]
+
+
+def test_a_file_removed_exactly_retention_ago_is_not_restored(clocked: Catalog, clock: ManualClock) -> None:
+    """RESTORE at the retention window's edge: the delete that removed file 1 is exactly
+    ``R`` old, cleanup may have deleted the file's bytes, so the restore conflicts (a snapshot
+    pinning a version that holds the file would keep it, as past the window)."""
+    t = table(clocked, (1, "d1"), (2, "d2"))
+    file1 = [f.path for f in t.files() if f.partition["day"] == "d1"]
+    clock.advance(1)
+    assert t.delete([("id", "=", 1)]).version == 3  # at START + 1
+    clock.advance(t.retention_seconds)
+    assert t.cleanup(dry_run=True).deleted_files == file1  # cleanup may delete file 1 now
+    with pytest.raises(errors.CommitConflict) as ei:
+        t.restore(2)
+    assert (ei.value.other_version, ei.value.other_operation) == (3, "DELETE")
+    assert "past the retention window" in ei.value.reason
+    # pins that do not keep file 1 from cleanup do not help either: snapshots of a version before
+    # it was added and of the version that removed it, and one that expires at this very instant
+    t.create_snapshot("before-it", version=0)
+    t.create_snapshot("at-the-delete", version=3)
+    t.create_snapshot("brief", version=1, retain_seconds=10)
+    clock.advance(10)
+    assert t.cleanup(dry_run=True).deleted_files == file1
+    with pytest.raises(errors.CommitConflict):
+        t.restore(2)
+    assert t.version == 3 and rows(t) == [(2, "d2")]
+    t.create_snapshot("keep", version=1, retain_seconds=60)  # a pin in force where file 1 was live
+    assert t.cleanup(dry_run=True).deleted_files == []
+    r = t.restore(2)
+    assert (r.version, r.added_files, r.removed_files) == (4, 1, 0) and rows(t) == [(1, "d1"), (2, "d2")]
+    # restoring the newest version is a commit that changes nothing
+    dv = t.data_version
+    r = t.restore(4)
+    assert (r.version, r.operation, r.data_version, r.added_files, r.removed_files) == (5, "RESTORE", dv, 0, 0)
+    assert rows(t) == [(1, "d1"), (2, "d2")]
+
+
+def test_a_replay_is_recognised_before_anything_else(clocked: Catalog) -> None:
+    """Step 2b comes first: a transaction whose key is already recorded returns the first
+    result, exactly (marked replayed), even when the table changed since in a way that would
+    fail a new commit (here a column added after the replay was prepared)."""
+    t = table(clocked, (1, "d1"), (2, "d2"))
+    again = clocked.transaction(job_id="j", batch_id=1)
+    again.delete(t, [("id", "=", 1)])  # prepared against the old schema
+    with clocked.transaction(job_id="j", batch_id=1) as first:
+        first.delete(t, [("id", "=", 1)])
+    [r] = first.results
+    t.add_columns(("note", pa.string()))
+    head = t.version
+    [replay] = again.commit()
+    assert again.replayed and replay == dataclasses.replace(r, replayed=True)
+    assert t.version == head and rows(t) == [(2, "d2")]
+
+
+def test_an_overwrite_rebases_at_most_max_rebases_times(clocked: Catalog) -> None:
+    """An OVERWRITE of ``5 <= id < 100`` while, before each of its attempts, a concurrent
+    append lands a file straddling the range's edge: it rewrites those files and tries again,
+    MAX_REBASES times exactly, then gives up with a CommitConflict; nothing of it lands."""
+    t = table(clocked, (1, "d1"))
+    tx = clocked.transaction()
+    tx.overwrite(t, {"id": [7], "day": ["d1"]}, where=[("id", ">=", 5), ("id", "<", 100)])
+    t.append({"id": [9, 2000], "day": ["d1", "d1"]})  # straddles: the first attempt must rebase
+    rebased: list[int] = []
+
+    def another_straddler(_name: str) -> None:
+        rebased.append(t.version)
+        if len(rebased) <= MAX_REBASES + 1:  # one more than allowed; then let it commit
+            t.append({"id": [10 + len(rebased), 3000], "day": ["d1", "d1"]})
+
+    _failpoints.arm("commit.rebased", another_straddler)
+    try:
+        with pytest.raises(errors.CommitConflict) as ei:
+            tx.commit()
+    finally:
+        _failpoints.disarm("commit.rebased")
+    assert len(rebased) == MAX_REBASES
+    assert "kept changing the overwritten range" in ei.value.reason
+    assert t.version == 2 + MAX_REBASES  # the appends only
+    assert rows(t) == sorted([(1, "d1"), (9, "d1"), (2000, "d1")]
+                             + [(10 + n, "d1") for n in range(1, MAX_REBASES + 1)] + [(3000, "d1")] * MAX_REBASES)
+
+
+def test_an_append_prepared_before_a_column_was_added_still_lands(clocked: Catalog) -> None:
+    """Only writes that rewrite files read with the old schema conflict with a schema change;
+    a blind append from before it lands (its rows read the new column as null), also when
+    the transaction carries a rewrite of another table (the general commit path)."""
+    t = table(clocked, (1, "d1"))
+    u = clocked.create_table("s.u", SCHEMA)
+    u.append({"id": [5], "day": ["d5"]})
+    tx = clocked.transaction()
+    tx.append(t, {"id": [2], "day": ["d2"]})
+    tx.delete(u, [("id", "=", 5)])
+    t.add_columns(("note", pa.string()))
+    [rt, ru] = tx.commit()
+    assert (rt.operation, ru.operation) == ("APPEND", "DELETE")
+    assert sorted(tuple(r.values()) for r in t.to_arrow().to_pylist()) == [(1, "d1", None), (2, "d2", None)]
+    assert u.to_arrow().num_rows == 0
+
+
+def test_an_overwrite_drops_its_rewrite_of_a_file_replaced_meanwhile(clocked: Catalog) -> None:
+    """An OVERWRITE of ``5 <= id < 100`` rewrote file F (ids 9 and 2000, straddling the edge)
+    to keep 2000; before it commits, a delete of 2000 replaced F by F' (id 9). The rewrite is
+    stale and dropped (2000 stays deleted); F', inside the range, is replaced."""
+    t = table(clocked, (1, "d1"))
+    t.append({"id": [9, 2000], "day": ["d1", "d1"]})  # F
+    tx = clocked.transaction()
+    tx.overwrite(t, {"id": [7], "day": ["d1"]}, where=[("id", ">=", 5), ("id", "<", 100)])
+    assert t.delete([("id", "=", 2000)]).version == 3  # F -> F'
+    [r] = tx.commit()
+    assert (r.version, r.base_version, r.removed_files, r.added_files) == (4, 2, 1, 1)  # F' out, [7] in
+    assert r.summary["stale_rewrites"] == 1
+    assert rows(t) == [(1, "d1"), (7, "d1")]
+
+
+def test_serializable_judges_only_files_added_after_the_base(clocked: Catalog) -> None:
+    """Serializable isolation conflicts with rows that landed after the version L read, never
+    with the files L read itself: a serializable delete of id 2 (the file added by its base
+    version) commits beside a concurrent append that cannot hold id 2."""
+    t = table(clocked, (1, "d1"), (2, "d2"))  # id 2: the file added by version 2
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "=", 2)], isolation="serializable")
+    assert t.append({"id": [50], "day": ["d5"]}).version == 3
+    [r] = tx.commit()
+    assert (r.version, r.base_version, r.removed_files) == (4, 2, 1)
+    assert rows(t) == [(1, "d1"), (50, "d5")]

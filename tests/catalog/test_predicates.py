@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lakestep.catalog.files import DataFile, compute_stats
+from lakestep.errors import InvalidPredicateError
 from lakestep.catalog.predicates import Predicate, Verdict
 
 NONE, SOME, ALL = Verdict.NONE, Verdict.SOME, Verdict.ALL
@@ -102,6 +103,24 @@ def test_missing_or_unusable_statistics_say_some() -> None:
     assert Predicate.parse(where, SCHEMA).verdict(file_of(A, stats={"x": [None, None, 0]})) is SOME  # no bounds
     # a literal the statistics cannot be compared with: SOME, never an error
     assert Predicate.parse(where, SCHEMA).verdict(file_of(A, stats={"x": ["a", "c", 0]})) is SOME
+
+
+@pytest.mark.parametrize("where", [
+    [("x", "=")],  # a pair is no term
+    [(1, "=", 2)],  # nor a tuple whose column is not a name
+    [["x", "=", 1]],  # a term is a tuple; this is a clause of three non-terms
+    [[("x", "=", 1)], []],  # an empty clause would match every row
+    [[("x", "=", 1)], [1, 2]],  # a clause of non-terms
+    [("x", "in", "12")],  # "in" takes a list, and a string is none
+    [("x", "not in", b"12")],
+], ids=["pair", "int-column", "list-term", "empty-clause", "bad-clause", "in-str", "not-in-bytes"])
+def test_malformed_filters_are_refused(where: Any) -> None:
+    """Whatever shape a filter has, it is read exactly or refused with InvalidPredicateError
+    (never accepted as something else, never a raw TypeError or IndexError)."""
+    with pytest.raises(InvalidPredicateError):
+        Predicate.parse(where, SCHEMA)
+    with pytest.raises(InvalidPredicateError):
+        Predicate.parse(where)  # without a schema too (the shape alone decides)
 
 
 VALUES = st.lists(st.one_of(st.none(), st.integers(-3, 3)), max_size=5)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..errors import CommitConflict
+from ..errors import CommitConflict, VersionNotFoundError
 from . import schema as S
 from .changes import FILE_COLS, NeedsRebase, Operation, TableChange, chunks, row_to_file
 from .files import DataFile, NewFile
@@ -338,7 +338,12 @@ class Resolver:
         """
         c, v = self.c, self.c.base_version
         if not 0 <= v <= self.head.version:
-            raise ValueError(f"{c.ident}: cannot restore version {v} (newest is {self.head.version})")
+            raise VersionNotFoundError(c.ident, f"version {v} (newest is {self.head.version})")
+        if v < self.head.version and self.conn.execute(sa.select(S.commits.c.version).where(
+                S.commits.c.table_id == c.table_id, S.commits.c.version == v)).first() is None:
+            # cleanup pruned it: its file rows may be gone too, and restoring what is left
+            # would silently drop rows (checked here, in the commit's transaction)
+            raise VersionNotFoundError(c.ident, f"version {v} any more (expired and cleaned up): cannot restore it")
         f = S.files.c
         at_v = [row_to_file(r) for r in self.conn.execute(sa.select(*FILE_COLS).where(
             f.table_id == c.table_id, f.added_version <= v,

@@ -61,6 +61,10 @@ def test_cleanup_keeps_window_snapshots_and_locks(catalog_spec, table, clock: Ma
     assert 1 not in [h.version for h in table.history()]
     with pytest.raises(errors.VersionNotFoundError):  # no new pin on an expired version
         table.lock(locker="late", version=1)
+    head = table.version
+    with pytest.raises(errors.VersionNotFoundError, match="cleaned up"):  # nor a restore of what is left of it
+        table.restore(1)
+    assert table.version == head and sorted(table.to_arrow().column("id").to_pylist()) == [1, 2, 3]
     # released: everything but the live data can go
     pin.release()
     table.drop_snapshot("two")

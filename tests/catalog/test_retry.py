@@ -192,7 +192,9 @@ def test_a_commit_whose_answer_was_lost_while_the_server_went_down_is_not_a_repl
             results = retrying(once, policy=RetryPolicy(initial=0.05, max_delay=0.5, deadline=300), what="writer")
         finally:
             _failpoints.disarm()
-        assert restarted.is_set()
+        # the commit went through once the server was back; the thread that restarted it
+        # sets the flag after start() returns, which may be a moment after the commit
+        wait_until(restarted.is_set, "the thread that restarted the server", timeout=120)
         assert [(r.version, r.replayed) for r in results] == [(2 if kind == "keyed append" else 1, False)]
         assert sorted(target.to_arrow().column("k").to_pylist()) == ([0, 1] if kind == "keyed append" else [1])
         assert len([h for h in target.history() if h.job_id is not None]) == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -11,6 +10,7 @@ from lakestep.barrier import OPEN_EPOCH, Coordinator, NotCoordinatorError, Pipel
 from lakestep.clock import ManualClock
 
 from .conftest import kv, make_tables
+from tests.waiting import wait_until
 
 
 def test_lease_fences_a_stale_coordinator(clocked: Catalog, clock: ManualClock) -> None:
@@ -99,9 +99,7 @@ def test_tick_per_batch_and_interval(clocked: Catalog, clock: ManualClock) -> No
 def test_thread_seals_and_releases(catalog: Catalog, pipeline: Pipeline) -> None:
     coord = pipeline.coordinator(interval=0.02, lease_seconds=5.0)
     coord.start()
-    deadline = time.monotonic() + 120  # a hang, not a speed limit: 6 seals take 0.1 s unloaded
-    while pipeline.open_epoch() < 6 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: pipeline.open_epoch() >= 6, "6 seals", timeout=120, interval=0.02)  # a hang, not a speed limit
     coord.stop()
     n = pipeline.open_epoch()
     assert n >= 6

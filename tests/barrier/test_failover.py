@@ -61,7 +61,7 @@ def test_failover(catalog_spec: Any, catalog: Catalog) -> None:
         t = catalog.load_table("s.root")
         while not stop.is_set():
             committed.append(int(t.append(kv((1, 1)), barrier=OPEN_EPOCH).barrier))  # type: ignore[arg-type]
-            time.sleep(0.01)
+            stop.wait(0.01)  # paced, and ends as soon as the test stops it
 
     procs = {h: start(catalog_spec, h) for h in ("A", "B")}
     feeder = threading.Thread(target=ingest, daemon=True)

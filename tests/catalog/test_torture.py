@@ -10,7 +10,6 @@ nothing duplicated, and no appender ever saw a conflict.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -20,6 +19,7 @@ import pytest
 from lakestep import Catalog
 
 from .workers import Worker
+from tests.waiting import wait_until
 
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("part", pa.string()), ("bumpable", pa.bool_()), ("bumped", pa.int64())]
@@ -39,8 +39,8 @@ def _rows(ids: list[int], part: str) -> pa.Table:
 
 def _wait_for_versions(t: Any, version: int) -> None:
     """Pace a worker by the table's progress (not by the clock): until the head reaches ``version``."""
-    while t.catalog.load_table(t.ident).version < version:
-        time.sleep(0.01)
+    wait_until(lambda: t.catalog.load_table(t.ident).version >= version, f"version {version} of {t.ident}",
+               timeout=600, interval=0.01)
 
 
 # ---- what each worker process runs (called through Worker.call) -----------

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {q.name}: {str(q.exception())[:3000]}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(3)
-    time.sleep(0.1)
     return 0
 
 

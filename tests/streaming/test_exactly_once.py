@@ -154,13 +154,8 @@ class App:
         for pid in tree:
             _signal(pid, signal.SIGKILL)
         self.proc.wait(30)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            alive = [pid for pid in tree if _alive(pid)]
-            if not alive:
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"processes {alive} of the app survived SIGKILL")
+        wait_until(lambda: not any(_alive(pid) for pid in tree), "the app's processes to die of SIGKILL", timeout=60,
+                   detail=lambda: f"still alive: {[pid for pid in tree if _alive(pid)]}")
 
     def tail(self) -> str:
         return (self.out.read_text(errors="replace")[-1500:] + "\n--- stderr ---\n"

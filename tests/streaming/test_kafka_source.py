@@ -36,6 +36,7 @@ from tests.streaming.kafka_helpers import (
     produce_per_partition,
     stream,
 )
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -631,7 +632,9 @@ def test_latest_then_records_produced_while_running(
                 values = [f"new-{round_}-{partition}-{i}".encode() for i in range(4)]
                 for key, value in zip(kafka_broker.produce(topic3, values, partition=partition), values):
                     expected[key] = value
-            time.sleep(0.3)
+            seen = len(query.recentProgress)  # the next round goes in after the query ran a trigger
+            wait_until(lambda: len(query.recentProgress) > seen or query.exception() is not None, "a trigger",
+                       timeout=120)
         query.processAllAvailable()
         rows = kafka_spark.table(name).collect()
     finally:

@@ -339,8 +339,8 @@ def commit(
                                         f"commit to {', '.join(sorted(set(idents.values())))}", logger=log)
 
     def lost(e: CatalogUnavailableError) -> list[CommitResult] | None:
-        """Step 3: the results if an attempt landed; else wait for the next attempt (raises
-        CatalogWaitExpiredError when the wait gives up)."""
+        """Step 3: the results if an attempt landed (the wait then succeeded); else wait for the
+        next attempt (raises CatalogWaitExpiredError when the wait gives up)."""
         nonlocal failures
         failures += 1
         known = False
@@ -350,6 +350,7 @@ def commit(
                 known = True
                 if prior is not None:
                     log.warning("commit landed before the connection broke; returning its result")
+                    wait.succeeded()
                     return txn_results(conn, prior, idents, replayed=False)
         except CatalogUnavailableError:
             pass
@@ -357,6 +358,15 @@ def commit(
                     detail="the commit did not land" if known else "whether the commit landed is unknown: "
                     "replaying it with the same (job_id, batch_id) is safe")
         return None
+
+    def landed_earlier(conn: Connection) -> list[CommitResult] | None:
+        """The results of an earlier attempt of this very transaction that landed though its
+        answer was lost (only after a failure: before one, no attempt can have landed)."""
+        prior = find_txn(conn, txn_uuid=txn_uuid) if failures else None
+        if prior is None:
+            return None
+        log.warning("an earlier attempt of this commit had landed; returning its result")
+        return txn_results(conn, prior, idents, replayed=False)
 
     while True:
         try:
@@ -370,12 +380,9 @@ def commit(
                 stop = guard(conn) if guard is not None else None
                 if stop is not None:
                     # the guard's replay may be this very transaction, landed by an attempt whose answer was lost
-                    prior = find_txn(conn, txn_uuid=txn_uuid) if failures else None
+                    landed = landed_earlier(conn)
                     wait.succeeded()
-                    if prior is not None:
-                        log.warning("an earlier attempt of this commit had landed; returning its result")
-                        return True, txn_results(conn, prior, idents, replayed=False)
-                    return False, stop
+                    return (True, landed) if landed is not None else (False, stop)
                 if all(c.blind for c in changes):  # appends and upserts: the backend's blind append
                     results = backend.append(conn, changes, txn)
                 else:
@@ -399,16 +406,14 @@ def commit(
             try:
                 if failures:  # the key may be this very transaction's, landed by an attempt whose answer was lost
                     with backend.read() as conn:
-                        prior = find_txn(conn, txn_uuid=txn_uuid)
-                        if prior is not None:
-                            log.warning("an earlier attempt of this commit had landed; returning its result")
-                            wait.succeeded()
-                            return True, txn_results(conn, prior, idents, replayed=False)
+                        landed = landed_earlier(conn)
+                    if landed is not None:
+                        wait.succeeded()
+                        return True, landed
                 replayed = _replayed(backend, changes, kr)
             except CatalogUnavailableError as e:
                 landed = lost(e)
                 if landed is not None:
-                    wait.succeeded()
                     return True, landed
                 continue
             wait.succeeded()
@@ -417,13 +422,13 @@ def commit(
             try:
                 with backend.read() as conn:
                     # An earlier attempt of this very transaction landed (its outcome was unknown)?
-                    prior = find_txn(conn, txn_uuid=txn_uuid)
-                    if prior is not None:
-                        log.warning("an earlier attempt of this commit had landed; returning its result")
-                        wait.succeeded()
-                        return True, txn_results(conn, prior, idents, replayed=False)
-                    # A concurrent commit with the same idempotency key won the race.
-                    prior = None if job_id is None else find_txn(conn, key=(job_id, int(batch_id or 0)))
+                    landed = landed_earlier(conn)
+                    # Else a concurrent commit with the same idempotency key won the race.
+                    prior = None if job_id is None or landed is not None else find_txn(
+                        conn, key=(job_id, int(batch_id or 0)))
+                if landed is not None:
+                    wait.succeeded()
+                    return True, landed
                 if prior is None:
                     raise CatalogError(f"the catalog database refused the commit: {e.orig}") from e
                 assert job_id is not None
@@ -431,7 +436,6 @@ def commit(
             except CatalogUnavailableError as lost_answer:
                 landed = lost(lost_answer)
                 if landed is not None:
-                    wait.succeeded()
                     return True, landed
                 continue
             wait.succeeded()
@@ -439,7 +443,6 @@ def commit(
         except CatalogUnavailableError as e:
             landed = lost(e)
             if landed is not None:
-                wait.succeeded()
                 return True, landed
 
 

@@ -4,13 +4,15 @@ A wait has a generous timeout that catches a hang, never a speed limit: the
 condition decides, and the loop polls it (the short interval is how often it
 looks, not how long anything may take). ``failed`` is asked on every round
 and ends the wait at once with its message (a query or a process that died
-will not make the condition true later).
+will not make the condition true later). :func:`in_thread` is the same idea
+for one call: it must return, and the limit only catches a hang.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
@@ -40,3 +42,23 @@ def wait_until(
             extra = f": {detail()}" if detail is not None else ""
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{extra}")
         time.sleep(interval)
+
+
+def in_thread(fn: Callable[[], Any], limit: float = 300.0) -> Any:
+    """Run ``fn`` in a thread and return its value (or raise its error); a call that has
+    not returned after ``limit`` seconds fails the test as a hang."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(limit)
+    assert not t.is_alive(), f"the call did not return within {limit:g} s: it hangs"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

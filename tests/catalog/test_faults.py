@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from lakestep import Catalog, _failpoints, errors
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog.backend import DatabaseTimeouts
+from tests.waiting import in_thread
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
@@ -29,25 +30,6 @@ def ids(cat: Catalog, name: str) -> list[int]:
 
 def checked_out(cat: Catalog) -> int:
     return int(cat.backend.engine.pool.checkedout())  # type: ignore[attr-defined]
-
-
-def in_thread(fn: Callable[[], Any], limit: float = 300.0) -> Any:
-    """Run ``fn``; a call that never returns fails the test (the limit only catches hangs)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(limit)
-    assert not t.is_alive(), f"the call did not return within {limit:g} s: it hangs"
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
 
 
 # ------------------------------------------------------- answers lost after a commit

@@ -41,7 +41,7 @@ from lakestep.catalog.maintenance import MaintenanceLoop
 from lakestep.errors import CatalogUnavailableError
 from lakestep.retry import RetryPolicy, retrying
 from tests.conftest import CatalogSpec
-from tests.waiting import wait_until
+from tests.waiting import in_thread, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -347,20 +347,3 @@ def test_the_catalog_database_goes_away_for_20_seconds(backend, request, tmp_pat
           + "\n  ".join(wait_lines.lines))
 
 
-def in_thread(fn: Callable[[], Any], limit: float = 120.0) -> Any:
-    """Run ``fn``; a call that never returns fails the test (the limit only catches hangs)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(limit)
-    assert not t.is_alive(), f"the call did not return within {limit:g} s: it hangs"
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")

@@ -94,12 +94,15 @@ def versions_for(barriers: int) -> int:
 
 
 @contextlib.contextmanager
-def new_catalog(workdir: Path, backend: str, pg_dsn: str, name: str) -> Iterator[Catalog]:
+def new_catalog(workdir: Path, backend: str, pg_dsn: str, name: str, bench: str = "barrier") -> Iterator[Catalog]:
+    """A fresh catalog with namespace ``b``: a SQLite file under ``workdir/name``, or a new
+    PostgreSQL database ``bench_<bench>_<name>`` (dropped afterwards)."""
     with contextlib.ExitStack() as stack:
         if backend == "sqlite":
+            (workdir / name).mkdir(parents=True, exist_ok=True)
             url = f"sqlite:///{workdir}/{name}/catalog.db"
         else:
-            url = stack.enter_context(fresh_pg_url(pg_dsn, f"bench_barrier_{name}"))
+            url = stack.enter_context(fresh_pg_url(pg_dsn, f"bench_{bench}_{name}"))
         cat = Catalog(url, warehouse=str(workdir / name))
         stack.callback(cat.close)
         cat.create_namespace("b")
@@ -116,25 +119,37 @@ def build_history(cat: Catalog, barriers: int) -> tuple[Pipeline, list[str], lis
     for i, d in enumerate(derived):
         sources = [roots[i % N_ROOTS]] + ([derived[i - N_ROOTS]] if i >= N_ROOTS else [])
         p.register_job(f"job{i}", sources=sources, sinks=[d])
+    load_history(cat, roots + derived[:-1], {derived[-1]: barriers - LAG}, barriers)
+    return p, roots, derived
+
+
+def load_history(cat: Catalog, tables: list[str], lagging: dict[str, int], barriers: int) -> None:
+    """Bulk-load ``barriers`` barriers of history: one commit per table and barrier (a
+    compaction every 1000th version; a table of ``lagging`` has only its own count), one
+    seal per barrier; then ANALYZE."""
     dialect = cat.backend.engine.dialect.name
     t0 = time.time() - barriers
     with cat.backend.write() as conn:
-        for ident in roots + derived:
+        for ident in tables + list(lagging):
             tid = cat.load_table(ident).table_id
-            n = versions_for(barriers - (LAG if ident == derived[-1] else 0))
+            n = versions_for(lagging.get(ident, barriers))
             conn.execute(sa.text(_HISTORY[dialect]), {"t": tid, "n": n, "t0": t0})
             conn.execute(sa.update(S.tables).where(S.tables.c.table_id == tid).values(
                 version=n, data_version=n - n // 1000, last_commit_at=t0 + n * 0.001))
         conn.execute(sa.text(_SEALS[dialect]), {"n": barriers, "t0": t0})
         conn.execute(sa.update(S.epoch).where(S.epoch.c.id == 1).values(open_epoch=barriers + 1,
                                                                         opened_at=time.time()))
-    if dialect == "postgresql":
+    analyze(cat)
+
+
+def analyze(cat: Catalog) -> None:
+    """Fresh planner statistics (ANALYZE), as a database that has run a while has them."""
+    if cat.backend.engine.dialect.name == "postgresql":
         with cat.backend.engine.connect() as c:
             c.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
     else:
         with cat.backend.write() as conn:
             conn.exec_driver_sql("ANALYZE")
-    return p, roots, derived
 
 
 def _ms(xs: list[float]) -> dict[str, float]:

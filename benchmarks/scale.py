@@ -45,7 +45,6 @@ Run: ``python -m benchmarks.scale [--quick] [--backends sqlite,postgres] [--only
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import multiprocessing as mp
@@ -58,7 +57,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -68,8 +67,8 @@ from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
 from lakestep.catalog import schema as S
 
-from .barrier import _HISTORY, _SEALS, _TimedCoordinator, versions_for
-from .peers import DEFAULT_PG_DSN, fresh_pg_url
+from .barrier import _TimedCoordinator, analyze, load_history, new_catalog
+from .peers import DEFAULT_PG_DSN
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 FILE_SCHEMA = pa.schema([("day", pa.int64()), ("k", pa.int64()), ("v", pa.int64())])
@@ -105,29 +104,6 @@ def _timed(fn: Callable[[], Any], runs: int, warmup: int = 1) -> dict[str, float
     return _ms(times)
 
 
-@contextlib.contextmanager
-def new_catalog(workdir: Path, backend: str, pg_dsn: str, name: str) -> Iterator[Catalog]:
-    with contextlib.ExitStack() as stack:
-        if backend == "sqlite":
-            (workdir / name).mkdir(parents=True, exist_ok=True)
-            url = f"sqlite:///{workdir}/{name}/catalog.db"
-        else:
-            url = stack.enter_context(fresh_pg_url(pg_dsn, f"bench_scale_{name}"))
-        cat = Catalog(url, warehouse=str(workdir / name))
-        stack.callback(cat.close)
-        cat.create_namespace("b")
-        yield cat
-
-
-def _analyze(cat: Catalog) -> None:
-    if cat.backend.engine.dialect.name == "postgresql":
-        with cat.backend.engine.connect() as c:
-            c.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
-    else:
-        with cat.backend.write() as conn:
-            conn.exec_driver_sql("ANALYZE")
-
-
 def build_topology(cat: Catalog, n_tables: int, barriers: int, seed: int = 7) -> dict[str, Any]:
     """A layered topology of ``n_tables`` tables with ``barriers`` barriers of bulk-loaded history.
 
@@ -158,26 +134,9 @@ def build_topology(cat: Catalog, n_tables: int, barriers: int, seed: int = 7) ->
     probe_sources = rnd.sample(below, min(FAN_IN, len(below)))
     probe = cat.create_table("b.probe", SCHEMA).ident
     p.register_job("probe", sources=probe_sources, sinks=[probe])
-    _load_history(cat, roots + derived, {probe: barriers - LAG}, barriers)
+    load_history(cat, roots + derived, {probe: barriers - LAG}, barriers)
     return {"pipeline": p, "roots": roots, "derived": derived + [probe], "probe": probe,
             "probe_sources": probe_sources}
-
-
-def _load_history(cat: Catalog, tables: list[str], lagging: dict[str, int], barriers: int) -> None:
-    """One commit per table and barrier (a compaction every 1000th version), one seal per barrier."""
-    dialect = cat.backend.engine.dialect.name
-    t0 = time.time() - barriers
-    with cat.backend.write() as conn:
-        for ident in tables + list(lagging):
-            tid = cat.load_table(ident).table_id
-            n = versions_for(lagging.get(ident, barriers))
-            conn.execute(sa.text(_HISTORY[dialect]), {"t": tid, "n": n, "t0": t0})
-            conn.execute(sa.update(S.tables).where(S.tables.c.table_id == tid).values(
-                version=n, data_version=n - n // 1000, last_commit_at=t0 + n * 0.001))
-        conn.execute(sa.text(_SEALS[dialect]), {"n": barriers, "t0": t0})
-        conn.execute(sa.update(S.epoch).where(S.epoch.c.id == 1).values(open_epoch=barriers + 1,
-                                                                        opened_at=time.time()))
-    _analyze(cat)
 
 
 # ------------------------------------------------------------------ curve 1
@@ -213,7 +172,7 @@ def curve_history(cat: Catalog, barriers: int, runs: int) -> dict[str, Any]:
         sources = [roots[i % 3]] + ([derived[i - 3]] if i >= 3 else [])
         p.register_job(f"job{i}", sources=sources, sinks=[ident])
         derived.append(ident)
-    _load_history(cat, roots + derived[:-1], {derived[-1]: barriers - LAG}, barriers)
+    load_history(cat, roots + derived[:-1], {derived[-1]: barriers - LAG}, barriers)
     every = roots + derived
     out: dict[str, Any] = {"tables": len(every), "barriers": barriers, "build_s": time.perf_counter() - t}
     rnd = random.Random(3)
@@ -256,7 +215,7 @@ def curve_files(cat: Catalog, n_files: int, runs: int, workdir: Path) -> dict[st
             added_rows=100 * n_files, removed_rows=0, summary="{}"))
         conn.execute(sa.update(S.tables).where(S.tables.c.table_id == table.table_id).values(
             version=1, data_version=1, last_commit_at=time.time()))
-    _analyze(cat)
+    analyze(cat)
     out: dict[str, Any] = {"files": n_files, "build_s": time.perf_counter() - t}
     def cold(fn: Callable[[Any], Any]) -> Callable[[], Any]:
         """``fn`` on a table handle loaded afresh (no file list cached), from the open catalog."""
@@ -530,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                 for i, n in enumerate(sizes[curve]):
                     print(f"[{backend}] {curve} at {n:,} ...", file=sys.stderr, flush=True)
                     work = Path(tmp) / backend / f"{curve}{i}_{n}"
-                    with new_catalog(work, backend, args.pg_dsn, f"{curve}{i}_{n}") as cat:
+                    with new_catalog(work, backend, args.pg_dsn, f"{curve}{i}_{n}", bench="scale") as cat:
                         if curve == "topology":
                             got = curve_topology(cat, n, tb, runs)
                         elif curve == "history":

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pytest
@@ -209,6 +209,58 @@ def wait_for(cond, timeout: float, what: str, app: App | None = None) -> None:  
     )
 
 
+class KeyedPipeline:
+    """The tables, job and topic of pipeline_app.py's Kafka -> s.raw -> s.agg pipeline on a fresh
+    catalog, the records produced to it, and the exactly-once check of what landed."""
+
+    def __init__(self, spec: Any, broker: Any, topic: str, pad: Callable[[int], int]) -> None:
+        self.cat = spec.open()
+        self.cat.create_namespace("s")
+        self.raw = self.cat.create_table("s.raw", RAW)
+        self.agg = self.cat.create_table("s.agg", AGG)
+        register_job(spec.url, "agg", sources=["s.raw"], sinks=["s.agg"])
+        broker.create_topic(topic, 2)
+        self.broker, self.topic, self.pad = broker, topic, pad
+        self.produced: dict[tuple[int, int], tuple[str, str]] = {}
+
+    def produce(self, n: int) -> None:
+        """n keyed records; a value's padding is ``pad(i)`` characters."""
+        base = len(self.produced)
+        keys = [f"k{base + i}" for i in range(n)]
+        values = [f"val-{base + i}-" + "x" * self.pad(i) for i in range(n)]
+        for i, (partition, offset) in enumerate(self.broker.produce(self.topic, values, keys=keys)):
+            self.produced[(partition, offset)] = (keys[i], values[i])
+
+    def check(self, p: Pipeline) -> None:
+        """Every produced record exactly once in s.raw, byte for byte, each micro-batch committed
+        once; s.agg = f(s.raw) at every barrier it precommitted, and complete at its frontier."""
+        raw, agg = self.raw, self.agg
+        rows = raw.to_arrow().to_pylist()
+        counts = collections.Counter((r["partition"], r["offset"]) for r in rows)
+        dupes = {k: n for k, n in counts.items() if n > 1}
+        assert not dupes, f"records in s.raw more than once: {sorted(dupes.items())[:20]}"
+        assert set(counts) == set(self.produced), (
+            f"missing {sorted(set(self.produced) - set(counts))[:20]}, "
+            f"unexpected {sorted(set(counts) - set(self.produced))[:20]}")
+        assert all(self.produced[(r["partition"], r["offset"])] == (r["key"], r["value"]) for r in rows)
+        batches = collections.Counter((h.job_id, h.batch_id) for h in raw.history()
+                                      if h.added_rows and h.job_id is not None)  # (compactions have no key)
+        assert all(n == 1 for n in batches.values()), f"a micro-batch committed twice: {batches}"
+        frontier = p.frontier("s.agg") or 0
+        for b in sorted({h.barrier for h in agg.history() if h.barrier} | {frontier}):
+            if b > frontier:
+                continue
+            want = transform(raw.to_arrow(version=p.version_at("s.raw", b)).to_pylist())
+            got = agg_rows(agg.to_arrow(version=p.version_at("s.agg", b)).to_pylist())
+            if got != want:
+                extra = collections.Counter(got) - collections.Counter(want)
+                missing = collections.Counter(want) - collections.Counter(got)
+                raise AssertionError(
+                    f"s.agg != f(s.raw) at barrier {b}: {sum(extra.values())} extra / duplicate rows "
+                    f"{list(extra)[:10]}, {sum(missing.values())} missing {list(missing)[:10]}")
+        assert len(agg_rows(agg.to_arrow(version=p.version_at("s.agg", frontier)).to_pylist())) == len(self.produced)
+
+
 # What each run before the last one does: ("delay", seconds after READY) | ("failpoint", spec)
 # | ("after_commit", table): SIGKILL as soon as a new commit of the table is visible
 # | ("pause_after_commit", job): SIGKILL between the sink's catalog commit and Spark's commit log (a hook).
@@ -235,21 +287,9 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
     print(f"exactly-once crash test: LAKESTEP_CRASH_SEED={seed} replays this run's delays, kills and records")
     rnd = random.Random(seed)
     started = time.time()
-    cat = catalog_spec.open()
-    cat.create_namespace("s")
-    raw = cat.create_table("s.raw", RAW)
-    agg = cat.create_table("s.agg", AGG)
-    register_job(catalog_spec.url, "agg", sources=["s.raw"], sinks=["s.agg"])
     topic = kafka_topic_name()
-    kafka_broker.create_topic(topic, 2)
-    produced: dict[tuple[int, int], tuple[str, str]] = {}
-
-    def produce(n: int) -> None:
-        base = len(produced)
-        keys = [f"k{base + i}" for i in range(n)]
-        values = [f"val-{base + i}-" + "x" * rnd.randint(0, 20) for i in range(n)]
-        for i, (p, off) in enumerate(kafka_broker.produce(topic, values, keys=keys)):
-            produced[(p, off)] = (keys[i], values[i])
+    kp = KeyedPipeline(catalog_spec, kafka_broker, topic, pad=lambda i: rnd.randint(0, 20))
+    cat, raw, agg, produce, produced = kp.cat, kp.raw, kp.agg, kp.produce, kp.produced
 
     args = ["--catalog", catalog_spec.url, "--bootstrap", kafka_broker.bootstrap_servers, "--topic", topic,
             "--checkpoints", str(tmp_path / "ck")]
@@ -308,30 +348,6 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
     elapsed = time.time() - started
     print(f"\n[{catalog_spec.backend}{'-s3' if catalog_spec.on_s3 else ''}] {len(produced)} records, {run} runs, {elapsed:.0f}s\n  " + "\n  ".join(log))
 
-    # every input record exactly once in s.raw
-    rows = raw.to_arrow().to_pylist()
-    counts = collections.Counter((r["partition"], r["offset"]) for r in rows)
-    dupes = {k: n for k, n in counts.items() if n > 1}
-    assert not dupes, f"records in s.raw more than once: {sorted(dupes.items())[:20]}"
-    assert set(counts) == set(produced), (f"missing {sorted(set(produced) - set(counts))[:20]}, "
-                                          f"unexpected {sorted(set(counts) - set(produced))[:20]}")
-    assert all(produced[(r["partition"], r["offset"])] == (r["key"], r["value"]) for r in rows)
-    batches = collections.Counter((h.job_id, h.batch_id) for h in raw.history() if h.added_rows)
-    assert all(n == 1 for n in batches.values()), f"a micro-batch committed twice: {batches}"
-
-    # s.agg is the transformation of s.raw at every barrier it precommitted
-    frontier = p.frontier("s.agg") or 0
-    assert frontier >= last
-    barriers = sorted({h.barrier for h in agg.history() if h.barrier} | {frontier})
-    for b in barriers:
-        if b > frontier:
-            continue
-        want = transform(raw.to_arrow(version=p.version_at("s.raw", b)).to_pylist())
-        got = agg_rows(agg.to_arrow(version=p.version_at("s.agg", b)).to_pylist())
-        if got != want:
-            extra = collections.Counter(got) - collections.Counter(want)
-            missing = collections.Counter(want) - collections.Counter(got)
-            raise AssertionError(f"s.agg != f(s.raw) at barrier {b}: {sum(extra.values())} extra / duplicate "
-                                 f"rows {list(extra)[:10]}, {sum(missing.values())} missing {list(missing)[:10]}")
-    assert len(agg_rows(agg.to_arrow(version=p.version_at("s.agg", frontier)).to_pylist())) == len(produced)
+    assert (p.frontier("s.agg") or 0) >= last
+    kp.check(p)
     cat.close()

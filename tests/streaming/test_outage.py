@@ -29,8 +29,7 @@ from lakestep.barrier import Pipeline
 from lakestep.catalog.maintenance import MaintenanceLoop
 from lakestep.errors import CatalogUnavailableError
 from lakestep.retry import RetryPolicy
-from lakestep.streaming import register_job
-from tests.streaming.test_exactly_once import AGG, RAW, App, agg_rows, transform, wait_for
+from tests.streaming.test_exactly_once import App, KeyedPipeline, agg_rows, transform, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -50,21 +49,9 @@ def quiet(cond):  # type: ignore[no-untyped-def]
 def test_a_streaming_pipeline_survives_its_catalog_database_going_away(own_pg, pg_cluster, kafka_broker,
                                                                       kafka_topic_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
     spec = own_pg
-    cat = spec.open()
-    cat.create_namespace("s")
-    raw = cat.create_table("s.raw", RAW)
-    agg = cat.create_table("s.agg", AGG)
-    register_job(spec.url, "agg", sources=["s.raw"], sinks=["s.agg"])
     topic = kafka_topic_name()
-    kafka_broker.create_topic(topic, 2)
-    produced: dict[tuple[int, int], tuple[str, str]] = {}
-
-    def produce(n: int) -> None:
-        base = len(produced)
-        keys = [f"k{base + i}" for i in range(n)]
-        values = [f"val-{base + i}-" + "x" * (i % 17) for i in range(n)]
-        for i, (p_, off) in enumerate(kafka_broker.produce(topic, values, keys=keys)):
-            produced[(p_, off)] = (keys[i], values[i])
+    kp = KeyedPipeline(spec, kafka_broker, topic, pad=lambda i: i % 17)
+    cat, raw, produce, produced = kp.cat, kp.raw, kp.produce, kp.produced
 
     p = Pipeline(cat)
     stop = threading.Event()
@@ -143,28 +130,12 @@ def test_a_streaming_pipeline_survives_its_catalog_database_going_away(own_pg, p
     assert collections.Counter(started) == collections.Counter(ended), (started, ended)
 
     # every record exactly once; s.agg = f(s.raw) at every barrier it precommitted
-    rows = raw.to_arrow().to_pylist()
-    counts = collections.Counter((r["partition"], r["offset"]) for r in rows)
-    duplicated = sorted(k for k, n in counts.items() if n > 1)
-    lost = sorted(set(produced) - set(counts))
-    assert not duplicated and not lost, (duplicated[:20], lost[:20])
-    assert all(produced[(r["partition"], r["offset"])] == (r["key"], r["value"]) for r in rows)
-    batches = collections.Counter((h.job_id, h.batch_id) for h in raw.history()
-                                  if h.added_rows and h.job_id is not None)  # (compactions have no key)
-    assert all(n == 1 for n in batches.values()), batches
-    frontier = p.frontier("s.agg") or 0
-    bad_barriers = []
-    for b in sorted({h.barrier for h in agg.history() if h.barrier} | {frontier}):
-        if b <= frontier:
-            want = transform(raw.to_arrow(version=p.version_at("s.raw", b)).to_pylist())
-            got = agg_rows(agg.to_arrow(version=p.version_at("s.agg", b)).to_pylist())
-            if got != want:
-                bad_barriers.append(b)
-    assert bad_barriers == [] and inconsistent == [], (bad_barriers, inconsistent[:5])
+    kp.check(p)
+    assert inconsistent == [], inconsistent[:5]
     seals = [s.barrier for s in p.seals()]
     assert seals == list(range(1, len(seals) + 1))
-    print(f"\nFAULT streaming, PostgreSQL stopped {outage:.0f}s: {len(produced)} records, lost {len(lost)}, "
-          f"duplicated {len(duplicated)}, inconsistent reads {len(inconsistent)} of {reads['ok']} "
+    print(f"\nFAULT streaming, PostgreSQL stopped {outage:.0f}s: {len(produced)} records, lost 0, "
+          f"duplicated 0, inconsistent reads {len(inconsistent)} of {reads['ok']} "
           f"({reads['failed']} failed fast), {len(seals)} epochs; waits: "
           + ", ".join(f"{w}" for _, w in started))
     cat.close()

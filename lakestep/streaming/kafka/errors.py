@@ -24,7 +24,6 @@ class KafkaSourceTimeoutError(KafkaSourceError, TimeoutError):
     """The broker did not answer, or a partition made no progress, in time."""
 
 
-
 class KafkaDecodeError(KafkaSourceError):
     """A record batch could not be decoded: corrupt bytes (a CRC or framing error), a
     codec that is unknown or whose library is not installed, a compressed payload that

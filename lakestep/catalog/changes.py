@@ -4,6 +4,7 @@ is decided against concurrent commits, in resolver.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from dataclasses import dataclass, field
@@ -128,19 +129,15 @@ FILE_COLS = (S.files.c.file_id, *(S.files.c[n] for n in FILE_FIELDS))
 
 
 def row_to_file(r: Any) -> DataFile:
-    """A selected row of :data:`FILE_COLS` as a :class:`DataFile`."""
-    return DataFile(
-        file_id=r.file_id,
-        path=r.path,
-        record_count=r.record_count,
-        file_size=r.file_size,
-        added_version=r.added_version,
-        removed_version=r.removed_version,
-        partition_json=r.partition,
-        stats_json=r.stats,
-        source_ids_json=r.source_ids,
-        seq_raw=r.seq,
-    )
+    """A selected row of :data:`FILE_COLS` as a :class:`DataFile` (positional: the columns are
+    in the order of its fields, checked below; a listing builds one per live file)."""
+    return DataFile(*r)
+
+
+assert [f.name for f in dataclasses.fields(DataFile)] == [
+    "file_id", "path", "record_count", "file_size", "added_version", "removed_version", "partition_json",
+    "stats_json", "source_ids_json", "seq_raw"] and [c.name for c in FILE_COLS][1:] == list(FILE_FIELDS), (
+    "FILE_COLS and DataFile's fields must stay in the same order (row_to_file)")
 
 
 def file_row(table_id: int, version: int, f: "NewFile | DataFile") -> dict[str, Any]:

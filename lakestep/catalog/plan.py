@@ -153,7 +153,7 @@ class ReadPlan(SerializedSchemas):
         partition values and column statistics; on key columns only for primary-key
         tables, where every version of a row shares its key)."""
         pred = Predicate.parse(where, self.schema)
-        if self.merge_on_read and not pred.columns <= set(self.primary_key):
+        if not prunable(pred, self.primary_key):
             return self
         keep = tuple(f for f in self.files if pred.verdict(f.data_file()) is not Verdict.NONE)
         return _replace_files(self, keep)
@@ -193,6 +193,13 @@ class ReadPlan(SerializedSchemas):
         if pred is not None and merged.num_rows:
             merged = merged.filter(pred.mask(merged))
         return merged.select(list(columns)) if columns else merged
+
+
+def prunable(pred: Predicate, primary_key: Sequence[str]) -> bool:
+    """Whether files may be skipped by ``pred``'s verdict on their statistics: always on plain
+    tables; on primary-key tables only when ``pred`` reads key columns alone (a newer version
+    of a row, in another file, may no longer match: merge on read needs every version)."""
+    return not primary_key or pred.columns <= set(primary_key)
 
 
 def _replace_files(plan: ReadPlan, files: tuple[PlannedFile, ...]) -> ReadPlan:

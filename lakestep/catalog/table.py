@@ -29,7 +29,7 @@ from .changes import FILE_COLS, CommitResult, Isolation, row_to_file
 from .checks import check_barrier, check_seconds
 from .files import DataFile
 from .handle import CatalogLike, TableHandle, TableMeta
-from .predicates import Filter, Predicate
+from .predicates import Filter, Predicate, Verdict
 from .writes import (
     PartitionSpec,
     prepare_append,
@@ -314,25 +314,28 @@ class Table(TableHandle):
         partitions are listed at all (an indexed lookup: the cost follows the partitions
         read, not the table's size)."""
         with self.catalog.backend.read() as conn:
-            plan = self.plan_within(conn, version=version, data_version=data_version, as_of=as_of,
-                                    snapshot=snapshot, where=where)
-        return plan.prune(where) if where is not None else plan
+            return self.plan_within(conn, version=version, data_version=data_version, as_of=as_of,
+                                    snapshot=snapshot, where=where, prune=True)
 
     def plan_within(self, conn: sa.Connection, *, version: int | None = None, data_version: int | None = None,
                     as_of: Any = None, snapshot: str | None = None,
-                    where: Filter | Predicate | None = None) -> "ReadPlan":
+                    where: Filter | Predicate | None = None, prune: bool = False) -> "ReadPlan":
         """:meth:`read_plan` inside a read transaction the caller holds (``backend.read()``),
         so that plans of several tables cost one transaction (a consistent multi-table read).
-        ``where`` only narrows the listing to the partitions it pins (the plan is not pruned
-        by statistics here: :meth:`ReadPlan.prune` does that)."""
+        ``where`` narrows the listing to the partitions it pins; with ``prune`` it also drops
+        the files its statistics rule out (as :meth:`ReadPlan.prune`, before the plan's
+        files are built: a selective filter pays for the files it keeps)."""
         from .files import file_uri
-        from .plan import PlannedFile, ReadPlan
+        from .plan import PlannedFile, ReadPlan, prunable
 
         v, head = self._resolve(conn, version, data_version, as_of, snapshot)
         keys = None
-        if where is not None and self.partition_by:
-            keys = Predicate.parse(where, self.schema).partition_keys(self.schema, self.partition_by)
+        pred = Predicate.parse(where, self.schema) if where is not None else None
+        if pred is not None and self.partition_by:
+            keys = pred.partition_keys(self.schema, self.partition_by)
         files = self.files_at(conn, v, head=head, partitions=keys)
+        if prune and pred is not None and prunable(pred, self.primary_key):
+            files = [f for f in files if pred.verdict(f) is not Verdict.NONE]
         dv = conn.execute(sa.select(S.commits.c.data_version).where(
             S.commits.c.table_id == self.table_id, S.commits.c.version == v)).scalar()
         return ReadPlan(

@@ -145,6 +145,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("catalog_spec", kinds, indirect=True)
 
 
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``), which worker runs what.
+
+    Every test marked ``spark`` is in one group: one worker runs them one after the
+    other. Two Spark applications at once on a small machine starve each other, and
+    Spark gives a data source's Python worker 10 s to start (a hard-coded limit).
+    Every other module is a group of its own, so that its module fixtures are built
+    once; the modules go to whichever worker is free. Not guaranteed: what runs beside
+    a Spark test is any other module, CPU-heavy ones (the process races) included.
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = "spark" if item.get_closest_marker("spark") is not None else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def catalog_spec(request: pytest.FixtureRequest, tmp_path) -> Iterator[CatalogSpec]:  # type: ignore[no-untyped-def]
     """A fresh catalog location, on SQLite and on PostgreSQL (and, marked ``s3``, with an S3 warehouse)."""

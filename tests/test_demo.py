@@ -133,6 +133,7 @@ def test_averages_are_exact() -> None:
                                                                                 "  52.64"]  # half to even
 
 
+@pytest.mark.spark
 def test_shopping_demo_end_to_end(tmp_path: Path) -> None:
     """``make demo`` in a short mode: it exits 0, proves every barrier, and keeps Spark quiet."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

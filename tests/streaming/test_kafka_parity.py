@@ -210,6 +210,8 @@ def test_batch_read_backfills_a_lakestep_table(
     assert keyed(ranged.collect()) == {(p, o): v for (p, o), v in expected.items() if p != 0 or 1 <= o < 4}
     split = _batch(kafka_spark, kafka_broker, topic, minPartitions="4")
     assert split.rdd.getNumPartitions() >= 4 and keyed(split.collect()) == expected  # (at least, as Spark)
+    capped = _batch(kafka_spark, kafka_broker, topic, maxRecordsPerPartition="2")  # 5 -> 1+2+2, 3 -> 1+2
+    assert capped.rdd.getNumPartitions() == 5 and keyed(capped.collect()) == expected
     with pytest.raises(Exception, match="'endingOffsets' cannot be earliest"):
         _batch(kafka_spark, kafka_broker, topic, endingOffsets="earliest").collect()
     with pytest.raises(Exception, match="'startingOffsets' cannot be latest"):

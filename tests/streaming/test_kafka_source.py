@@ -245,6 +245,28 @@ def test_split_ranges_like_spark_min_partitions() -> None:
     assert opts.min_partitions == 4
 
 
+def test_split_ranges_like_spark_max_records_per_partition() -> None:
+    """maxRecordsPerPartition cuts first (ceil(size / max) pieces), then minPartitions, which keeps
+    every piece of a topic-partition whole once one of its pieces is too small to split (Spark's
+    KafkaOffsetRangeCalculator keys that by topic-partition)."""
+    a, b = ("t", 0), ("t", 1)
+    assert split_ranges([(a, 0, 5), (b, 0, 3)], None, 2) == [(a, 0, 1), (a, 1, 3), (a, 3, 5), (b, 0, 1), (b, 1, 3)]
+    assert split_ranges([(a, 0, 4)], None, 4) == [(a, 0, 4)]  # a range of exactly max offsets stays whole
+    assert split_ranges([(a, 0, 4)], None, 100) == [(a, 0, 4)]
+    # minPartitions after the cut: 8 wanted, but a 1-offset piece of each partition pins both whole
+    assert split_ranges([(a, 0, 5), (b, 0, 3)], 8, 2) == [(a, 0, 1), (a, 1, 3), (a, 3, 5), (b, 0, 1), (b, 1, 3)]
+    # two pieces of 5, each big enough to be cut in two for minPartitions=4
+    assert split_ranges([(a, 0, 10)], 4, 5) == [(a, 0, 2), (a, 2, 5), (a, 5, 7), (a, 7, 10)]
+    # minPartitions already met by the cut: nothing more
+    assert split_ranges([(a, 0, 10)], 2, 3) == [(a, 0, 2), (a, 2, 4), (a, 4, 7), (a, 7, 10)]
+    opts = KafkaSourceOptions.from_options(
+        {"kafka.bootstrap.servers": "a:1", "subscribe": "t", "maxRecordsPerPartition": "1000"})
+    assert opts.max_records_per_partition == 1000
+    with pytest.raises(ValueError, match="'maxRecordsPerPartition' must be a positive integer"):
+        KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "a:1", "subscribe": "t",
+                                         "maxRecordsPerPartition": "0"})
+
+
 def test_arrow_schema_is_what_pyspark_expects() -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
 

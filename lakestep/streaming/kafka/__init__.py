@@ -46,6 +46,9 @@ Options (names are case-insensitive, like every Spark option):
                                    are cut in proportion to their size), so that a topic
                                    with few partitions still uses every core. Default: one
                                    task per Kafka partition.
+``maxRecordsPerPartition``         no task reads more than this many offsets of a
+                                   partition: larger ranges are cut into consecutive pieces
+                                   first, then ``minPartitions`` applies (Spark's order).
 ``includeHeaders``                 ``false`` (default) / ``true``.
 ``failOnDataLoss``                 ``true`` (default): offsets that vanished from the log, a
                                    topic deleted or recreated, fail the query
@@ -108,9 +111,9 @@ Not guaranteed / not supported:
   the query dies before its first batch is committed, a restart resolves it
   again (Spark's own Kafka source keeps its initial offsets in the checkpoint;
   a Python data source is not given the checkpoint directory).
-* Without ``minPartitions`` large backlogs are not split: one Spark task reads
-  a partition's whole range in a batch. Bound batches with
-  ``maxOffsetsPerTrigger``.
+* Without ``minPartitions`` or ``maxRecordsPerPartition`` large backlogs are not
+  split: one Spark task reads a partition's whole range in a batch. Bound
+  batches with ``maxOffsetsPerTrigger``.
 
 Performance: with ``rowFormat=arrow`` executors do not let kafka-python decode
 records one by one (~8-10 µs per small record and core, most of a Kafka

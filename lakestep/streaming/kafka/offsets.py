@@ -71,17 +71,27 @@ def rate_limit(start: Mapping[TP, int], until: Mapping[TP, int], limit: int) -> 
     return result
 
 
-def split_ranges(ranges: Sequence[tuple[TP, int, int]], min_partitions: int | None
-                 ) -> list[tuple[TP, int, int]]:
-    """Spark's ``minPartitions`` split of the non-empty offset ranges ``(tp, start, end)``.
+def split_ranges(ranges: Sequence[tuple[TP, int, int]], min_partitions: int | None,
+                 max_records: int | None = None) -> list[tuple[TP, int, int]]:
+    """Spark's split of the non-empty offset ranges ``(tp, start, end)`` into tasks, by
+    ``maxRecordsPerPartition`` (``max_records``) and ``minPartitions``, in Spark's order:
 
-    With ``min_partitions`` unset or not more than the number of ranges, every
-    range stays whole. Otherwise ranges whose proportional share of
-    ``min_partitions`` rounds to one stay whole, and the others are cut into
-    ``round(size / their_total * (min_partitions - whole_ranges))`` (at least
-    one) consecutive pieces of nearly equal size, in order.
+    1. With ``max_records``, every range is cut into ``ceil(size / max_records)``
+       consecutive pieces of nearly equal size.
+    2. If ``min_partitions`` is more than the pieces so far, the pieces whose
+       proportional share of ``min_partitions`` rounds to one stay whole, and so
+       do all pieces of their topic-partition; the others are cut into
+       ``round(size / their_total * (min_partitions - whole_pieces))`` (at least
+       one) consecutive pieces.
+
+    Otherwise every range stays whole. As in Spark, the result may hold more
+    tasks than ``min_partitions`` (rounding), and a piece of at most
+    ``max_records`` offsets may be cut again by step 2.
     """
     ranges = [r for r in ranges if r[2] > r[1]]
+    if max_records is not None:
+        ranges = [piece for tp, start, end in ranges
+                  for piece in _divided(tp, start, end, -(-(end - start) // max_records))]
     if min_partitions is None or len(ranges) >= min_partitions:
         return list(ranges)
 
@@ -89,19 +99,27 @@ def split_ranges(ranges: Sequence[tuple[TP, int, int]], min_partitions: int | No
         return max(int(math.floor(size / total * wanted + 0.5)), 1)  # Scala's math.round
 
     total = sum(end - start for _, start, end in ranges)
-    whole = [parts(end - start, total, min_partitions) == 1 for _, start, end in ranges]
-    split_total = total - sum(end - start for (_, start, end), w in zip(ranges, whole) if w)
-    split_wanted = max(min_partitions - sum(whole), 1)
-    result: list[tuple[TP, int, int]] = []
-    for (tp, start, end), keep_whole in zip(ranges, whole):
-        count = 1 if keep_whole else parts(end - start, split_total, split_wanted)
-        remaining, first = end - start, start
-        for part in range(count):
-            size = remaining // (count - part)
-            remaining -= size
-            result.append((tp, first, min(first + size, end)))
-            first = min(first + size, end)
-    return [r for r in result if r[2] > r[1]]
+    whole = [r for r in ranges if parts(r[2] - r[1], total, min_partitions) == 1]
+    whole_tps = {tp for tp, _, _ in whole}
+    split_total = total - sum(end - start for _, start, end in whole)
+    split_wanted = max(min_partitions - len(whole), 1)
+    return [piece for tp, start, end in ranges
+            for piece in _divided(tp, start, end,
+                                  1 if tp in whole_tps else parts(end - start, split_total, split_wanted))]
+
+
+def _divided(tp: TP, start: int, end: int, count: int) -> list[tuple[TP, int, int]]:
+    """``[start, end)`` in ``count`` consecutive non-empty pieces; the last ones take the
+    remainder of the division."""
+    out: list[tuple[TP, int, int]] = []
+    remaining, first = end - start, start
+    for part in range(count):
+        size = remaining // (count - part)
+        remaining -= size
+        if size > 0:
+            out.append((tp, first, min(first + size, end)))
+        first = min(first + size, end)
+    return out
 
 
 # ============================================================================ kafka access

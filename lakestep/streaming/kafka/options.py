@@ -384,6 +384,7 @@ _KNOWN_OPTIONS = {
     "minoffsetspertrigger",
     "maxtriggerdelay",
     "minpartitions",
+    "maxrecordsperpartition",
     "includeheaders",
     "failondataloss",
     "kafkaconsumer.polltimeoutms",
@@ -407,7 +408,6 @@ _BATCH_ONLY: dict[str, str] = {
 }
 _UNSUPPORTED_OPTIONS = {
     "maxpartitions": "use minPartitions (ranges are split, never merged)",
-    "maxrecordsperpartition": "it is not implemented; use minPartitions to split large ranges",
 }
 
 
@@ -508,6 +508,8 @@ class KafkaSourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     min_partitions: int | None = None
+    #: ``maxRecordsPerPartition``: no task reads more offsets of a partition (before ``minPartitions``)
+    max_records_per_partition: int | None = None
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
     fetch_offset_timeout_ms: int = 60_000
@@ -597,6 +599,7 @@ class KafkaSourceOptions:
             min_offsets_per_trigger=min_offsets,
             max_trigger_delay_ms=max_trigger_delay_ms,
             min_partitions=_positive_int(opts, "minPartitions", None),
+            max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition", None),
             include_headers=_parse_bool("includeHeaders", str(opts.get("includeheaders", "false"))),
             poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs", 120_000) or 120_000,
             fetch_offset_timeout_ms=_positive_int(opts, "fetchOffset.timeoutMs", 60_000) or 60_000,

@@ -313,7 +313,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ranges.append((tp, first, stop))
         return [
             KafkaInputPartition(tp[0], tp[1], first, stop)
-            for tp, first, stop in split_ranges(ranges, self.options.min_partitions)
+            for tp, first, stop in split_ranges(ranges, self.options.min_partitions,
+                                             self.options.max_records_per_partition)
         ]
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -502,7 +503,8 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [
             KafkaInputPartition(tp[0], tp[1], first, stop)
-            for tp, first, stop in split_ranges(self.ranges(), self.options.min_partitions)
+            for tp, first, stop in split_ranges(self.ranges(), self.options.min_partitions,
+                                             self.options.max_records_per_partition)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:

@@ -393,14 +393,14 @@ def spark_summary(progress: list[dict[str, Any]]) -> dict[str, Any]:
     if not progress:
         return {"batches": 0}
     d = [b["durationMs"] for b in progress]
-    med = {k: statistics.median(x.get(k, 0) for x in d)
+    med = {k: round(float(statistics.median(x.get(k, 0) for x in d)), 1)
            for k in ("triggerExecution", "latestOffset", "addBatch", "queryPlanning", "walCommit", "commitOffsets",
                      "getBatch")}
     span = batch_starts(progress)
     secs = max(span.values()) - min(span.values()) if len(span) > 1 else 0
     return {"batches": len(progress), "batches_with_rows": sum(1 for b in progress if b.get("numInputRows", 0)),
             "batches_per_s": _r(len(progress) / secs if secs else None, 2), "median_ms": med,
-            "other_ms": med["triggerExecution"] - med["latestOffset"] - med["addBatch"]}
+            "other_ms": round(med["triggerExecution"] - med["latestOffset"] - med["addBatch"], 1)}
 
 
 # -------------------------------------------------------------------- report

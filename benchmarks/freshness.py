@@ -8,6 +8,8 @@ Pipeline (one per cell, on a fresh catalog and a fresh topic of ``PARTITIONS`` p
 
 all three Spark queries with ``trigger(processingTime=T)`` in ONE local[2] Spark
 session for the whole run (each cell starts and stops its own queries), the
+sinks the ``lakestep`` sink with its commits timed (``lakestep-bench-timed``,
+benchmarks/formats.py), the
 derived sources with ``maxBarriersPerTrigger`` ``MAX_BARRIERS`` (a batch skips
 the barriers in which its source did not change), a :class:`Coordinator`
 thread sealing every ``I`` seconds (default settings otherwise: a snapshot
@@ -39,18 +41,26 @@ Measured, per cell (backend x interval I x trigger T):
   the interval between data-changing barriers never catches up), and ``lag``
   = newest sealed barrier - barrier answered, at the window's end;
 * per stage, for every measured record (the stages add up to its latency),
-  from the commits that carry it (``history()``: ``committed_at``, ``barrier``,
-  ``batch_id``), the seals (``Pipeline.seals()``) and Spark's progress reports
-  (a batch's start is its progress ``timestamp``)::
+  from the commits that carry it (``history()``: ``barrier``, ``batch_id``),
+  the seals (``Pipeline.seals()``: ``sealed_at``), Spark's progress reports (a
+  batch starts at its ``timestamp``; its planning takes ``durationMs.latestOffset``)
+  and the timed commits (the sink's commit call, start and end)::
 
-      kafka wait   produced            -> start of the ingest batch that read it
-      raw batch    ingest batch start  -> f.raw commit (Kafka read, write, commit)
-      seal wait    f.raw commit        -> seal of the barrier that commit carries
-      d1 wait      seal (baseline: f.raw commit) -> start of the d1 batch that read it
-      d1 batch     d1 batch start      -> f.d1 commit (planning, read, write, commit)
-      d2 wait      f.d1 commit         -> start of the d2 batch that read it
-      d2 batch     d2 batch start      -> f.d2 commit
-      answer       f.d2 commit         -> the reader's first answer with it
+      kafka wait   produced               -> start of the ingest batch that read it (trigger wait)
+      raw plan     ingest batch start     -> + its latestOffset (Kafka offsets)
+      raw write    end of planning        -> commit call (Kafka read, Parquet write, Spark's logs)
+      raw commit   the f.raw commit call (catalog transaction, retries included)
+      seal wait    end of the f.raw commit -> seal of the barrier it carries (baseline: 0)
+      d1 wait      seal                   -> start of the d1 batch that read it (trigger wait,
+                                             and the batches ahead of it when d1 is behind)
+      d1 plan      d1 batch start         -> + its latestOffset (barrier plan, trigger agreement)
+      d1 write     end of planning        -> commit call; d1 commit: the f.d1 commit call
+      d2 wait, d2 plan, d2 write, d2 commit: the same for d2, from the end of the f.d1 commit
+      answer       end of the f.d2 commit -> the reader's first answer with it
+
+  (the seal's time is the database clock at the start of the seal's
+  transaction, which then waits for root commits in flight: a seal wait can be
+  slightly negative);
 
   and per Spark query the medians of its batches' ``durationMs``: latestOffset
   (planning: for a derived source the barrier plan and the trigger agreement),
@@ -59,7 +69,7 @@ Measured, per cell (backend x interval I x trigger T):
   batches/s;
 * the **baseline** rows ("none" in the interval column): the same three
   queries, sinks and catalog commits, no coordinator and no barriers: the
-  derived queries read with benchmarks/plain_source.py (each trigger takes the
+  derived queries read with ``lakestep-bench-plain`` (benchmarks/formats.py: each trigger takes the
   table's newest data version) and the reader polls f.d2's newest version
   instead of ``choose``. Baseline - barrier rows is the cost of consistency.
 
@@ -121,7 +131,8 @@ MAX_BARRIERS = 1000
 POLL = 0.02
 TARGET_CELL = (0.2, 0.2)
 P50_TARGET, P99_TARGET = 1.5, 3.0
-STAGES = ["kafka wait", "raw batch", "seal wait", "d1 wait", "d1 batch", "d2 wait", "d2 batch", "answer"]
+STAGES = ["kafka wait", "raw plan", "raw write", "raw commit", "seal wait", "d1 wait", "d1 plan", "d1 write",
+          "d1 commit", "d2 wait", "d2 plan", "d2 write", "d2 commit", "answer"]
 JOBS = ["ingest", "d1", "d2"]
 
 
@@ -220,7 +231,7 @@ class Reader(threading.Thread):
 # --------------------------------------------------------------------- cells
 def start_queries(spark: Any, url: str, bootstrap: str, topic: str, ck: Path, trigger: float, barriers: bool,
                   name: str) -> list[Any]:
-    from .plain_source import FORMAT_NAME
+    from .formats import FORMAT_NAME, TIMED_NAME
 
     every = f"{int(round(trigger * 1000))} milliseconds"
     raw = (spark.readStream.format("lakestep-kafka").option("kafka.bootstrap.servers", bootstrap)
@@ -235,7 +246,8 @@ def start_queries(spark: Any, url: str, bootstrap: str, topic: str, ck: Path, tr
         return spark.readStream.format(FORMAT_NAME).option("catalog", url).option("table", table).load()
 
     def sink(df: Any, table: str, job: str) -> Any:
-        return (df.writeStream.format("lakestep").option("catalog", url).option("table", table).option("job", job)
+        return (df.writeStream.format(TIMED_NAME).option("catalog", url).option("table", table).option("job", job)
+                .option("timingFile", str(ck / f"commits-{job}.jsonl"))
                 .option("checkpointLocation", str(ck / job)).trigger(processingTime=every)
                 .queryName(f"{name}-{job}").start())
 
@@ -274,8 +286,9 @@ def run_cell(spark: Any, broker: Any, root: Path, backend: str, pg_dsn: str, int
             p.register_job("d2", sources=["f.d1"], sinks=["f.d2"])
             coord = p.coordinator(interval=interval)
             coord.start()
-        queries = start_queries(spark, url, broker.bootstrap_servers, topic, root / name / "ck", trigger, barriers,
-                                name)
+        ck = root / name / "ck"
+        ck.mkdir(parents=True, exist_ok=True)
+        queries = start_queries(spark, url, broker.bootstrap_servers, topic, ck, trigger, barriers, name)
         producer, reader = Producer(broker.bootstrap_servers, topic, params["rate"]), Reader(url, barriers)
         reader.start()
         producer.start()
@@ -335,9 +348,10 @@ def run_cell(spark: Any, broker: Any, root: Path, backend: str, pg_dsn: str, int
             "answers": len(reader.answers),
             "seals": len(p.seals()) if barriers else 0,
         })
+        timed = {job: commit_times(ck / f"commits-{job}.jsonl") for job in JOBS}
         out["stages_ms"], out["stage_check_ms"] = stage_breakdown(tables, p, barriers, ids, produced, seen,
-                                                                   progress)
-        out["spark"] = {job: spark_summary(progress[job]) for job in JOBS}
+                                                                   progress, timed)
+        out["spark"] = {job: spark_summary(progress[job], timed[job]) for job in JOBS}
     return out
 
 
@@ -355,6 +369,14 @@ def commit_of(table: Any) -> dict[int, Any]:
             for i, k in zip(data.column("id").to_pylist(), data.column(FRAGMENT_INDEX).to_pylist())}
 
 
+def commit_times(path: Path) -> dict[int, tuple[float, float]]:
+    """batch id -> (start, end) of the sink's commit call (benchmarks/formats.py)."""
+    if not path.exists():
+        return {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {int(r["batch"]): (float(r["start"]), float(r["end"])) for r in rows}
+
+
 def batch_starts(progress: list[dict[str, Any]]) -> dict[int, float]:
     return {int(b["batchId"]): dt.datetime.fromisoformat(b["timestamp"].replace("Z", "+00:00")).timestamp()
             for b in progress}
@@ -362,24 +384,32 @@ def batch_starts(progress: list[dict[str, Any]]) -> dict[int, float]:
 
 def stage_breakdown(tables: dict[str, Any], p: Pipeline, barriers: bool, ids: list[int], produced: dict[int, float],
                     seen: dict[int, float], progress: dict[str, list[dict[str, Any]]],
+                    timed: dict[str, dict[int, tuple[float, float]]],
                     ) -> tuple[dict[str, dict[str, float | None]], float | None]:
     """Per stage (module docstring), p50 / p95 / mean in ms over the measured records seen; and the
     largest |sum of stages - latency| (ms; 0 up to rounding: the stages telescope)."""
     c = {t: commit_of(tables[t]) for t in TABLES}
     starts = {job: batch_starts(progress[job]) for job in JOBS}
+    planning = {job: {int(b["batchId"]): b["durationMs"].get("latestOffset", 0) / 1000 for b in progress[job]}
+                for job in JOBS}
     sealed = {s.barrier: s.sealed_at for s in p.seals()} if barriers else {}
     per: dict[str, list[float]] = {s: [] for s in STAGES}
     worst = 0.0
     for i in ids:
         if i not in seen or any(i not in c[t] for t in TABLES):
             continue
-        raw, d1, d2 = c["f.raw"][i], c["f.d1"][i], c["f.d2"][i]
+        marks = [produced[i]]
         try:
-            s_raw, s_d1, s_d2 = starts["ingest"][raw.batch_id], starts["d1"][d1.batch_id], starts["d2"][d2.batch_id]
-        except KeyError:  # a batch older than the progress Spark kept
+            for job, table in zip(JOBS, TABLES):
+                commit = c[table][i]
+                b = commit.batch_id
+                start = starts[job][b]
+                marks += [start, start + planning[job][b], *timed[job][b]]
+                if job == "ingest":
+                    marks.append(sealed[commit.barrier] if barriers else marks[-1])
+        except KeyError:  # a batch Spark's progress or the timing file lacks (none should)
             continue
-        ready = sealed.get(raw.barrier, raw.committed_at) if barriers else raw.committed_at
-        marks = [produced[i], s_raw, raw.committed_at, ready, s_d1, d1.committed_at, s_d2, d2.committed_at, seen[i]]
+        marks.append(seen[i])
         for name, a, b in zip(STAGES, marks, marks[1:]):
             per[name].append((b - a) * 1000)
         worst = max(worst, abs((marks[-1] - marks[0]) - sum(b - a for a, b in zip(marks, marks[1:]))) * 1000)
@@ -388,8 +418,8 @@ def stage_breakdown(tables: dict[str, Any], p: Pipeline, barriers: bool, ids: li
             round(worst, 6))
 
 
-def spark_summary(progress: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians (ms) of the batches' durationMs, and batches per second of the query's run."""
+def spark_summary(progress: list[dict[str, Any]], timed: dict[int, tuple[float, float]]) -> dict[str, Any]:
+    """Medians (ms) of the batches' durationMs and of the sink's commit calls, and batches per second."""
     if not progress:
         return {"batches": 0}
     d = [b["durationMs"] for b in progress]
@@ -400,6 +430,8 @@ def spark_summary(progress: list[dict[str, Any]]) -> dict[str, Any]:
     secs = max(span.values()) - min(span.values()) if len(span) > 1 else 0
     return {"batches": len(progress), "batches_with_rows": sum(1 for b in progress if b.get("numInputRows", 0)),
             "batches_per_s": _r(len(progress) / secs if secs else None, 2), "median_ms": med,
+            "commits": len(timed),
+            "commit_median_ms": _r(statistics.median(e - s for s, e in timed.values()) * 1000, 1) if timed else None,
             "other_ms": round(med["triggerExecution"] - med["latestOffset"] - med["addBatch"], 1)}
 
 
@@ -424,7 +456,8 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
             s = c["spark"][job]
             md = s.get("median_ms", {})
             sp.append([f"{c['backend']} {iv(c)}/{c['trigger']:g} {job}", s.get("batches"), s.get("batches_per_s"),
-                       md.get("triggerExecution"), md.get("latestOffset"), md.get("addBatch"), s.get("other_ms")])
+                       md.get("triggerExecution"), md.get("latestOffset"), md.get("addBatch"),
+                       s.get("commit_median_ms"), s.get("other_ms")])
     return "\n".join([
         f"lakestep {m['lakestep']} freshness benchmark  {m['date']}  cpus={m['cpu_count']}  python {m['python']}"
         f"  pyspark {m['pyspark']}  load(1 min) at start {m['load_1min']}",
@@ -436,8 +469,8 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
         text_table("\nWhere the time goes: p50 per stage (ms; the stages of a record add up to its latency)",
                    ["backend", "interval", "trigger", *STAGES], st),
         text_table("\nSpark queries: batches, batches/s, median ms per batch (latestOffset = planning and trigger "
-                   "agreement; addBatch = read, write, commit)",
-                   ["query", "batches", "per s", "trigger", "latestOffset", "addBatch", "other"], sp),
+                   "agreement; addBatch = read, write, commit; commit = the sink's commit call, within addBatch)",
+                   ["query", "batches", "per s", "trigger", "latestOffset", "addBatch", "commit", "other"], sp),
         text_table("\nTargets", ["check", "value", "target", "result"],
                    [[k.name, k.value, f"{k.op} {k.target:g}", k.result] for k in checks]),
     ])
@@ -490,9 +523,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lakestep-bench-fresh-") as tmp, TansuBroker() as broker:
         root = Path(tmp)
         spark = make_spark(root, app="lakestep-bench-freshness")
-        from .plain_source import PlainSource
+        from .formats import PlainSource, TimedSink
 
         spark.dataSource.register(PlainSource)
+        spark.dataSource.register(TimedSink)
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
         try:
             for backend in params["backends"]:

@@ -1,4 +1,6 @@
-"""A streaming source of a lakestep table WITHOUT barriers, for benchmarks.freshness's baseline row.
+"""Spark formats for benchmarks.freshness: a source without barriers, and a sink that times its commits.
+
+**lakestep-bench-plain**, a streaming source of a lakestep table WITHOUT barriers (the baseline rows).
 
 ``spark.readStream.format("lakestep-bench-plain").option("catalog", url).option("table", t)``:
 offsets are the table's data version (``{"dv": n}``); each trigger reads the files
@@ -11,12 +13,20 @@ the open epoch, and no coordinator ever seals it).
 
 Not for applications: no read limit, no version pinning (cleanup could remove
 files the stream has not read yet), no waiting out an unavailable database.
-It lives in its own module because Spark pickles a data source by reference:
-its Python workers import it from here (``benchmarks`` is on their PYTHONPATH).
+
+**lakestep-bench-timed**: the ``lakestep`` sink, unchanged, except that each
+micro-batch's commit on the driver (sink.py step 2: the catalog transaction,
+with its retries) is timed and appended as one JSON line ``{"job", "batch",
+"start", "end"}`` (``time.time()``) to the file named by option ``timingFile``.
+
+Both live in this module because Spark pickles a data source by reference:
+its Python workers import them from here (``benchmarks`` is on their PYTHONPATH).
 """
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
@@ -24,10 +34,12 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from lakestep.catalog import reader
 from lakestep.streaming import progress
-from lakestep.streaming.sink import TableShape
+from lakestep.streaming.datasource import LakestepDataSource
+from lakestep.streaming.sink import FilesWritten, LakestepStreamWriter, TableShape
 from lakestep.streaming.source import FilesPartition, FileToRead
 
 FORMAT_NAME = "lakestep-bench-plain"
+TIMED_NAME = "lakestep-bench-timed"
 
 
 class PlainSource(DataSource):
@@ -72,3 +84,25 @@ class PlainStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, int]) -> None:
         pass
+
+
+class TimedSink(LakestepDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return TIMED_NAME
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> "TimedStreamWriter":
+        return TimedStreamWriter(self.options, overwrite, schema)
+
+
+class TimedStreamWriter(LakestepStreamWriter):
+    def __init__(self, options: Any, overwrite: bool, schema: Any = None) -> None:
+        super().__init__(options, overwrite, schema)
+        self.timing_file = progress.required(options, "timingFile")
+
+    def commit(self, messages: "list[FilesWritten | None]", batchId: int) -> None:  # driver
+        start = time.time()
+        super().commit(messages, batchId)
+        end = time.time()
+        with open(self.timing_file, "a") as f:
+            f.write(json.dumps({"job": self.target.job, "batch": int(batchId), "start": start, "end": end}) + "\n")

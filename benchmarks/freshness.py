@@ -7,13 +7,14 @@ Pipeline (one per cell, on a fresh catalog and a fresh topic of ``PARTITIONS`` p
           --(derived job "d2": lakestep source -> v%1000 -> lakestep sink)--> f.d2
 
 all three Spark queries with ``trigger(processingTime=T)`` in ONE local[2] Spark
-session for the whole run (each cell starts and stops its own queries), the
-sinks the ``lakestep`` sink with its commits timed (``lakestep-bench-timed``,
-benchmarks/formats.py), the
-derived sources with ``maxBarriersPerTrigger`` ``MAX_BARRIERS`` (a batch skips
-the barriers in which its source did not change), a :class:`Coordinator`
-thread sealing every ``I`` seconds (default settings otherwise: a snapshot
-per barrier, the newest 100 kept).
+session for the whole run (each cell starts and stops its own queries). The
+sinks are the ``lakestep`` sink with each commit call timed
+(``lakestep-bench-timed``, benchmarks/formats.py: one line appended to a file
+per commit); the derived sources read with ``maxBarriersPerTrigger``
+``MAX_BARRIERS`` (a batch skips the barriers in which its source did not
+change); a :class:`Coordinator` thread in this process seals every ``I``
+seconds (default settings otherwise: a snapshot per barrier, the newest 100
+kept).
 
 Measured, per cell (backend x interval I x trigger T):
 
@@ -69,14 +70,15 @@ Measured, per cell (backend x interval I x trigger T):
   batches/s;
 * the **baseline** rows ("none" in the interval column): the same three
   queries, sinks and catalog commits, no coordinator and no barriers: the
-  derived queries read with ``lakestep-bench-plain`` (benchmarks/formats.py: each trigger takes the
-  table's newest data version) and the reader polls f.d2's newest version
-  instead of ``choose``. Baseline - barrier rows is the cost of consistency.
+  derived queries read with ``lakestep-bench-plain`` (benchmarks/formats.py:
+  each trigger takes the table's newest data version) and the reader polls
+  f.d2's newest version instead of ``choose``. Barrier row - baseline row is
+  the cost of consistency.
 
 Grid: ``--intervals`` (0.2, 1, 5 s) x ``--triggers`` (0.2, 1 s) x ``--backends``
 (sqlite, postgres), plus a baseline cell per backend and trigger.
 Target, at interval 0.2 s and trigger 0.2 s, per backend: p50 < 1.5 s and
-p99 < 3 s (exit status 1 when missed). ``--quick``: that cell only, per
+p99 < 3 s (exit status 1 when missed, 2 when a cell failed). ``--quick``: that cell only, per
 backend, shorter windows (a smoke run of ~2 minutes; no baseline unless
 ``--baseline``).
 
@@ -101,14 +103,13 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import threading
 import time
 import traceback
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -349,7 +350,7 @@ def run_cell(spark: Any, broker: Any, root: Path, backend: str, pg_dsn: str, int
             "seals": len(p.seals()) if barriers else 0,
         })
         timed = {job: commit_times(ck / f"commits-{job}.jsonl") for job in JOBS}
-        out["stages_ms"], out["stage_check_ms"] = stage_breakdown(tables, p, barriers, ids, produced, seen,
+        out["stages_ms"], out["barriers_backwards"] = stage_breakdown(tables, p, barriers, ids, produced, seen,
                                                                    progress, timed)
         out["spark"] = {job: spark_summary(progress[job], timed[job]) for job in JOBS}
     return out
@@ -385,20 +386,23 @@ def batch_starts(progress: list[dict[str, Any]]) -> dict[int, float]:
 def stage_breakdown(tables: dict[str, Any], p: Pipeline, barriers: bool, ids: list[int], produced: dict[int, float],
                     seen: dict[int, float], progress: dict[str, list[dict[str, Any]]],
                     timed: dict[str, dict[int, tuple[float, float]]],
-                    ) -> tuple[dict[str, dict[str, float | None]], float | None]:
-    """Per stage (module docstring), p50 / p95 / mean in ms over the measured records seen; and the
-    largest |sum of stages - latency| (ms; 0 up to rounding: the stages telescope)."""
+                    ) -> tuple[dict[str, dict[str, float | None]], int | None]:
+    """Per stage (module docstring), p50 / p95 / mean in ms over the measured records seen (``n``: the
+    records traced through their three commits); and, with barriers, how many records a derived table
+    holds at a lower barrier than its source (0: barriers never go backwards along the pipeline)."""
     c = {t: commit_of(tables[t]) for t in TABLES}
     starts = {job: batch_starts(progress[job]) for job in JOBS}
     planning = {job: {int(b["batchId"]): b["durationMs"].get("latestOffset", 0) / 1000 for b in progress[job]}
                 for job in JOBS}
     sealed = {s.barrier: s.sealed_at for s in p.seals()} if barriers else {}
     per: dict[str, list[float]] = {s: [] for s in STAGES}
-    worst = 0.0
+    backwards = 0
     for i in ids:
         if i not in seen or any(i not in c[t] for t in TABLES):
             continue
         marks = [produced[i]]
+        if barriers and not c["f.raw"][i].barrier <= c["f.d1"][i].barrier <= c["f.d2"][i].barrier:
+            backwards += 1
         try:
             for job, table in zip(JOBS, TABLES):
                 commit = c[table][i]
@@ -412,10 +416,9 @@ def stage_breakdown(tables: dict[str, Any], p: Pipeline, barriers: bool, ids: li
         marks.append(seen[i])
         for name, a, b in zip(STAGES, marks, marks[1:]):
             per[name].append((b - a) * 1000)
-        worst = max(worst, abs((marks[-1] - marks[0]) - sum(b - a for a, b in zip(marks, marks[1:]))) * 1000)
     return ({s: {"p50": _r(pct(v, 0.5), 1), "p95": _r(pct(v, 0.95), 1),
                  "mean": _r(statistics.fmean(v), 1) if v else None, "n": len(v)} for s, v in per.items()},
-            round(worst, 6))
+            backwards if barriers else None)
 
 
 def spark_summary(progress: list[dict[str, Any]], timed: dict[int, tuple[float, float]]) -> dict[str, Any]:

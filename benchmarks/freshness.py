@@ -79,8 +79,10 @@ Grid: ``--intervals`` (0.2, 1, 5 s) x ``--triggers`` (0.2, 1 s) x ``--backends``
 (sqlite, postgres), plus a baseline cell per backend and trigger.
 Target, at interval 0.2 s and trigger 0.2 s, per backend: p50 < 1.5 s and
 p99 < 3 s (exit status 1 when missed, 2 when a cell failed). ``--quick``: that cell only, per
-backend, shorter windows (a smoke run of ~2 minutes; no baseline unless
-``--baseline``).
+backend, 15 s windows, no baseline unless ``--baseline`` (a smoke run: two
+cells and one Spark start, a few minutes). The full grid is 16 cells of
+about 70 s each on a quiet machine (start, warm-up, window, drain, stop):
+about 20-25 minutes.
 
 Not measured: Kafka's own produce latency apart from the rest (the clock
 starts at ``send()``), the reader's time to read the rows of a new answer

@@ -45,6 +45,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.streaming
 	$(BIN)/python -m benchmarks.query
 	$(BIN)/python -m benchmarks.scale
+	$(BIN)/python -m benchmarks.freshness
 
 clean:
 	rm -rf $(VENV) demo-warehouse .pytest_cache

@@ -73,7 +73,7 @@ def step(label: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {label}", file=sys.stderr, flush=True)
 
 
-def make_spark(tmp: Path) -> Any:
+def make_spark(tmp: Path, app: str = "lakestep-bench-streaming") -> Any:
     """A local[2] session configured like tests/streaming/conftest.py (full JIT: a benchmark)."""
     from pyspark.sql import SparkSession
 
@@ -88,7 +88,7 @@ def make_spark(tmp: Path) -> Any:
                      "appender.console.type = Console\nappender.console.name = console\n"
                      "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
                      "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n")
-    spark = (SparkSession.builder.master("local[2]").appName("lakestep-bench-streaming")
+    spark = (SparkSession.builder.master("local[2]").appName(app)
              .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC").config("spark.driver.host", "127.0.0.1")

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,3 +45,32 @@ def test_scale_benchmark_runs(tmp_path: Path) -> None:
         assert all(c["files returned"] == {"all": c["files"], "partition": 1, "stats": 1} for c in files)
         assert all(c["exceptions"] == 0 and c["commit"]["runs"] > 0 for c in res["concurrency"])
     assert "growth" in r.stdout
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_freshness_benchmark_runs(tmp_path: Path) -> None:
+    out = tmp_path / "freshness.json"
+    r = subprocess.run([sys.executable, "-m", "benchmarks.freshness", "--backends", "sqlite,postgres",
+                        "--intervals", "0.5", "--triggers", "0.5", "--baseline", "--seconds", "2", "--warmup", "0",
+                        "--rate", "20", "--drain", "300", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]  # no target cell in this grid: 1 would mean a failed check
+    cells = json.loads(out.read_text())["cells"]
+    assert [(c["backend"], c["interval"], c["trigger"]) for c in cells] == [
+        ("sqlite", 0.5, 0.5), ("sqlite", None, 0.5), ("postgres", 0.5, 0.5), ("postgres", None, 0.5)]
+    for c in cells:
+        assert "error" not in c, c["error"]
+        # every record produced was seen exactly once, and nothing else was
+        assert c["produced"] == c["seen"] > 0
+        assert c["missing"] == c["unexpected"] == c["duplicates"] == c["unseen"] == 0
+        assert c["records"] > 0 and c["min_s"] >= 0
+        # every measured record was traced through its three commits and batches
+        assert all(s["n"] == c["records"] for s in c["stages_ms"].values())
+        if c["interval"] is None:
+            assert c["seals"] == 0 and c["barriers_backwards"] is None
+        else:  # f.raw's barrier <= f.d1's <= f.d2's for every record
+            assert c["seals"] > 0 and c["barriers_backwards"] == 0
+        assert set(c["spark"]) == {"ingest", "d1", "d2"}
+        assert all(s["batches"] > 0 and s["commits"] > 0 for s in c["spark"].values())
+    assert "Where the time goes" in r.stdout

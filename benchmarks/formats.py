@@ -1,0 +1,108 @@
+"""Spark formats for benchmarks.freshness: a source without barriers, and a sink that times its commits.
+
+**lakestep-bench-plain**, a streaming source of a lakestep table WITHOUT barriers (the baseline rows).
+
+``spark.readStream.format("lakestep-bench-plain").option("catalog", url).option("table", t)``:
+offsets are the table's data version (``{"dv": n}``); each trigger reads the files
+the commits since the last offset added (``Table.added_files``), as the ``lakestep``
+source does, but with no barrier, no job and no trigger agreement: a trigger takes
+whatever the table's newest version holds. So a pipeline built from it is the
+barrier pipeline minus consistency: the same Spark queries, the same sink and the
+same catalog commits (the sink of an unregistered job commits as a root job, with
+the open epoch, and no coordinator ever seals it).
+
+Not for applications: no read limit, no version pinning (cleanup could remove
+files the stream has not read yet), no waiting out an unavailable database.
+
+**lakestep-bench-timed**: the ``lakestep`` sink, unchanged, except that each
+micro-batch's commit on the driver (sink.py step 2: the catalog transaction,
+with its retries) is timed and appended as one JSON line ``{"job", "batch",
+"start", "end"}`` (``time.time()``) to the file named by option ``timingFile``.
+
+Both live in this module because Spark pickles a data source by reference:
+its Python workers import them from here (``benchmarks`` is on their PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from lakestep.catalog import reader
+from lakestep.streaming import progress
+from lakestep.streaming.datasource import LakestepDataSource
+from lakestep.streaming.sink import FilesWritten, LakestepStreamWriter, TableShape
+from lakestep.streaming.source import FilesPartition, FileToRead
+
+FORMAT_NAME = "lakestep-bench-plain"
+TIMED_NAME = "lakestep-bench-timed"
+
+
+class PlainSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> Any:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        cat = progress.open_catalog(progress.required(self.options, "catalog"))
+        return from_arrow_schema(cat.load_table(progress.required(self.options, "table")).schema)
+
+    def streamReader(self, schema: Any) -> "PlainStreamReader":
+        return PlainStreamReader(self.options)
+
+
+class PlainStreamReader(DataSourceStreamReader):
+    def __init__(self, options: Any) -> None:
+        self.url = progress.required(options, "catalog")
+        self.table = progress.required(options, "table")
+        self.shape = TableShape.of(self._table())
+
+    def _table(self) -> Any:
+        return progress.open_catalog(self.url).load_table(self.table)
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"dv": 0}
+
+    def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
+        return {"dv": self._table().data_version}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        if int(end["dv"]) <= int(start["dv"]):
+            return []
+        return [FilesPartition([FileToRead(f.path, f.record_count, f.file_size)])
+                for f in self._table().added_files(int(start["dv"]), int(end["dv"]))]
+
+    def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:  # executors
+        yield from reader.read(self.shape.ident, self.shape.store(), partition.files,
+                               self.shape.physical_schema).to_batches()
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+class TimedSink(LakestepDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return TIMED_NAME
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> "TimedStreamWriter":
+        return TimedStreamWriter(self.options, overwrite, schema)
+
+
+class TimedStreamWriter(LakestepStreamWriter):
+    def __init__(self, options: Any, overwrite: bool, schema: Any = None) -> None:
+        super().__init__(options, overwrite, schema)
+        self.timing_file = progress.required(options, "timingFile")
+
+    def commit(self, messages: "list[FilesWritten | None]", batchId: int) -> None:  # driver
+        start = time.time()
+        super().commit(messages, batchId)
+        end = time.time()
+        with open(self.timing_file, "a") as f:
+            f.write(json.dumps({"job": self.target.job, "batch": int(batchId), "start": start, "end": end}) + "\n")

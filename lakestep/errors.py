@@ -416,6 +416,21 @@ class StreamingJobError(LakestepError):
     """A streaming job that is not set up to run (unregistered, misaligned, ...)."""
 
 
+class ExecutorSetupError(StreamingJobError):
+    """Spark's executors cannot run lakestep's side of a query: lakestep (or a module it
+    needs) does not import there, or a different version of it does.
+
+    ``problems``: one line per kind of executor Python that failed (its
+    interpreter, what it lacked or which lakestep it imported). The message says
+    how to ship lakestep to executors (``spark-submit --py-files`` or a wheel
+    installed on every node; README "On a cluster").
+    """
+
+    def __init__(self, message: str, *, problems: list[str]) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
 class QueryError(LakestepError, ValueError):
     """A query lakestep cannot run as written: unparseable SQL, an unknown level or scope,
     time travel it cannot honour. The message says what to change."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ import pytest
 
 from lakestep.barrier import Pipeline
 from lakestep.streaming import register_job
+from tests.processes import kill_tree, wait_dead
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -134,70 +134,14 @@ class App:
         return self.proc.poll()
 
     def kill(self) -> None:
-        """SIGKILL the application: its process group and every descendant, at once.
-
-        Spark's ``pyspark.daemon`` workers call setsid(), so they are not in the
-        group: the tree is frozen (SIGSTOP, so that nothing forks meanwhile),
-        then every process of it is killed.
-        """
-        pgid = self.proc.pid
-        tree: set[int] = set()
-        for _ in range(3):
-            for pid in _descendants(pgid) - tree:
-                _signal(pid, signal.SIGSTOP)
-                tree.add(pid)
-        tree.add(pgid)
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        for pid in tree:
-            _signal(pid, signal.SIGKILL)
+        """SIGKILL the application: its process group and every descendant, at once (tests/processes.py)."""
+        tree = kill_tree(self.proc.pid)
         self.proc.wait(30)
-        wait_until(lambda: not any(_alive(pid) for pid in tree), "the app's processes to die of SIGKILL", timeout=60,
-                   detail=lambda: f"still alive: {[pid for pid in tree if _alive(pid)]}")
+        wait_dead(tree, "the app's processes")
 
     def tail(self) -> str:
         return (self.out.read_text(errors="replace")[-1500:] + "\n--- stderr ---\n"
                 + self.err.read_text(errors="replace")[-3000:])
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = collections.defaultdict(list)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            kids[ppid].append(int(entry))
-    return kids
-
-
-def _descendants(root: int) -> set[int]:
-    kids, out, todo = _children(), set(), [root]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            if k not in out:
-                out.add(k)
-                todo.append(k)
-    return out
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def wait_for(cond, timeout: float, what: str, app: App | None = None) -> None:  # type: ignore[no-untyped-def]

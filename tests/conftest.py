@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from tests.pgcluster import PgCluster
     from tests.pgproxy import PgProxy
     from tests.s3server import S3Server
+    from tests.sparkcluster import SparkCluster
 
 PG_URL = os.environ.get("LAKESTEP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -169,6 +170,26 @@ def s3_server() -> Iterator["S3Server"]:
     server = S3Server()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def _spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["SparkCluster"]:
+    from tests.sparkcluster import SparkCluster
+
+    cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def spark_cluster(_spark_cluster: "SparkCluster") -> "SparkCluster":
+    """A Spark standalone cluster (tests/sparkcluster.py: a master and two workers, separate JVMs on
+    127.0.0.1), started once per run; each test gets both workers running and no task held."""
+    _spark_cluster.disarm()
+    _spark_cluster.ensure_workers()
+    return _spark_cluster
 
 
 @pytest.fixture

@@ -164,6 +164,14 @@ class SparkCluster:
         for p in self.hold_dir.iterdir():
             p.unlink()
 
+    def disarm(self) -> None:
+        """No sink task holds (a held one is released)."""
+        self.release()
+        if self.hold_dir.exists():
+            for p in self.hold_dir.iterdir():
+                p.unlink()
+            self.hold_dir.rmdir()
+
     def held(self) -> str | None:
         """What the held task wrote (its table, task prefix and rows), once it holds."""
         if not self.hold_dir.exists():
@@ -217,8 +225,9 @@ class SparkCluster:
     def driver_env(self, **extra: str) -> dict[str, str]:
         """The environment of a driver: no lakestep but what the application ships (the hook hides the
         editable install), and the catalog database reachable."""
-        return clean_env(SPARK_HOME=str(spark_home()), SPARK_CONF_DIR=str(self.conf), SPARK_LOCAL_IP="127.0.0.1",
-                         PYTHONPATH=str(HOOK_DIR), LS_TEST_NO_EDITABLE="1", PYSPARK_PYTHON=sys.executable, **extra)
+        return clean_env(**{"SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(self.conf),
+                            "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(HOOK_DIR), "LS_TEST_NO_EDITABLE": "1",
+                            "PYSPARK_PYTHON": sys.executable, **extra})
 
     def stop(self) -> None:
         """Step 3: the workers, then the master."""

@@ -7,10 +7,11 @@ directory, and nothing else, on their PYTHONPATH). Test plumbing only; lakestep 
 2. ``LS_TEST_NO_CATALOG_DB=<file>`` (the workers' processes, i.e. executors): there is no
    catalog database here. ``psycopg2.connect`` and ``sqlite3.connect`` append a line
    to ``<file>`` (pid and what was asked) and raise: only drivers talk to the catalog;
-3. ``LS_TEST_HOLD_DIR=<dir>`` (one worker's processes): the first sink task of that
-   worker's executor that wrote rows writes a marker file ``task-*`` into ``<dir>``
-   after writing its files, and waits (until ``<dir>/release`` exists, at most ten
-   minutes), so that the test kills the worker in the middle of that micro-batch.
+3. ``LS_TEST_HOLD_DIR=<dir>`` (one worker's processes): while ``<dir>`` exists (armed),
+   the first sink task of that worker's executor that wrote rows writes a marker file
+   ``task-*`` into ``<dir>`` after writing its files, and waits (until ``<dir>/release``
+   exists or ``<dir>`` is gone, at most ten minutes), so that the test kills the
+   worker in the middle of that micro-batch.
 
 Not guaranteed: a connection made by a library that bypasses psycopg2 and sqlite3.
 """
@@ -55,14 +56,16 @@ if _hold:
 
         def write(self, iterator, prefix):  # type: ignore[no-untyped-def]
             msg = orig(self, iterator, prefix)
-            if msg.rows and not any(n.startswith("task-") for n in os.listdir(_hold)):
+            armed = os.path.isdir(_hold) and not any(n.startswith("task-") for n in os.listdir(_hold))
+            if msg.rows and armed:
                 tmp = os.path.join(_hold, f".tmp-{os.getpid()}")
                 with open(tmp, "w") as f:
                     f.write(f"{self.shape.ident} {prefix}: {msg.rows} rows in {len(msg.files)} file(s), "
                             f"pid {os.getpid()}")
                 os.rename(tmp, os.path.join(_hold, f"task-{os.getpid()}"))
                 deadline = time.monotonic() + 600
-                while not os.path.exists(os.path.join(_hold, "release")) and time.monotonic() < deadline:
+                while (os.path.isdir(_hold) and not os.path.exists(os.path.join(_hold, "release"))
+                       and time.monotonic() < deadline):
                     time.sleep(0.1)
             return msg
 

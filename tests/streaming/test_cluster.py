@@ -1,0 +1,90 @@
+"""Exactly once on a real Spark standalone cluster that loses a worker in the middle of a micro-batch.
+
+The pipeline of the local-mode crash test (pipeline_app.py, with its second
+derived job: Kafka -> s.raw -> s.agg -> s.agg2) is submitted with
+``spark-submit --py-files lakestep.zip`` to the cluster of tests/sparkcluster.py
+(a master and two workers, separate JVMs), from a directory of its own; the
+catalog is on PostgreSQL, the warehouse on the S3 server. Executors import
+lakestep only from the zip and cannot reach the catalog database (tests/cluster_hook).
+
+1. worker 0 is armed: its first sink task that wrote rows holds after writing its files;
+2. once that task holds (a marker file it wrote: a condition, not a delay), worker 0's JVM,
+   its executor's JVM and the executor's Python workers are SIGKILLed together;
+3. more records are produced; Spark reschedules the lost task on worker 1 and the pipeline goes on;
+4. once every record is in and both derived jobs precommitted the last barrier with rows,
+   the exactly-once check of test_exactly_once.py runs (every record once in s.raw, every
+   micro-batch committed once, s.agg = f(s.raw) and s.agg2 = g(s.agg) at every precommitted
+   barrier, exact integers), and no executor tried to open the catalog database.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from lakestep.barrier import Pipeline
+from lakestep.streaming import register_job
+from tests.sparkcluster import lakestep_zip
+from tests.streaming.test_exactly_once import AGG, AGG2, RAW, App, check_exactly_once, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("catalog_spec", ["postgres-s3"], indirect=True)
+def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, kafka_broker, kafka_topic_name,  # type: ignore[no-untyped-def]
+                                                   tmp_path) -> None:
+    cat = catalog_spec.open()
+    cat.create_namespace("s")
+    raw = cat.create_table("s.raw", RAW)
+    agg = cat.create_table("s.agg", AGG)
+    agg2 = cat.create_table("s.agg2", AGG2)
+    register_job(catalog_spec.url, "agg", sources=["s.raw"], sinks=["s.agg"])
+    register_job(catalog_spec.url, "agg2", sources=["s.agg"], sinks=["s.agg2"])
+    topic = kafka_topic_name()
+    kafka_broker.create_topic(topic, 2)
+    produced: dict[tuple[int, int], tuple[str, str]] = {}
+
+    def produce(n: int) -> None:
+        base = len(produced)
+        keys = [f"k{base + i}" for i in range(n)]
+        values = [f"val-{base + i}-" + "x" * (i % 17) for i in range(n)]
+        for i, (p, off) in enumerate(kafka_broker.produce(topic, values, keys=keys)):
+            produced[(p, off)] = (keys[i], values[i])
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    zipped = lakestep_zip(dist / "lakestep.zip")
+    args = ["--catalog", catalog_spec.url, "--bootstrap", kafka_broker.bootstrap_servers, "--topic", topic,
+            "--checkpoints", str(tmp_path / "ck"), "--derived2", "--interval", "3", "--max-offsets", "40"]
+    args += [a for kv in catalog_spec.storage for a in ("--storage", f"{kv[0]}={kv[1]}")]
+    produce(120)
+    spark_cluster.hold_next_sink_task()  # step 1
+    app = App(tmp_path, 1, args, None, submit=(spark_cluster, zipped))
+    try:
+        wait_for(app.ready, 240, "READY", app)
+        # lakestep on the executors is the shipped zip, unpacked in each worker's own directory
+        found = re.search(r"^EXECUTORS (.*)$", app.out.read_text(), flags=re.M)
+        assert found and found.group(1) != "None", app.tail()
+        locations = re.findall(r"location='([^']*)'", found.group(1))
+        assert locations and all(loc.endswith("/lakestep.zip") and "/worker" in loc and str(tmp_path) not in loc
+                                 for loc in locations), found.group(1)
+
+        held = wait_for(spark_cluster.held, 240, "a sink task on worker 0 to hold mid-batch", app)  # step 2
+        heads = (raw.refresh().version, agg.refresh().version, agg2.refresh().version)
+        spark_cluster.kill_worker(0)
+        print(f"\nkilled worker 0 while its task held: {held}; table versions {heads}")
+        assert app.exited() is None, app.tail()
+
+        produce(60)  # step 3
+        wait_for(lambda: raw.count() >= len(produced), 240, f"{len(produced)} rows in s.raw", app)  # step 4
+        p = Pipeline(cat)
+        last = max(h.barrier for h in raw.history() if h.barrier is not None and h.added_rows)
+        for t in ("s.agg", "s.agg2"):
+            wait_for(lambda t=t: (p.frontier(t) or 0) >= last, 240, f"{t} to precommit barrier {last}", app)
+    finally:
+        app.kill()
+    check_exactly_once(cat, produced, last, derived2=True)
+    assert spark_cluster.db_attempts() == "", f"executors tried to reach the catalog database:\n" \
+                                              f"{spark_cluster.db_attempts()}"
+    cat.close()

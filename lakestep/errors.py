@@ -416,14 +416,15 @@ class StreamingJobError(LakestepError):
     """A streaming job that is not set up to run (unregistered, misaligned, ...)."""
 
 
-class ExecutorSetupError(StreamingJobError):
-    """Spark's executors cannot run lakestep's side of a query: lakestep (or a module it
-    needs) does not import there, or a different version of it does.
+class SparkSetupError(StreamingJobError):
+    """Spark's Python processes cannot run lakestep's side of a query: on the executors,
+    lakestep (or a module it needs) does not import, or another version of it does;
+    on the driver, lakestep came only from ``--py-files``, which Spark does not hand
+    the Python processes its JVM starts for data sources.
 
-    ``problems``: one line per kind of executor Python that failed (its
-    interpreter, what it lacked or which lakestep it imported). The message says
-    how to ship lakestep to executors (``spark-submit --py-files`` or a wheel
-    installed on every node; README "On a cluster").
+    ``problems``: one line per kind of failure (the Python, what it lacked or
+    which lakestep it imported). The message says how to ship lakestep (README,
+    "On a cluster").
     """
 
     def __init__(self, message: str, *, problems: list[str]) -> None:

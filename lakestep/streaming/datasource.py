@@ -75,7 +75,7 @@ def register(spark: Any, *, check_executors: bool = True) -> Any:
     On a cluster (a master other than ``local[...]``) it first checks, once per
     application, that the executors can import lakestep (executors.py): a
     missing or different lakestep raises
-    :class:`~lakestep.errors.ExecutorSetupError` here instead of failing the
+    :class:`~lakestep.errors.SparkSetupError` here instead of failing the
     query's tasks later. Returns what the executors import
     (:class:`~lakestep.streaming.executors.ExecutorLakestep` list), or None when
     not checked (``check_executors=False``, local mode, Spark Connect).

@@ -8,7 +8,13 @@ source). Without it a query fails deep in a task with a pickling traceback.
 :func:`check_executors` (called by :func:`lakestep.streaming.register`) asks
 first:
 
-1. it is skipped in local mode (``local[...]``: the executor is the driver's
+0. on the driver: when lakestep was imported from a zip (``--py-files``) that is not
+   on the driver JVM's ``PYTHONPATH``, it raises: Spark hands ``--py-files`` to its
+   Python driver and to executors, but the Python processes the driver JVM starts
+   for data sources (planning a stream's batches, committing a sink's) see only the
+   JVM's ``PYTHONPATH`` and the installed packages, and would fail to unpickle the
+   source ("No module named 'lakestep'") when the query starts;
+1. the executors' check is skipped in local mode (``local[...]``: the executor is the driver's
    JVM, its Python workers see the driver's ``sys.path``) and on Spark Connect
    (no ``SparkContext``), and runs once per application;
 2. one small Spark job runs a probe in as many tasks as the application has
@@ -18,7 +24,7 @@ first:
    returns its Python, lakestep's version and where lakestep was imported
    from, or the import error;
 3. any failed import, or a lakestep version other than the driver's, raises
-   :class:`~lakestep.errors.ExecutorSetupError` saying how to ship lakestep.
+   :class:`~lakestep.errors.SparkSetupError` saying how to ship lakestep.
 
 The probe opens no connection: executors never talk to the catalog database
 (only drivers do; the sink and source hand executors table shapes and file
@@ -37,13 +43,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import ExecutorSetupError
+from ..errors import SparkSetupError
 
 log = logging.getLogger(__name__)
 
 #: How to ship lakestep, in every message that says it is missing.
 HOW_TO_SHIP = ("ship lakestep with the application (in a clone: `python -m zipfile -c lakestep.zip lakestep/`, "
-               "then `spark-submit --py-files lakestep.zip ...` or spark.submit.pyFiles), or install "
+               "then `PYTHONPATH=lakestep.zip spark-submit --py-files lakestep.zip ...`), or install "
                "'lakestep[spark]' (a wheel) into the executors' Python on every node; see README, 'On a cluster'")
 
 # Compiled without a module name, so that cloudpickle pickles it by value (lakestep may be missing there).
@@ -83,14 +89,38 @@ _checked: set[str] = set()
 _lock = threading.Lock()
 
 
+def _check_driver(sc: Any) -> None:
+    """Step 0."""
+    import os
+
+    import lakestep
+
+    where = os.path.dirname(os.path.dirname(os.path.abspath(lakestep.__file__)))
+    if not where.endswith(".zip"):
+        return  # installed, or a directory on PYTHONPATH: the JVM's Python processes import it the same way
+    try:
+        jvm_path = str(sc._jvm.java.lang.System.getenv("PYTHONPATH") or "")
+    except Exception:  # no JVM gateway to ask
+        return
+    if os.path.realpath(where) in {os.path.realpath(p) for p in jvm_path.split(os.pathsep) if p}:
+        return
+    problem = f"the driver imports lakestep from {where} (--py-files), which is not on spark-submit's PYTHONPATH"
+    raise SparkSetupError(
+        f"{problem}: Spark does not hand --py-files to the Python processes its driver JVM starts for data "
+        f"sources, so lakestep's sources would fail there. Start spark-submit with the zip on PYTHONPATH too "
+        f"(`PYTHONPATH=lakestep.zip spark-submit --py-files lakestep.zip ...`), or install lakestep on the "
+        f"driver's machine; see README, 'On a cluster'", problems=[problem])
+
+
 def check_executors(spark: Any, *, force: bool = False) -> list[ExecutorLakestep] | None:
-    """Steps 1-3: the distinct lakestep set-ups the executors run, or None when skipped.
+    """Steps 0-3: the distinct lakestep set-ups the executors run, or None when they were not asked.
 
     ``force``: check even in local mode, and again in an application checked before.
 
     Raises:
-        ExecutorSetupError: lakestep (or what it needs) does not import on some
-            executor, or imports in another version than the driver's.
+        SparkSetupError: lakestep (or what it needs) does not import on some
+            executor, or imports in another version than the driver's (steps 1-3);
+            or the driver's lakestep is a --py-files zip its JVM does not see (step 0).
     """
     from .. import __version__
 
@@ -99,6 +129,7 @@ def check_executors(spark: Any, *, force: bool = False) -> list[ExecutorLakestep
         master, app = str(sc.master), str(sc.applicationId)
     except Exception:  # Spark Connect: no SparkContext, no RDDs to probe with
         return None
+    _check_driver(sc)
     if not force and (master.startswith("local") or app in _checked):
         return None
     tasks = max(int(sc.defaultParallelism), 1)
@@ -106,17 +137,17 @@ def check_executors(spark: Any, *, force: bool = False) -> list[ExecutorLakestep
         rows = sc.parallelize(range(tasks), tasks).mapPartitions(_probe()).collect()
     except Exception as e:  # the probe itself could not run (no Python on the executors, ...)
         first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-        raise ExecutorSetupError(f"could not run lakestep's check on Spark's executors ({master}): {first[:500]}",
+        raise SparkSetupError(f"could not run lakestep's check on Spark's executors ({master}): {first[:500]}",
                                  problems=[first[:500]]) from e
     missing = sorted({f"python {py}: {msg}" for kind, py, _, msg in rows if kind == "missing"})
     if missing:
-        raise ExecutorSetupError(
+        raise SparkSetupError(
             f"lakestep cannot run on Spark's executors ({master}): {'; '.join(missing)}. To fix: {HOW_TO_SHIP}",
             problems=missing)
     found = sorted({ExecutorLakestep(py, ver, loc) for _, py, ver, loc in rows}, key=repr)
     other = [f"python {f.python}: lakestep {f.version} from {f.location}" for f in found if f.version != __version__]
     if other:
-        raise ExecutorSetupError(
+        raise SparkSetupError(
             f"Spark's executors import another lakestep than the driver's {__version__}: {'; '.join(other)}. "
             f"Ship the driver's copy: {HOW_TO_SHIP}", problems=other)
     with _lock:

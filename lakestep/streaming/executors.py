@@ -89,22 +89,31 @@ _checked: set[str] = set()
 _lock = threading.Lock()
 
 
+def driver_problem(location: str, jvm_pythonpath: str) -> str | None:
+    """Step 0's rule: lakestep imported from ``location`` (the directory or zip holding the
+    ``lakestep`` package) by the Python driver whose JVM has ``jvm_pythonpath``; the problem, or None."""
+    import os
+
+    if not location.endswith(".zip"):
+        return None  # installed, or a directory on PYTHONPATH: the JVM's Python processes import it the same way
+    if os.path.realpath(location) in {os.path.realpath(p) for p in jvm_pythonpath.split(os.pathsep) if p}:
+        return None
+    return f"the driver imports lakestep from {location} (--py-files), which is not on spark-submit's PYTHONPATH"
+
+
 def _check_driver(sc: Any) -> None:
     """Step 0."""
     import os
 
     import lakestep
 
-    where = os.path.dirname(os.path.dirname(os.path.abspath(lakestep.__file__)))
-    if not where.endswith(".zip"):
-        return  # installed, or a directory on PYTHONPATH: the JVM's Python processes import it the same way
     try:
         jvm_path = str(sc._jvm.java.lang.System.getenv("PYTHONPATH") or "")
     except Exception:  # no JVM gateway to ask
         return
-    if os.path.realpath(where) in {os.path.realpath(p) for p in jvm_path.split(os.pathsep) if p}:
+    problem = driver_problem(os.path.dirname(os.path.dirname(os.path.abspath(lakestep.__file__))), jvm_path)
+    if problem is None:
         return
-    problem = f"the driver imports lakestep from {where} (--py-files), which is not on spark-submit's PYTHONPATH"
     raise SparkSetupError(
         f"{problem}: Spark does not hand --py-files to the Python processes its driver JVM starts for data "
         f"sources, so lakestep's sources would fail there. Start spark-submit with the zip on PYTHONPATH too "

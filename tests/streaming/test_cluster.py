@@ -20,6 +20,7 @@ lakestep only from the zip and cannot reach the catalog database (tests/cluster_
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -59,10 +60,17 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
             "--checkpoints", str(tmp_path / "ck"), "--derived2", "--interval", "3", "--max-offsets", "40"]
     args += [a for kv in catalog_spec.storage for a in ("--storage", f"{kv[0]}={kv[1]}")]
     produce(120)
+    t0 = time.monotonic()
+    phases: list[str] = []
+
+    def phase(what: str) -> None:
+        phases.append(f"{what} at {time.monotonic() - t0:.0f}s")
+
     spark_cluster.hold_next_sink_task()  # step 1
     app = App(tmp_path, 1, args, None, submit=(spark_cluster, zipped))
     try:
         wait_for(app.ready, 240, "READY", app)
+        phase("READY")
         # lakestep on the executors is the shipped zip, unpacked in each worker's own directory
         found = re.search(r"^EXECUTORS (.*)$", app.out.read_text(), flags=re.M)
         assert found and found.group(1) != "None", app.tail()
@@ -72,18 +80,23 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
 
         held = wait_for(spark_cluster.held, 240, "a sink task on worker 0 to hold mid-batch", app)  # step 2
         heads = (raw.refresh().version, agg.refresh().version, agg2.refresh().version)
+        phase("held")
         spark_cluster.kill_worker(0)
+        phase("killed")
         print(f"\nkilled worker 0 while its task held: {held}; table versions {heads}")
         assert app.exited() is None, app.tail()
 
         produce(60)  # step 3
         wait_for(lambda: raw.count() >= len(produced), 240, f"{len(produced)} rows in s.raw", app)  # step 4
+        phase("all in s.raw")
         p = Pipeline(cat)
         last = max(h.barrier for h in raw.history() if h.barrier is not None and h.added_rows)
         for t in ("s.agg", "s.agg2"):
             wait_for(lambda t=t: (p.frontier(t) or 0) >= last, 240, f"{t} to precommit barrier {last}", app)
+        phase("derived caught up")
     finally:
         app.kill()
+    print("; ".join(phases))
     check_exactly_once(cat, produced, last, derived2=True)
     assert spark_cluster.db_attempts() == "", f"executors tried to reach the catalog database:\n" \
                                               f"{spark_cluster.db_attempts()}"

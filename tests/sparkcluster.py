@@ -25,7 +25,8 @@ Protocol:
 2. :meth:`kill_worker`: SIGKILL the worker's JVM, its executor's JVM and the
    executor's Python workers at once (tests/processes.py); :meth:`ensure_workers`
    starts a new worker in its place;
-3. :meth:`stop`: every daemon's process tree is SIGKILLed (also when the test failed).
+3. :meth:`stop`: every daemon's process tree is SIGKILLed (also when the test failed); should the
+   test process itself be killed, the daemons get SIGKILL from the kernel (PR_SET_PDEATHSIG).
 
 Not guaranteed: the ports are chosen by the JVMs (port 0); nothing here
 separates machines, so "not on the driver's machine" is enforced only where
@@ -84,6 +85,15 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the test process dies (even of SIGKILL, when no teardown
+    runs); spark-class execs the JVM, which keeps the setting. Its executors then lose their worker and exit."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class _Daemon:
     def __init__(self, name: str, cls: str, args: list[str], base: Path, env: dict[str, str]) -> None:
         self.name = name
@@ -96,7 +106,8 @@ class _Daemon:
                "SPARK_DAEMON_JAVA_OPTS": f"{_JVM_OPTS} -Djava.io.tmpdir={self.dir / 'tmp'}"}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), cls, *args], cwd=self.dir,
-                                         env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                         env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-offsets", type=int, default=60)
     ap.add_argument("--storage", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--derived2", action="store_true")
+    # start each query once the one before has its sources up: fewer Python processes starting at once (the driver
+    # JVM gives each 10 s to connect back, which a loaded 2-core machine can exceed)
+    ap.add_argument("--stagger", action="store_true")
     args = ap.parse_args(argv)
 
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # run by spark-submit: its master, its --py-files
@@ -107,13 +111,22 @@ def main(argv: list[str] | None = None) -> int:
               .options(**opts)
               .option("job", "ingest").option("checkpointLocation", str(ck / "ingest")).queryName("ingest")
               .trigger(processingTime=args.trigger).start())
+    def settled(q):  # type: ignore[no-untyped-def]
+        """--stagger: wait until query ``q`` is past "Initializing sources" (or failed)."""
+        deadline = time.monotonic() + 300
+        while args.stagger and q.isActive and q.status["message"].startswith("Initializ") \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return q
+
+    settled(ingest)
     src = (spark.readStream.format("lakestep").option("catalog", args.catalog).option("table", "s.raw")
            .options(**opts).option("job", "agg").load())
     agg = (transform(src).writeStream.format("lakestep").option("catalog", args.catalog).option("table", "s.agg")
            .options(**opts)
            .option("job", "agg").option("checkpointLocation", str(ck / "agg")).queryName("agg")
            .trigger(processingTime=args.trigger).start())
-    queries = [ingest, agg]
+    queries = [ingest, settled(agg)]
     if args.derived2:
         src2 = (spark.readStream.format("lakestep").option("catalog", args.catalog).option("table", "s.agg")
                 .options(**opts).option("job", "agg2").load())

@@ -57,7 +57,7 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
     dist.mkdir()
     zipped = lakestep_zip(dist / "lakestep.zip")
     args = ["--catalog", catalog_spec.url, "--bootstrap", kafka_broker.bootstrap_servers, "--topic", topic,
-            "--checkpoints", str(tmp_path / "ck"), "--derived2", "--interval", "3", "--max-offsets", "40"]
+            "--checkpoints", str(tmp_path / "ck"), "--derived2", "--stagger", "--interval", "3", "--max-offsets", "40"]
     args += [a for kv in catalog_spec.storage for a in ("--storage", f"{kv[0]}={kv[1]}")]
     produce(120)
     t0 = time.monotonic()

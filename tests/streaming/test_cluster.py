@@ -14,7 +14,9 @@ lakestep only from the zip and cannot reach the catalog database (tests/cluster_
 4. once every record is in and both derived jobs precommitted the last barrier with rows,
    the exactly-once check of test_exactly_once.py runs (every record once in s.raw, every
    micro-batch committed once, s.agg = f(s.raw) and s.agg2 = g(s.agg) at every precommitted
-   barrier, exact integers), and no executor tried to open the catalog database.
+   barrier, exact integers), and no executor tried to open the catalog database;
+5. the held task's files are in storage but not in the table (orphans for cleanup), and a later
+   attempt of the same task (same batch and partition) is what was committed.
 """
 
 from __future__ import annotations
@@ -100,4 +102,14 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
     check_exactly_once(cat, produced, last, derived2=True)
     assert spark_cluster.db_attempts() == "", f"executors tried to reach the catalog database:\n" \
                                               f"{spark_cluster.db_attempts()}"
+    # the lost attempt's files are orphans in storage; its task ran again (another attempt) and that was committed
+    m = re.match(r"(\S+) ((b\d+-p\d+-a)\d+-)", held)
+    assert m, held
+    ident, lost, prefix = m.group(1, 2, 3)
+    table = cat.load_table(ident)
+    committed = [f.path.rsplit("/", 1)[-1] for f in table.files()]
+    stored = [path.rsplit("/", 1)[-1] for path in catalog_spec.files_under(table.location)]
+    assert any(name.startswith(lost) for name in stored), (lost, stored)
+    assert not any(name.startswith(lost) for name in committed), (lost, committed)
+    assert any(name.startswith(prefix) for name in committed), (prefix, committed)
     cat.close()

@@ -61,7 +61,6 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
     args = ["--catalog", catalog_spec.url, "--bootstrap", kafka_broker.bootstrap_servers, "--topic", topic,
             "--checkpoints", str(tmp_path / "ck"), "--derived2", "--stagger", "--interval", "3", "--max-offsets", "40"]
     args += [a for kv in catalog_spec.storage for a in ("--storage", f"{kv[0]}={kv[1]}")]
-    produce(120)
     t0 = time.monotonic()
     phases: list[str] = []
 
@@ -73,6 +72,9 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
     try:
         wait_for(app.ready, 240, "READY", app)
         phase("READY")
+        # records only now: the queries started idle (the driver JVM gives each data source's Python process 10 s
+        # to connect back, which a loaded machine can exceed while batches run)
+        produce(120)
         # lakestep on the executors is the shipped zip, unpacked in each worker's own directory
         found = re.search(r"^EXECUTORS (.*)$", app.out.read_text(), flags=re.M)
         assert found and found.group(1) != "None", app.tail()

@@ -172,7 +172,7 @@ def s3_server() -> Iterator["S3Server"]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def _spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["SparkCluster"]:
     from tests.sparkcluster import SparkCluster
 
@@ -186,7 +186,8 @@ def _spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["SparkC
 @pytest.fixture
 def spark_cluster(_spark_cluster: "SparkCluster") -> "SparkCluster":
     """A Spark standalone cluster (tests/sparkcluster.py: a master and two workers, separate JVMs on
-    127.0.0.1), started once per run; each test gets both workers running and no task held."""
+    127.0.0.1), started once per test module and stopped after it; each test gets both workers running
+    and no task held."""
     _spark_cluster.disarm()
     _spark_cluster.ensure_workers()
     return _spark_cluster

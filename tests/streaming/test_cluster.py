@@ -1,4 +1,7 @@
-"""Exactly once on a real Spark standalone cluster that loses a worker in the middle of a micro-batch.
+"""lakestep on a real Spark standalone cluster (tests/sparkcluster.py): README "On a cluster" as written,
+and exactly once when the cluster loses a worker in the middle of a micro-batch.
+
+The README test runs first, while both workers are up; the crash test kills one.
 
 The pipeline of the local-mode crash test (pipeline_app.py, with its second
 derived job: Kafka -> s.raw -> s.agg -> s.agg2) is submitted with
@@ -21,17 +24,77 @@ lakestep only from the zip and cannot reach the catalog database (tests/cluster_
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from lakestep.barrier import Pipeline
 from lakestep.streaming import register_job
-from tests.sparkcluster import lakestep_zip
+from tests.sparkcluster import REPO_ROOT, lakestep_zip
 from tests.streaming.test_exactly_once import AGG, AGG2, RAW, App, check_exactly_once, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+
+def _cluster_block() -> str:
+    text = (REPO_ROOT / "README.md").read_text()
+    section = text.split("## On a cluster", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    assert blocks, "README's 'On a cluster' section has no bash block"
+    return blocks[0]
+
+
+@pytest.mark.parametrize("catalog_spec", ["postgres-s3"], indirect=True)
+def test_readme_cluster_commands_run(catalog_spec, spark_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """README "On a cluster": its commands, as written, against the test's standalone cluster
+    (tests/sparkcluster.py), from a copy of the repository's lakestep/ and examples/ (a fresh clone,
+    no lakestep installed on the executors), with the catalog on PostgreSQL and the warehouse on S3;
+    and without the zip on the executors they fail with SparkSetupError saying so."""
+    block = _cluster_block()
+    clone = tmp_path / "clone"
+    for part in ("lakestep", "examples"):
+        shutil.copytree(REPO_ROOT / part, clone / part, ignore=shutil.ignore_patterns("__pycache__"))
+    s3 = catalog_spec.storage_options
+    conf = tmp_path / "conf"  # as a cluster's spark-defaults.conf would say it
+    conf.mkdir()
+    shutil.copy(spark_cluster.conf / "log4j2.properties", conf / "log4j2.properties")
+    aws = {"AWS_ACCESS_KEY_ID": s3["access_key"], "AWS_SECRET_ACCESS_KEY": s3["secret_key"],
+           "AWS_REGION": s3["region"], "AWS_ENDPOINT_URL": s3["endpoint_override"]}
+    defaults = {**{f"spark.executorEnv.{k}": v for k, v in aws.items()},
+                "spark.executor.memory": "512m", "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
+                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{conf / 'log4j2.properties'} "
+                                                 "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+                "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    (conf / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in defaults.items()))
+    env = spark_cluster.driver_env(
+        SPARK_CONF_DIR=str(conf), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        SPARK_MASTER=spark_cluster.url, LAKESTEP_CATALOG=catalog_spec.url, LAKESTEP_WAREHOUSE=catalog_spec.warehouse,
+        **aws)
+
+    def run(script: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=clone, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    proc = run(block)
+    assert proc.returncode == 0 and "\nok: " in f"\n{proc.stdout}", f"{block}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    assert "lakestep.zip" in proc.stdout.split("executors run lakestep:", 1)[1].splitlines()[0], proc.stdout
+
+    # without --py-files the executors have no lakestep: register() says so before any query starts (the
+    # other mistake, the zip missing from spark-submit's PYTHONPATH: tests/streaming/test_executors.py)
+    broken = block.replace("--py-files lakestep.zip", "")
+    assert broken != block
+    proc = run(broken)
+    out = proc.stdout + proc.stderr  # spark-submit passes its Python's stderr on as stdout
+    assert proc.returncode != 0 and "SparkSetupError" in out and "lakestep cannot run on Spark's executors" in out \
+        and "No module named 'lakestep'" in out, f"{broken}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    assert spark_cluster.db_attempts() == "", spark_cluster.db_attempts()
 
 
 @pytest.mark.parametrize("catalog_spec", ["postgres-s3"], indirect=True)

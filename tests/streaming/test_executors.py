@@ -4,7 +4,7 @@ The probe runs where lakestep may be missing, so it must travel by value: it is
 pickled here with PySpark's cloudpickle and run in a fresh Python that has no
 lakestep (the shared virtualenv's editable install hidden by tests/cluster_hook),
 and in one that has it. The cluster itself: tests/streaming/test_cluster.py and
-tests/test_docs.py (README "On a cluster").
+README "On a cluster" as written.
 """
 
 from __future__ import annotations

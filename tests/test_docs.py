@@ -43,4 +43,3 @@ def test_design_citations_point_at_existing_sections() -> None:
         cited |= set(re.findall(r"docs/design\.md §(\d+(?:\.\d+)?)", text))
     assert cited, "nothing cites docs/design.md"
     assert cited <= headings, f"cited sections missing from docs/design.md: {sorted(cited - headings)}"
-

@@ -15,6 +15,10 @@ with PostgreSQL): S3 costs time. The Druid scenarios carry it with
 it). The streaming crash test chooses its own pairs (SQLite on the local
 disk, PostgreSQL on S3); tests/catalog/test_object_store.py and
 tests/streaming/test_object_store_spark.py run on S3 only.
+
+``spark_cluster`` is a real Spark standalone cluster (tests/sparkcluster.py: a
+master and two workers from the pyspark distribution), for
+tests/streaming/test_cluster.py.
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
     dist.mkdir()
     zipped = lakestep_zip(dist / "lakestep.zip")
     args = ["--catalog", catalog_spec.url, "--bootstrap", kafka_broker.bootstrap_servers, "--topic", topic,
-            "--checkpoints", str(tmp_path / "ck"), "--derived2", "--stagger", "--interval", "3", "--max-offsets", "40"]
+            "--checkpoints", str(tmp_path / "ck"), "--derived2", "--stagger", "--interval", "5", "--max-offsets", "100"]
     args += [a for kv in catalog_spec.storage for a in ("--storage", f"{kv[0]}={kv[1]}")]
     t0 = time.monotonic()
     phases: list[str] = []
@@ -153,7 +153,7 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
         print(f"\nkilled worker 0 while its task held: {held}; table versions {heads}")
         assert app.exited() is None, app.tail()
 
-        produce(60)  # step 3
+        produce(40)  # step 3
         wait_for(lambda: raw.count() >= len(produced), 240, f"{len(produced)} rows in s.raw", app)  # step 4
         phase("all in s.raw")
         p = Pipeline(cat)

@@ -416,6 +416,22 @@ class StreamingJobError(LakestepError):
     """A streaming job that is not set up to run (unregistered, misaligned, ...)."""
 
 
+class SparkSetupError(StreamingJobError):
+    """Spark's Python processes cannot run lakestep's side of a query: on the executors,
+    lakestep (or a module it needs) does not import, or another version of it does;
+    on the driver, lakestep came only from ``--py-files``, which Spark does not hand
+    the Python processes its JVM starts for data sources.
+
+    ``problems``: one line per kind of failure (the Python, what it lacked or
+    which lakestep it imported). The message says how to ship lakestep (README,
+    "On a cluster").
+    """
+
+    def __init__(self, message: str, *, problems: list[str]) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
 class QueryError(LakestepError, ValueError):
     """A query lakestep cannot run as written: unparseable SQL, an unknown level or scope,
     time travel it cannot honour. The message says what to change."""

@@ -15,6 +15,10 @@ with PostgreSQL): S3 costs time. The Druid scenarios carry it with
 it). The streaming crash test chooses its own pairs (SQLite on the local
 disk, PostgreSQL on S3); tests/catalog/test_object_store.py and
 tests/streaming/test_object_store_spark.py run on S3 only.
+
+``spark_cluster`` is a real Spark standalone cluster (tests/sparkcluster.py: a
+master and two workers from the pyspark distribution), for
+tests/streaming/test_cluster.py.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from tests.pgcluster import PgCluster
     from tests.pgproxy import PgProxy
     from tests.s3server import S3Server
+    from tests.sparkcluster import SparkCluster
 
 PG_URL = os.environ.get("LAKESTEP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -187,6 +192,27 @@ def s3_server() -> Iterator["S3Server"]:
     server = S3Server()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def _spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["SparkCluster"]:
+    from tests.sparkcluster import SparkCluster
+
+    cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def spark_cluster(_spark_cluster: "SparkCluster") -> "SparkCluster":
+    """A Spark standalone cluster (tests/sparkcluster.py: a master and two workers, separate JVMs on
+    127.0.0.1), started once per test module and stopped after it; each test gets both workers running
+    and no task held."""
+    _spark_cluster.disarm()
+    _spark_cluster.ensure_workers()
+    return _spark_cluster
 
 
 @pytest.fixture

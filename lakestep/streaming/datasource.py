@@ -69,12 +69,24 @@ class LakestepDataSource(DataSource):
         return LakestepStreamReader(self.options)
 
 
-def register(spark: Any) -> None:
-    """Register the ``lakestep`` and ``lakestep-kafka`` formats with a SparkSession."""
+def register(spark: Any, *, check_executors: bool = True) -> Any:
+    """Register the ``lakestep`` and ``lakestep-kafka`` formats with a SparkSession.
+
+    On a cluster (a master other than ``local[...]``) it first checks, once per
+    application, that the executors can import lakestep (executors.py): a
+    missing or different lakestep raises
+    :class:`~lakestep.errors.SparkSetupError` here instead of failing the
+    query's tasks later. Returns what the executors import
+    (:class:`~lakestep.streaming.executors.ExecutorLakestep` list), or None when
+    not checked (``check_executors=False``, local mode, Spark Connect).
+    """
+    from .executors import check_executors as _check
     from .kafka import register_kafka_source
 
+    found = _check(spark) if check_executors else None
     spark.dataSource.register(LakestepDataSource)
     register_kafka_source(spark)
+    return found
 
 
 def register_job(url: str, job: str, *, sources: Sequence[str], sinks: Sequence[str]) -> None:

@@ -2,15 +2,21 @@
 
 Kafka topic -> ``s.raw`` (root job ``ingest``: the lakestep-kafka source and the
 lakestep sink) -> ``s.agg`` (derived job ``agg``: the lakestep source, a
-per-record transformation, the lakestep sink). A barrier coordinator seals
+per-record transformation, the lakestep sink) [-> ``s.agg2`` (derived job
+``agg2`` of ``s.agg``, with ``--derived2``)]. A barrier coordinator seals
 epochs every ``--interval`` seconds in this driver.
 
     python -m tests.streaming.pipeline_app --catalog URL --bootstrap HOST:PORT --topic T --checkpoints DIR
         [--storage NAME=VALUE ...]   # storage options of an S3 warehouse (Spark options storage.NAME)
+        [--derived2]                 # the second derived job
+    spark-submit --master spark://... --py-files lakestep.zip tests/streaming/pipeline_app.py ...
+                                     # on a cluster (tests/streaming/test_cluster.py): the master and
+                                     # lakestep are spark-submit's, and register() checks the executors
 
-The tables and the job ``agg`` must exist (the test creates them). The process
+The tables and the derived jobs must exist (the test creates them). The process
 exits with status 3 when a query fails (e.g. a failpoint killed the Python
-worker of a commit), and prints ``READY`` once both queries run.
+worker of a commit), prints ``EXECUTORS ...`` (what register() found the
+executors import; None in local mode) and ``READY`` once the queries run.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +33,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def transform(df):  # type: ignore[no-untyped-def]
     """The derived job's function of the root table (the test applies it to s.raw with pyarrow)."""
     return df.selectExpr("partition", "offset", "key", "upper(value) AS v", "CAST(length(value) AS INT) AS n")
+
+
+def transform2(df):  # type: ignore[no-untyped-def]
+    """The second derived job's function of s.agg (exact integers)."""
+    return df.selectExpr("partition", "offset", "CAST(n AS BIGINT) * 1000 + partition AS m")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,12 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trigger", default="500 milliseconds")
     ap.add_argument("--max-offsets", type=int, default=60)
     ap.add_argument("--storage", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--derived2", action="store_true")
+    # start each query once the one before has its sources up: fewer Python processes starting at once (the driver
+    # JVM gives each 10 s to connect back, which a loaded 2-core machine can exceed)
+    ap.add_argument("--stagger", action="store_true")
     args = ap.parse_args(argv)
 
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # run by spark-submit: its master, its --py-files
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    if not submitted:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
     from pyspark.sql import SparkSession
 
@@ -65,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
                      "appender.console.type = Console\nappender.console.name = console\n"
                      "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
                      "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n")
+    builder = SparkSession.builder if submitted else SparkSession.builder.master("local[2]")
     spark = (
-        SparkSession.builder.master("local[2]").appName("lakestep-pipeline-app")
+        builder.appName("lakestep-pipeline-app")
         .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
@@ -78,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    print(f"EXECUTORS {register(spark)}", flush=True)
 
     coord = Pipeline(open_catalog(args.catalog, storage)).coordinator(interval=args.interval, lease_seconds=3.0,
                                                              retain_count=None)
@@ -92,18 +111,35 @@ def main(argv: list[str] | None = None) -> int:
               .options(**opts)
               .option("job", "ingest").option("checkpointLocation", str(ck / "ingest")).queryName("ingest")
               .trigger(processingTime=args.trigger).start())
+    def settled(q):  # type: ignore[no-untyped-def]
+        """--stagger: wait until query ``q`` is past "Initializing sources" (or failed)."""
+        deadline = time.monotonic() + 300
+        while args.stagger and q.isActive and q.status["message"].startswith("Initializ") \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return q
+
+    settled(ingest)
     src = (spark.readStream.format("lakestep").option("catalog", args.catalog).option("table", "s.raw")
            .options(**opts).option("job", "agg").load())
     agg = (transform(src).writeStream.format("lakestep").option("catalog", args.catalog).option("table", "s.agg")
            .options(**opts)
            .option("job", "agg").option("checkpointLocation", str(ck / "agg")).queryName("agg")
            .trigger(processingTime=args.trigger).start())
+    queries = [ingest, settled(agg)]
+    if args.derived2:
+        src2 = (spark.readStream.format("lakestep").option("catalog", args.catalog).option("table", "s.agg")
+                .options(**opts).option("job", "agg2").load())
+        queries.append(transform2(src2).writeStream.format("lakestep").option("catalog", args.catalog)
+                       .option("table", "s.agg2").options(**opts).option("job", "agg2")
+                       .option("checkpointLocation", str(ck / "agg2")).queryName("agg2")
+                       .trigger(processingTime=args.trigger).start())
     print("READY", flush=True)
     try:
         spark.streams.awaitAnyTermination()
     except Exception as e:  # a failed query: report and die like a crashed driver
         print(f"QUERY FAILED: {str(e).splitlines()[0][:2000]}", flush=True)
-        for q in (ingest, agg):
+        for q in queries:
             if q.exception() is not None:
                 print(f"  {q.name}: {str(q.exception())[:3000]}", file=sys.stderr, flush=True)
         sys.stdout.flush()

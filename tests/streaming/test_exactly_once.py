@@ -20,19 +20,24 @@ from __future__ import annotations
 import collections
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 import pytest
 
 from lakestep.barrier import Pipeline
 from lakestep.streaming import register_job
+from tests.processes import kill_tree, wait_dead
 from tests.waiting import wait_until
+
+from tests.sparkcluster import HOOK_DIR
+
+if TYPE_CHECKING:
+    from tests.sparkcluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -47,6 +52,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RAW = pa.schema([("key", pa.string()), ("value", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
 AGG = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.string()), ("v", pa.string()),
                  ("n", pa.int32())])
+AGG2 = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("m", pa.int64())])
 
 
 def transform(rows: list[dict]) -> list[tuple]:  # type: ignore[type-arg]
@@ -56,6 +62,60 @@ def transform(rows: list[dict]) -> list[tuple]:  # type: ignore[type-arg]
 
 def agg_rows(rows: list[dict]) -> list[tuple]:  # type: ignore[type-arg]
     return sorted((r["partition"], r["offset"], r["key"], r["v"], r["n"]) for r in rows)
+
+
+def transform2(rows: list[dict]) -> list[tuple]:  # type: ignore[type-arg]
+    """pipeline_app.transform2 (s.agg -> s.agg2), in Python."""
+    return sorted((r["partition"], r["offset"], r["n"] * 1000 + r["partition"]) for r in rows)
+
+
+def agg2_rows(rows: list[dict]) -> list[tuple]:  # type: ignore[type-arg]
+    return sorted((r["partition"], r["offset"], r["m"]) for r in rows)
+
+
+def check_derived(p: Pipeline, source: Any, derived: Any, f: Any, rows_of: Any, last: int) -> int:
+    """``derived`` equals ``f(source)`` at every barrier it has precommitted, up to at least ``last``
+    (exact comparisons of whole rows, as multisets). Returns the number of rows at its frontier."""
+    frontier = p.frontier(derived.ident) or 0
+    assert frontier >= last, f"{derived.ident} precommitted only up to {frontier}, not {last}"
+    barriers = sorted({h.barrier for h in derived.history() if h.barrier} | {frontier})
+    for b in barriers:
+        if b > frontier:
+            continue
+        want = f(source.to_arrow(version=p.version_at(source.ident, b)).to_pylist())
+        got = rows_of(derived.to_arrow(version=p.version_at(derived.ident, b)).to_pylist())
+        if got != want:
+            extra = collections.Counter(got) - collections.Counter(want)
+            missing = collections.Counter(want) - collections.Counter(got)
+            raise AssertionError(f"{derived.ident} != f({source.ident}) at barrier {b}: {sum(extra.values())} extra "
+                                 f"/ duplicate rows {list(extra)[:10]}, {sum(missing.values())} missing "
+                                 f"{list(missing)[:10]}")
+    return len(rows_of(derived.to_arrow(version=p.version_at(derived.ident, frontier)).to_pylist()))
+
+
+def check_exactly_once(cat: Any, produced: dict[tuple[int, int], tuple[str, str]], last: int,
+                       derived2: bool = False) -> None:
+    """The end of the test: every Kafka record in s.raw exactly once, every micro-batch committed
+    once, and s.agg = transform(s.raw) (and s.agg2 = transform2(s.agg)) at every barrier precommitted."""
+    raw, agg = cat.load_table("s.raw"), cat.load_table("s.agg")
+    p = Pipeline(cat)
+    # every input record exactly once in s.raw
+    rows = raw.to_arrow().to_pylist()
+    counts = collections.Counter((r["partition"], r["offset"]) for r in rows)
+    dupes = {k: n for k, n in counts.items() if n > 1}
+    assert not dupes, f"records in s.raw more than once: {sorted(dupes.items())[:20]}"
+    assert set(counts) == set(produced), (f"missing {sorted(set(produced) - set(counts))[:20]}, "
+                                          f"unexpected {sorted(set(counts) - set(produced))[:20]}")
+    assert all(produced[(r["partition"], r["offset"])] == (r["key"], r["value"]) for r in rows)
+    batches = collections.Counter((h.job_id, h.batch_id) for h in raw.history()
+                                  if h.added_rows and h.job_id is not None)  # (compactions have no key)
+    assert all(n == 1 for n in batches.values()), f"a micro-batch committed twice: {batches}"
+
+    # s.agg is the transformation of s.raw at every barrier it precommitted (and s.agg2 of s.agg)
+    assert check_derived(p, raw, agg, transform, agg_rows, last) == len(produced)
+    if derived2:
+        agg2 = cat.load_table("s.agg2")
+        assert check_derived(p, agg, agg2, transform2, agg2_rows, last) == len(produced)
 
 
 # Test-only hook: after the sink's catalog commit of a batch with rows of job J, write a marker and hang, so that
@@ -102,9 +162,14 @@ class App:
     """One run of pipeline_app.py in its own process group."""
 
     def __init__(self, tmp: Path, run: int, args: list[str], failpoints: str | None,
-                 pause_after_commit: str | None = None, log_lakestep: bool = False) -> None:
-        env = dict(os.environ)
-        paths = [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+                 pause_after_commit: str | None = None, log_lakestep: bool = False,
+                 submit: "tuple[SparkCluster, Path] | None" = None) -> None:
+        """``submit``: (cluster, lakestep zip): ``spark-submit --py-files`` the app to the cluster from a
+        directory of its own, lakestep coming from the zip only (tests/sparkcluster.py); else local mode."""
+        # spark-submit's Python driver gets --py-files, the Python processes its JVM starts for data sources
+        # only PYTHONPATH: the zip goes on both (README, "On a cluster")
+        env = dict(os.environ) if submit is None else submit[0].driver_env(PYTHONPATH=f"{HOOK_DIR}:{submit[1]}")
+        paths = [*([str(REPO_ROOT)] if submit is None else []), *filter(None, [env.get("PYTHONPATH")])]
         self.marker = tmp / f"app-{run}.committed"
         hooks = ([_PAUSE_HOOK] if pause_after_commit else []) + ([_LOG_HOOK] if log_lakestep else [])
         if hooks:  # every Python process of the app loads the hooks (sitecustomize)
@@ -123,8 +188,13 @@ class App:
             env["LAKESTEP_FAILPOINTS"] = failpoints
         self.out = tmp / f"app-{run}.out"
         self.err = tmp / f"app-{run}.err"
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.streaming.pipeline_app", *args], cwd=REPO_ROOT,
-                                     env=env, stdout=self.out.open("wb"), stderr=self.err.open("wb"),
+        cmd, cwd = [sys.executable, "-m", "tests.streaming.pipeline_app", *args], REPO_ROOT
+        if submit is not None:
+            cwd = tmp / "driver"
+            cwd.mkdir(exist_ok=True)
+            cmd = submit[0].submit_command([str(REPO_ROOT / "tests" / "streaming" / "pipeline_app.py"), *args],
+                                           submit[1])
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=self.out.open("wb"), stderr=self.err.open("wb"),
                                      start_new_session=True)
 
     def ready(self) -> bool:
@@ -134,74 +204,18 @@ class App:
         return self.proc.poll()
 
     def kill(self) -> None:
-        """SIGKILL the application: its process group and every descendant, at once.
-
-        Spark's ``pyspark.daemon`` workers call setsid(), so they are not in the
-        group: the tree is frozen (SIGSTOP, so that nothing forks meanwhile),
-        then every process of it is killed.
-        """
-        pgid = self.proc.pid
-        tree: set[int] = set()
-        for _ in range(3):
-            for pid in _descendants(pgid) - tree:
-                _signal(pid, signal.SIGSTOP)
-                tree.add(pid)
-        tree.add(pgid)
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        for pid in tree:
-            _signal(pid, signal.SIGKILL)
+        """SIGKILL the application: its process group and every descendant, at once (tests/processes.py)."""
+        tree = kill_tree(self.proc.pid)
         self.proc.wait(30)
-        wait_until(lambda: not any(_alive(pid) for pid in tree), "the app's processes to die of SIGKILL", timeout=60,
-                   detail=lambda: f"still alive: {[pid for pid in tree if _alive(pid)]}")
+        wait_dead(tree, "the app's processes")
 
     def tail(self) -> str:
         return (self.out.read_text(errors="replace")[-1500:] + "\n--- stderr ---\n"
                 + self.err.read_text(errors="replace")[-3000:])
 
 
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = collections.defaultdict(list)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            kids[ppid].append(int(entry))
-    return kids
-
-
-def _descendants(root: int) -> set[int]:
-    kids, out, todo = _children(), set(), [root]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            if k not in out:
-                out.add(k)
-                todo.append(k)
-    return out
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def wait_for(cond, timeout: float, what: str, app: App | None = None) -> None:  # type: ignore[no-untyped-def]
-    wait_until(
+def wait_for(cond, timeout: float, what: str, app: App | None = None) -> Any:  # type: ignore[no-untyped-def]
+    return wait_until(
         cond, what, timeout=timeout, interval=0.2,
         failed=None if app is None else lambda: (
             None if app.exited() is None else f"the app died (status {app.exited()}):\n{app.tail()}"),
@@ -211,7 +225,7 @@ def wait_for(cond, timeout: float, what: str, app: App | None = None) -> None:  
 
 class KeyedPipeline:
     """The tables, job and topic of pipeline_app.py's Kafka -> s.raw -> s.agg pipeline on a fresh
-    catalog, the records produced to it, and the exactly-once check of what landed."""
+    catalog, and the records produced to it (check them with :func:`check_exactly_once`)."""
 
     def __init__(self, spec: Any, broker: Any, topic: str, pad: Callable[[int], int]) -> None:
         self.cat = spec.open()
@@ -230,35 +244,6 @@ class KeyedPipeline:
         values = [f"val-{base + i}-" + "x" * self.pad(i) for i in range(n)]
         for i, (partition, offset) in enumerate(self.broker.produce(self.topic, values, keys=keys)):
             self.produced[(partition, offset)] = (keys[i], values[i])
-
-    def check(self, p: Pipeline) -> None:
-        """Every produced record exactly once in s.raw, byte for byte, each micro-batch committed
-        once; s.agg = f(s.raw) at every barrier it precommitted, and complete at its frontier."""
-        raw, agg = self.raw, self.agg
-        rows = raw.to_arrow().to_pylist()
-        counts = collections.Counter((r["partition"], r["offset"]) for r in rows)
-        dupes = {k: n for k, n in counts.items() if n > 1}
-        assert not dupes, f"records in s.raw more than once: {sorted(dupes.items())[:20]}"
-        assert set(counts) == set(self.produced), (
-            f"missing {sorted(set(self.produced) - set(counts))[:20]}, "
-            f"unexpected {sorted(set(counts) - set(self.produced))[:20]}")
-        assert all(self.produced[(r["partition"], r["offset"])] == (r["key"], r["value"]) for r in rows)
-        batches = collections.Counter((h.job_id, h.batch_id) for h in raw.history()
-                                      if h.added_rows and h.job_id is not None)  # (compactions have no key)
-        assert all(n == 1 for n in batches.values()), f"a micro-batch committed twice: {batches}"
-        frontier = p.frontier("s.agg") or 0
-        for b in sorted({h.barrier for h in agg.history() if h.barrier} | {frontier}):
-            if b > frontier:
-                continue
-            want = transform(raw.to_arrow(version=p.version_at("s.raw", b)).to_pylist())
-            got = agg_rows(agg.to_arrow(version=p.version_at("s.agg", b)).to_pylist())
-            if got != want:
-                extra = collections.Counter(got) - collections.Counter(want)
-                missing = collections.Counter(want) - collections.Counter(got)
-                raise AssertionError(
-                    f"s.agg != f(s.raw) at barrier {b}: {sum(extra.values())} extra / duplicate rows "
-                    f"{list(extra)[:10]}, {sum(missing.values())} missing {list(missing)[:10]}")
-        assert len(agg_rows(agg.to_arrow(version=p.version_at("s.agg", frontier)).to_pylist())) == len(self.produced)
 
 
 # What each run before the last one does: ("delay", seconds after READY) | ("failpoint", spec)
@@ -349,6 +334,5 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
     elapsed = time.time() - started
     print(f"\n[{catalog_spec.backend}{'-s3' if catalog_spec.on_s3 else ''}] {len(produced)} records, {run} runs, {elapsed:.0f}s\n  " + "\n  ".join(log))
 
-    assert (p.frontier("s.agg") or 0) >= last
-    kp.check(p)
+    check_exactly_once(cat, produced, last)
     cat.close()

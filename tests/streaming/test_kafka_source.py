@@ -8,7 +8,6 @@ so tests keep the number of batches small.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path

@@ -1,0 +1,165 @@
+"""Checking that Spark's executors can run lakestep's side of a query (a cluster, not local mode).
+
+On a cluster, executors unpickle lakestep's readers and writers in Python
+workers of their own machines: lakestep must be importable there (shipped with
+the application, ``spark-submit --py-files lakestep.zip``, or installed on
+every node), with its dependencies (pyarrow; kafka-python for the Kafka
+source). Without it a query fails deep in a task with a pickling traceback.
+:func:`check_executors` (called by :func:`lakestep.streaming.register`) asks
+first:
+
+0. on the driver: when lakestep was imported from a zip (``--py-files``) that is not
+   on the driver JVM's ``PYTHONPATH``, it raises: Spark hands ``--py-files`` to its
+   Python driver and to executors, but the Python processes the driver JVM starts
+   for data sources (planning a stream's batches, committing a sink's) see only the
+   JVM's ``PYTHONPATH`` and the installed packages, and would fail to unpickle the
+   source ("No module named 'lakestep'") when the query starts;
+1. the executors' check is skipped in local mode (``local[...]``: the executor is the driver's
+   JVM, its Python workers see the driver's ``sys.path``) and on Spark Connect
+   (no ``SparkContext``), and runs once per application;
+2. one small Spark job runs a probe in as many tasks as the application has
+   cores. The probe is pickled by value (it must run where lakestep is
+   missing): it imports the modules executors run (``lakestep.streaming.sink``,
+   ``lakestep.streaming.source``, ``lakestep.streaming.kafka.reader``) and
+   returns its Python, lakestep's version and where lakestep was imported
+   from, or the import error;
+3. any failed import, or a lakestep version other than the driver's, raises
+   :class:`~lakestep.errors.SparkSetupError` saying how to ship lakestep.
+
+The probe opens no connection: executors never talk to the catalog database
+(only drivers do; the sink and source hand executors table shapes and file
+lists, sink.py and source.py).
+
+Not guaranteed: executors that join later (dynamic allocation, a replaced
+worker) are not checked, and with more executors than cores asked for, some
+executor may get no probe task.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import SparkSetupError
+
+log = logging.getLogger(__name__)
+
+#: How to ship lakestep, in every message that says it is missing.
+HOW_TO_SHIP = ("ship lakestep with the application (in a clone: `python -m zipfile -c lakestep.zip lakestep/`, "
+               "then `PYTHONPATH=lakestep.zip spark-submit --py-files lakestep.zip ...`), or install "
+               "'lakestep[spark]' (a wheel) into the executors' Python on every node; see README, 'On a cluster'")
+
+# Compiled without a module name, so that cloudpickle pickles it by value (lakestep may be missing there).
+_PROBE_SOURCE = '''
+def probe(_):
+    import importlib
+    import os
+    import sys
+    try:
+        import lakestep
+        for name in ("lakestep.streaming.sink", "lakestep.streaming.source", "lakestep.streaming.kafka.reader"):
+            importlib.import_module(name)
+    except ImportError as e:
+        return [("missing", sys.executable, getattr(e, "name", None) or "", str(e))]
+    return [("ok", sys.executable, lakestep.__version__,
+             os.path.dirname(os.path.dirname(os.path.abspath(lakestep.__file__))))]
+'''
+
+
+def _probe() -> Callable[[Any], list[tuple[str, str, str, str]]]:
+    namespace: dict[str, Any] = {"__builtins__": builtins}
+    exec(compile(_PROBE_SOURCE, "<lakestep executor probe>", "exec"), namespace)
+    return namespace["probe"]  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class ExecutorLakestep:
+    """What the executors' Python workers import: their interpreter, lakestep's version, and
+    where lakestep came from (a directory, or the zip shipped with ``--py-files``)."""
+
+    python: str
+    version: str
+    location: str
+
+
+_checked: set[str] = set()
+_lock = threading.Lock()
+
+
+def driver_problem(location: str, jvm_pythonpath: str) -> str | None:
+    """Step 0's rule: lakestep imported from ``location`` (the directory or zip holding the
+    ``lakestep`` package) by the Python driver whose JVM has ``jvm_pythonpath``; the problem, or None."""
+    import os
+
+    if not location.endswith(".zip"):
+        return None  # installed, or a directory on PYTHONPATH: the JVM's Python processes import it the same way
+    if os.path.realpath(location) in {os.path.realpath(p) for p in jvm_pythonpath.split(os.pathsep) if p}:
+        return None
+    return f"the driver imports lakestep from {location} (--py-files), which is not on spark-submit's PYTHONPATH"
+
+
+def _check_driver(sc: Any) -> None:
+    """Step 0."""
+    import os
+
+    import lakestep
+
+    try:
+        jvm_path = str(sc._jvm.java.lang.System.getenv("PYTHONPATH") or "")
+    except Exception:  # no JVM gateway to ask
+        return
+    problem = driver_problem(os.path.dirname(os.path.dirname(os.path.abspath(lakestep.__file__))), jvm_path)
+    if problem is None:
+        return
+    raise SparkSetupError(
+        f"{problem}: Spark does not hand --py-files to the Python processes its driver JVM starts for data "
+        f"sources, so lakestep's sources would fail there. Start spark-submit with the zip on PYTHONPATH too "
+        f"(`PYTHONPATH=lakestep.zip spark-submit --py-files lakestep.zip ...`), or install lakestep on the "
+        f"driver's machine; see README, 'On a cluster'", problems=[problem])
+
+
+def check_executors(spark: Any, *, force: bool = False) -> list[ExecutorLakestep] | None:
+    """Steps 0-3: the distinct lakestep set-ups the executors run, or None when they were not asked.
+
+    ``force``: check even in local mode, and again in an application checked before.
+
+    Raises:
+        SparkSetupError: lakestep (or what it needs) does not import on some
+            executor, or imports in another version than the driver's (steps 1-3);
+            or the driver's lakestep is a --py-files zip its JVM does not see (step 0).
+    """
+    from .. import __version__
+
+    try:
+        sc = spark.sparkContext
+        master, app = str(sc.master), str(sc.applicationId)
+    except Exception:  # Spark Connect: no SparkContext, no RDDs to probe with
+        return None
+    _check_driver(sc)
+    if not force and (master.startswith("local") or app in _checked):
+        return None
+    tasks = max(int(sc.defaultParallelism), 1)
+    try:
+        rows = sc.parallelize(range(tasks), tasks).mapPartitions(_probe()).collect()
+    except Exception as e:  # the probe itself could not run (no Python on the executors, ...)
+        first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        raise SparkSetupError(f"could not run lakestep's check on Spark's executors ({master}): {first[:500]}",
+                                 problems=[first[:500]]) from e
+    missing = sorted({f"python {py}: {msg}" for kind, py, _, msg in rows if kind == "missing"})
+    if missing:
+        raise SparkSetupError(
+            f"lakestep cannot run on Spark's executors ({master}): {'; '.join(missing)}. To fix: {HOW_TO_SHIP}",
+            problems=missing)
+    found = sorted({ExecutorLakestep(py, ver, loc) for _, py, ver, loc in rows}, key=repr)
+    other = [f"python {f.python}: lakestep {f.version} from {f.location}" for f in found if f.version != __version__]
+    if other:
+        raise SparkSetupError(
+            f"Spark's executors import another lakestep than the driver's {__version__}: {'; '.join(other)}. "
+            f"Ship the driver's copy: {HOW_TO_SHIP}", problems=other)
+    with _lock:
+        _checked.add(app)
+    log.info("Spark's executors run lakestep: %s", found)
+    return found

@@ -7,8 +7,6 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# test workers (pytest-xdist): the Spark tests run on one of them, one after the other
-TEST_WORKERS ?= 2
 
 .PHONY: demo tour test venv bench mutate clean
 
@@ -29,7 +27,7 @@ tour: venv
 
 test: venv
 	scripts/ensure-services.sh
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python scripts/test.py -q $(PYTEST_ARGS)
 
 # A mutation run over catalog/commit.py, catalog/resolver.py, catalog/predicates.py and barrier/states.py
 # (scripts/mutate.py):

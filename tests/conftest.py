@@ -150,22 +150,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("catalog_spec", kinds, indirect=True)
 
 
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``), which worker runs what.
-
-    Every test marked ``spark`` is in one group: one worker runs them one after the
-    other. Two Spark applications at once on a small machine starve each other, and
-    Spark gives a data source's Python worker 10 s to start (a hard-coded limit).
-    Every other module is a group of its own, so that its module fixtures are built
-    once; the modules go to whichever worker is free. Not guaranteed: what runs beside
-    a Spark test is any other module, CPU-heavy ones (the process races) included.
-    """
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        group = "spark" if item.get_closest_marker("spark") is not None else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    """A test that starts Spark must be marked ``spark``: `make test` (scripts/test.py) runs the
+    Spark tests one after the other in a lane of their own, beside the other tests."""
+    spark_fixtures = {"spark", "kafka_spark", "spark_cluster"}
+    unmarked = [i.nodeid for i in items
+                if spark_fixtures & set(getattr(i, "fixturenames", ())) and i.get_closest_marker("spark") is None]
+    if unmarked:
+        raise pytest.UsageError(f"tests that use Spark without the 'spark' mark: {unmarked[:5]}")
 
 
 @pytest.fixture

@@ -130,6 +130,14 @@ EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
         ("if not ids or len(ids) > _CHUNK:", "or", "and", "the general path answers the same: speed only"),
         ("if not ids or len(ids) > _CHUNK:", ">", ">=", "the general path answers the same: speed only"),
         ("if not ids or len(ids) > _CHUNK:", ">", "<", "the general path answers the same: speed only"),
+        ("OR s.expires_at > :now)", "SQL >", ">=",
+         "the count below requires a live (> :now) snapshot of :first at that barrier too (:first is in :ids)"),
+        ("if m is None or", "is", "is not",
+         "always the era loop: its first seek plus its RESTORE test is the one statement's seek of the newest "
+         "era split in two (barriers increase with versions within an era), same dv, next change and checks"),
+        ("(m < head and succ is None)", "<", "<=",
+         "the era loop's m is below the newest RESTORE (<= head) whenever dv is not None: the one statement, "
+         "in the same read snapshot, found nothing at or after it tagged <= e"),
     ],
     "lakestep/catalog/predicates.py": [
         ("if all_none and not any_some:", "and", "or",

@@ -291,3 +291,45 @@ def test_serializable_judges_only_files_added_after_the_base(clocked: Catalog) -
     [r] = tx.commit()
     assert (r.version, r.base_version, r.removed_files) == (4, 2, 1)
     assert rows(t) == [(1, "d1"), (50, "d5")]
+
+
+def test_open_epoch_is_read_inside_the_commit_on_the_general_path(clocked: Catalog) -> None:
+    """``barrier=OPEN_EPOCH`` on a rewrite (not a blind append) records the epoch open when the
+    commit runs, alone or beside changes of other tables; a change with an explicit barrier
+    or none keeps it."""
+    from lakestep.barrier import OPEN_EPOCH, Coordinator
+
+    t = table(clocked, (1, "d1"), (2, "d2"))
+    u = clocked.create_table("s.u", SCHEMA)
+    w = clocked.create_table("s.w", SCHEMA)
+    for x in (u, w):
+        x.append({"id": [5, 6], "day": ["d5", "d6"]})
+    coord = Coordinator(clocked)
+    coord.seal()
+    coord.seal()  # epoch 3 is open
+    assert t.overwrite({"id": [3], "day": ["d1"]}, partitions=[{"day": "d1"}], barrier=OPEN_EPOCH).barrier == 3
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "=", 2)], barrier=OPEN_EPOCH)
+    tx.delete(u, [("id", "=", 5)])
+    tx.delete(w, [("id", "=", 6)], barrier=1)
+    assert [(r.table, r.operation, r.barrier) for r in tx.commit()] == [
+        ("s.t", "DELETE", 3), ("s.u", "DELETE", None), ("s.w", "DELETE", 1)]
+    assert [h.barrier for h in t.history()][:2] == [3, 3]
+    coord.release()
+
+
+def test_a_rewrite_that_only_adds_files_changes_the_data_version(clocked: Catalog) -> None:
+    """The data version moves with every commit that adds or removes rows, also when it
+    removes no file: an overwrite of a partition that held none, a restore that only
+    records files again. A commit that changes neither keeps it."""
+    t = table(clocked, (1, "d1"))
+    assert (t.version, t.data_version) == (1, 1)
+    r = t.overwrite({"id": [9], "day": ["d9"]}, partitions=[{"day": "d9"}])  # nothing of d9 to remove
+    assert (r.version, r.data_version, r.removed_files, r.added_files) == (2, 2, 0, 1)
+    r = t.delete([("day", "=", "d9")])
+    assert (r.version, r.data_version, r.removed_files, r.added_files) == (3, 3, 1, 0)
+    r = t.restore(2)  # records d9's file again, removes nothing
+    assert (r.version, r.data_version, r.removed_files, r.added_files) == (4, 4, 0, 1)
+    r = t.overwrite({"id": [], "day": []}, partitions=[{"day": "d7"}])  # empties an empty range
+    assert (r.version, r.data_version, r.removed_files, r.added_files) == (5, 4, 0, 0)
+    assert rows(t) == [(1, "d1"), (9, "d9")]

@@ -333,3 +333,45 @@ def test_a_rewrite_that_only_adds_files_changes_the_data_version(clocked: Catalo
     r = t.overwrite({"id": [], "day": []}, partitions=[{"day": "d7"}])  # empties an empty range
     assert (r.version, r.data_version, r.removed_files, r.added_files) == (5, 4, 0, 0)
     assert rows(t) == [(1, "d1"), (9, "d9")]
+
+
+def test_a_whole_table_overwrite_counts_only_its_own_files(clocked: Catalog) -> None:
+    """An overwrite of the whole table removes every file live at commit time, of that table
+    only, and its result and commit record count exactly those files and rows."""
+    t = table(clocked, (1, "d1"), (2, "d2"))
+    u = clocked.create_table("s.u", SCHEMA)
+    for i in range(3):
+        u.append({"id": [10 * i, 10 * i + 1], "day": ["d1", "d1"]})
+    r = t.overwrite({"id": [7], "day": ["d7"]})
+    assert (r.version, r.removed_files, r.removed_rows, r.added_files, r.added_rows) == (3, 2, 2, 1, 1)
+    [h] = [h for h in t.history() if h.version == 3]
+    assert (h.removed_files, h.removed_rows) == (2, 2)
+    assert rows(t) == [(7, "d7")] and u.to_arrow().num_rows == 6
+
+
+def test_a_single_append_with_a_guard_or_an_after_hook_runs_them(clocked: Catalog) -> None:
+    """One append is committed blind (the fast path) only when there is neither a guard nor
+    an after hook: with a guard, the guard runs first in the commit's transaction and its
+    answer decides (results: nothing committed); with a hook, the hook runs with the results."""
+    t = table(clocked, (1, "d1"))
+    seen: list[object] = []
+
+    def guard(_conn) -> None:  # type: ignore[no-untyped-def]
+        seen.append("guard")
+
+    def stop(_conn) -> list:  # type: ignore[no-untyped-def,type-arg]
+        seen.append("stop")
+        return []
+
+    def after(_conn, results) -> None:  # type: ignore[no-untyped-def]
+        seen.append(("after", [r.version for r in results]))
+
+    for kw, want in (({"guard": guard}, 2), ({"after": after}, 3)):
+        tx = clocked.transaction(**kw)  # type: ignore[arg-type]
+        tx.append(t, {"id": [want], "day": ["d1"]})
+        assert [r.version for r in tx.commit()] == [want] and not tx.replayed
+    tx = clocked.transaction(guard=stop)
+    tx.append(t, {"id": [99], "day": ["d1"]})
+    assert tx.commit() == [] and tx.replayed
+    assert seen == ["guard", ("after", [3]), "stop"]
+    assert t.version == 3 and rows(t) == [(1, "d1"), (2, "d1"), (3, "d1")]

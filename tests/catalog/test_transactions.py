@@ -119,14 +119,21 @@ def test_same_key_from_two_processes_commits_once(catalog_spec, catalog, two_tab
     assert ids(catalog, "s.a") == [1, 2]
 
 
-def test_a_same_key_commit_that_loses_the_race_at_the_key_insert_answers_the_winner(pg_spec, pg_admin) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("lookup_cut", [False, True], ids=["answered", "lookup-cut"])
+def test_a_same_key_commit_that_loses_the_race_at_the_key_insert_answers_the_winner(
+        pg_proxied, pg_admin, lookup_cut) -> None:  # type: ignore[no-untyped-def]
     """PostgreSQL only (on SQLite one writer at a time sees the key first). Two transactions
     with one key: B finds the key free, then waits for the row lock A holds; A commits, and
     B's insert of the key fails on the unique index (IntegrityError). No attempt of B's own
-    landed, so B answers A's results, marked replayed, and commits nothing."""
+    landed, so B answers A's results, marked replayed, and commits nothing; also when the
+    connection breaks as B looks for its own attempt (B waits, tries again, finds the key
+    taken)."""
     from tests.waiting import wait_until
 
-    cat = pg_spec.open()
+    spec, proxy = pg_proxied
+    if lookup_cut:
+        proxy.cut_after(b"ls_txn.txn_uuid = ")  # B's lookup of its own attempt, after the IntegrityError
+    cat = spec.open()
     try:
         cat.create_namespace("s")
         t = cat.create_table("s.a", SCHEMA)
@@ -169,8 +176,10 @@ def test_a_same_key_commit_that_loses_the_race_at_the_key_insert_answers_the_win
         assert box["results"] == [dataclasses.replace(won, replayed=True)] and second.replayed
         assert not first.replayed and won.version == 2
         assert ids(cat, "s.a") == [2] and t.version == 2
+        assert proxy.cuts == int(lookup_cut)
     finally:
         _failpoints.disarm()
+        proxy.heal()
         cat.close()
 
 

@@ -65,7 +65,7 @@ TARGETS: dict[str, list[str]] = {
     # the conflict matrix (moved out of commit.py): its planners, undoing compactions, RESTORE
     "lakestep/catalog/resolver.py": _RESOLVE_TESTS,
     "lakestep/catalog/predicates.py": [
-        "tests/catalog/test_predicates.py", "tests/catalog/test_bad_input.py",
+        "tests/catalog/test_predicates.py", "tests/catalog/test_partition_reads.py", "tests/catalog/test_bad_input.py",
         "tests/catalog/test_error_hierarchy.py", "tests/catalog/test_writes.py", "tests/catalog/test_pk.py",
         "tests/catalog/test_conflicts.py", "tests/catalog/test_druid.py",
     ],

@@ -375,3 +375,18 @@ def test_a_single_append_with_a_guard_or_an_after_hook_runs_them(clocked: Catalo
     assert tx.commit() == [] and tx.replayed
     assert seen == ["guard", ("after", [3]), "stop"]
     assert t.version == 3 and rows(t) == [(1, "d1"), (2, "d1"), (3, "d1")]
+
+
+def test_a_keyed_append_to_a_dropped_table_is_not_a_replay(clocked: Catalog) -> None:
+    """A keyed blind append to a table dropped since it was loaded raises TableNotFoundError,
+    whether its job never committed or the key is above the job's newest batch (on PostgreSQL
+    the one-statement append cannot tell a missing head from a replay: the replay lookup tells)."""
+    t = table(clocked, (1, "d1"))
+    u = clocked.create_table("s.u", SCHEMA)
+    u.append({"id": [5], "day": ["d5"]}, job_id="j", batch_id=3)
+    clocked.drop_table("s.t")
+    for job, batch in (("new", 0), ("j", 4)):
+        with pytest.raises(errors.TableNotFoundError) as ei:
+            t.append({"id": [2], "day": ["d2"]}, job_id=job, batch_id=batch)
+        assert ei.value.table == "s.t"
+    assert u.version == 1 and clocked.list_tables("s") == ["s.u"]

@@ -65,7 +65,7 @@ TARGETS: dict[str, list[str]] = {
     # the conflict matrix (moved out of commit.py): its planners, undoing compactions, RESTORE
     "lakestep/catalog/resolver.py": _RESOLVE_TESTS,
     "lakestep/catalog/predicates.py": [
-        "tests/catalog/test_predicates.py", "tests/catalog/test_bad_input.py",
+        "tests/catalog/test_predicates.py", "tests/catalog/test_partition_reads.py", "tests/catalog/test_bad_input.py",
         "tests/catalog/test_error_hierarchy.py", "tests/catalog/test_writes.py", "tests/catalog/test_pk.py",
         "tests/catalog/test_conflicts.py", "tests/catalog/test_druid.py",
     ],
@@ -130,6 +130,14 @@ EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
         ("if not ids or len(ids) > _CHUNK:", "or", "and", "the general path answers the same: speed only"),
         ("if not ids or len(ids) > _CHUNK:", ">", ">=", "the general path answers the same: speed only"),
         ("if not ids or len(ids) > _CHUNK:", ">", "<", "the general path answers the same: speed only"),
+        ("OR s.expires_at > :now)", "SQL >", ">=",
+         "the count below requires a live (> :now) snapshot of :first at that barrier too (:first is in :ids)"),
+        ("if m is None or", "is", "is not",
+         "always the era loop: its first seek plus its RESTORE test is the one statement's seek of the newest "
+         "era split in two (barriers increase with versions within an era), same dv, next change and checks"),
+        ("(m < head and succ is None)", "<", "<=",
+         "the era loop's m is below the newest RESTORE (<= head) whenever dv is not None: the one statement, "
+         "in the same read snapshot, found nothing at or after it tagged <= e"),
     ],
     "lakestep/catalog/predicates.py": [
         ("if all_none and not any_some:", "and", "or",

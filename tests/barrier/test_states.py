@@ -7,7 +7,15 @@ from typing import Callable
 import pytest
 
 from lakestep import Catalog, errors
-from lakestep.barrier import OPEN_EPOCH, BarrierState, Coordinator, NoSnapshotError, Pipeline
+from lakestep.barrier import (
+    OPEN_EPOCH,
+    BarrierNotRetainedError,
+    BarrierState,
+    Coordinator,
+    NoSnapshotError,
+    Pipeline,
+    RollbackRefusedError,
+)
 from lakestep.catalog.lifecycle import live_locks
 from lakestep.clock import ManualClock
 from lakestep.errors import VersionNotFoundError
@@ -355,3 +363,117 @@ def test_cleanup_keeps_the_newest_barrier_of_an_idle_table(clocked: Catalog, clo
     coordinator.seal()
     nxt = p.next_batch("copy")
     assert nxt is not None and (nxt.lo, nxt.hi) == (2, 2)  # not barrier 1 again
+
+
+def _ingest(catalog: Catalog, *names: str) -> tuple[Pipeline, Coordinator]:
+    """Root tables ``s.<name>`` written by one job with external input, and a coordinator."""
+    catalog.create_namespace("s")
+    make_tables(catalog, *names)
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=[f"s.{n}" for n in names], external_input=True)
+    return p, Coordinator(catalog)
+
+
+def test_snapshots_of_one_barrier_expiring_at_different_instants(clocked: Catalog, clock: ManualClock) -> None:
+    """Snapshots taken by hand may give one barrier's snapshots different expiry instants: the
+    barrier is a common SNAPSHOT only while every table has a live one, and repeatable_read reads
+    its versions from the live ones only (to the instant; by name among a table's live ones)."""
+    catalog = clocked
+    p, coord = _ingest(catalog, "a", "b")
+    a, b = catalog.load_table("s.a"), catalog.load_table("s.b")
+    a.append(kv((1, 1)), barrier=OPEN_EPOCH)  # a v1, barrier 1
+    a.append(kv())  # a v2: no rows, no barrier: barrier 1 too
+    b.append(kv((1, 1)), barrier=OPEN_EPOCH)  # b v1
+    coord.seal()
+    a.append(kv((2, 2)), barrier=OPEN_EPOCH)  # a v3, barrier 2
+    b.append(kv((2, 2)), barrier=OPEN_EPOCH)  # b v2
+    coord.seal()
+    assert [p.version_at("s.a", 1), p.version_at("s.a", 2), p.version_at("s.b", 1), p.version_at("s.b", 2)] == [
+        2, 3, 1, 2]
+    a.create_snapshot("x1", version=1, barrier=1, retain_seconds=10)  # the rows of barrier 1, as v2
+    a.create_snapshot("x2", version=2, barrier=1)
+    b.create_snapshot("y1", version=1, barrier=1)
+    a.create_snapshot("z2", version=3, barrier=2)
+    b.create_snapshot("w2", version=2, barrier=2, retain_seconds=10)
+    clock.advance(9)
+    assert p.snapshot_barrier(["s.a", "s.b"]) == 2
+    with p.choose(["s.a", "s.b"], level="repeatable_read") as c:
+        assert (c.barrier, c.versions) == (2, {"s.a": 3, "s.b": 2})
+    clock.advance(1)  # x1 and w2 expire now: barrier 2 is s.a's alone, barrier 1 is read from x2
+    assert p.snapshot_barrier(["s.a", "s.b"]) == 1
+    with p.choose(["s.a", "s.b"], level="repeatable_read") as c:
+        assert (c.barrier, c.versions) == (1, {"s.a": 2, "s.b": 1})
+    coord.release()
+
+
+def test_the_newest_snapshot_is_judged_on_the_catalog_clock(clocked: Catalog, clock: ManualClock) -> None:
+    """NoSnapshotError names the table whose newest live snapshot is the oldest, and a rollback
+    below a live snapshot's barrier is refused: both judge expiry on the catalog's clock, a
+    snapshot gone at its expiry instant."""
+    catalog = clocked
+    p, coord = _ingest(catalog, "a", "b")
+    a, b = catalog.load_table("s.a"), catalog.load_table("s.b")
+    for k in (1, 2, 3):
+        a.append(kv((k, k)), barrier=OPEN_EPOCH)
+        b.append(kv((k, k)), barrier=OPEN_EPOCH)
+        coord.seal()
+    a.create_snapshot("a3", version=3, barrier=3, retain_seconds=10)
+    b.create_snapshot("b1", version=1, barrier=1)
+    clock.advance(5)
+    with pytest.raises(NoSnapshotError) as no:
+        p.choose(["s.a", "s.b"], level="repeatable_read")
+    assert no.value.missing == "s.b"  # s.a's newest live snapshot is barrier 3, s.b's barrier 1
+    with pytest.raises(RollbackRefusedError) as refused:
+        p.rollback(to=2)
+    assert (refused.value.snapshot_barrier, refused.value.table) == (3, "s.a")
+    clock.advance(5)  # a3 expires now
+    with pytest.raises(NoSnapshotError) as no:
+        p.choose(["s.a", "s.b"], level="repeatable_read")
+    assert no.value.missing == "s.a"  # none live any more
+    done = p.rollback(to=2)
+    assert sorted((t.table, t.to_version) for t in done.tables.values()) == [("s.a", 2), ("s.b", 2)]
+    coord.release()
+
+
+def test_version_at_refuses_barrier_zero_when_version_zeros_record_is_pruned(
+        clocked: Catalog, clock: ManualClock) -> None:
+    """m = 0 (no commit tagged <= e) and cleanup pruned version 0's record while a snapshot pins
+    version 1's: refused (BarrierNotRetainedError), not answered from the records that remain."""
+    catalog = clocked
+    p, coord = _ingest(catalog, "a")
+    a = catalog.load_table("s.a")
+    coord.seal()  # barrier 1: no commit of s.a
+    a.append(kv((1, 1)), barrier=OPEN_EPOCH)  # v1, v2: barrier 2
+    a.append(kv((2, 2)), barrier=OPEN_EPOCH)
+    coord.seal()
+    assert (p.version_at("s.a", 1), p.version_at("s.a", 2)) == (0, 2)
+    a.create_snapshot("keep", version=1)
+    clock.advance(1)
+    assert a.cleanup(retention_seconds=0, force=True).pruned_commit_rows == 1  # version 0's
+    assert [h.version for h in a.history()] == [2, 1]
+    with pytest.raises(BarrierNotRetainedError):
+        p.version_at("s.a", 1)
+    assert p.version_at("s.a", 2) == 2
+    coord.release()
+
+
+def test_version_at_in_an_older_era_refuses_when_the_next_record_is_pruned(
+        clocked: Catalog, clock: ManualClock) -> None:
+    """In an older era (the era loop), m's record pinned by a snapshot but m + 1's pruned: where
+    barrier m's versions end is unknown, so it is refused (BarrierNotRetainedError), not guessed."""
+    catalog = clocked
+    p, coord = _ingest(catalog, "a")
+    a = catalog.load_table("s.a")
+    for k in (1, 2, 3):  # v1..v3: barriers 1..3
+        a.append(kv((k, k)), barrier=OPEN_EPOCH)
+        coord.seal()
+    assert p.rollback(to=2).tables["s.a"].restore_version == 4  # tagged 2: barrier 1 is in the era before
+    assert (p.version_at("s.a", 1), p.version_at("s.a", 2)) == (1, 4)
+    a.create_snapshot("keep", version=1)
+    clock.advance(1)
+    a.cleanup(retention_seconds=0, force=True)
+    assert [h.version for h in a.history()] == [4, 1]
+    with pytest.raises(BarrierNotRetainedError):
+        p.version_at("s.a", 1)
+    assert p.version_at("s.a", 2) == 4
+    coord.release()

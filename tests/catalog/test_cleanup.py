@@ -241,9 +241,11 @@ def test_exactly_once_outlives_the_retention_window(catalog) -> None:  # type: i
         for _ in range(2):  # twice: the general path's check and the fast path's
             r = t.append({"id": [2 if batch else 1]}, job_id="ingest", batch_id=batch)
             assert r.replayed and r.added_rows == 0
+            assert r.summary == {"replay_of_pruned_batch": True, "newest_batch": 1}  # ingest's, not side's 5
         with catalog.transaction(job_id="ingest", batch_id=batch) as tx:
             tx.overwrite(t, {"id": [99]})
         assert all(r.replayed for r in tx.results)
+        assert [r.summary for r in tx.results] == [{"replay_of_pruned_batch": True, "newest_batch": 1}]
     assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2, 3]
     assert not t.append({"id": [4]}, job_id="ingest", batch_id=2).replayed
     assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2, 3, 4]

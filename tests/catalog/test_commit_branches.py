@@ -291,3 +291,102 @@ def test_serializable_judges_only_files_added_after_the_base(clocked: Catalog) -
     [r] = tx.commit()
     assert (r.version, r.base_version, r.removed_files) == (4, 2, 1)
     assert rows(t) == [(1, "d1"), (50, "d5")]
+
+
+def test_open_epoch_is_read_inside_the_commit_on_the_general_path(clocked: Catalog) -> None:
+    """``barrier=OPEN_EPOCH`` on a rewrite (not a blind append) records the epoch open when the
+    commit runs, alone or beside changes of other tables; a change with an explicit barrier
+    or none keeps it."""
+    from lakestep.barrier import OPEN_EPOCH, Coordinator
+
+    t = table(clocked, (1, "d1"), (2, "d2"))
+    u = clocked.create_table("s.u", SCHEMA)
+    w = clocked.create_table("s.w", SCHEMA)
+    for x in (u, w):
+        x.append({"id": [5, 6], "day": ["d5", "d6"]})
+    coord = Coordinator(clocked)
+    coord.seal()
+    coord.seal()  # epoch 3 is open
+    assert t.overwrite({"id": [3], "day": ["d1"]}, partitions=[{"day": "d1"}], barrier=OPEN_EPOCH).barrier == 3
+    tx = clocked.transaction()
+    tx.delete(t, [("id", "=", 2)], barrier=OPEN_EPOCH)
+    tx.delete(u, [("id", "=", 5)])
+    tx.delete(w, [("id", "=", 6)], barrier=1)
+    assert [(r.table, r.operation, r.barrier) for r in tx.commit()] == [
+        ("s.t", "DELETE", 3), ("s.u", "DELETE", None), ("s.w", "DELETE", 1)]
+    assert [h.barrier for h in t.history()][:2] == [3, 3]
+    coord.release()
+
+
+def test_a_rewrite_that_only_adds_files_changes_the_data_version(clocked: Catalog) -> None:
+    """The data version moves with every commit that adds or removes rows, also when it
+    removes no file: an overwrite of a partition that held none, a restore that only
+    records files again. A commit that changes neither keeps it."""
+    t = table(clocked, (1, "d1"))
+    assert (t.version, t.data_version) == (1, 1)
+    r = t.overwrite({"id": [9], "day": ["d9"]}, partitions=[{"day": "d9"}])  # nothing of d9 to remove
+    assert (r.version, r.data_version, r.removed_files, r.added_files) == (2, 2, 0, 1)
+    r = t.delete([("day", "=", "d9")])
+    assert (r.version, r.data_version, r.removed_files, r.added_files) == (3, 3, 1, 0)
+    r = t.restore(2)  # records d9's file again, removes nothing
+    assert (r.version, r.data_version, r.removed_files, r.added_files) == (4, 4, 0, 1)
+    r = t.overwrite({"id": [], "day": []}, partitions=[{"day": "d7"}])  # empties an empty range
+    assert (r.version, r.data_version, r.removed_files, r.added_files) == (5, 4, 0, 0)
+    assert rows(t) == [(1, "d1"), (9, "d9")]
+
+
+def test_a_whole_table_overwrite_counts_only_its_own_files(clocked: Catalog) -> None:
+    """An overwrite of the whole table removes every file live at commit time, of that table
+    only, and its result and commit record count exactly those files and rows."""
+    t = table(clocked, (1, "d1"), (2, "d2"))
+    u = clocked.create_table("s.u", SCHEMA)
+    for i in range(3):
+        u.append({"id": [10 * i, 10 * i + 1], "day": ["d1", "d1"]})
+    r = t.overwrite({"id": [7], "day": ["d7"]})
+    assert (r.version, r.removed_files, r.removed_rows, r.added_files, r.added_rows) == (3, 2, 2, 1, 1)
+    [h] = [h for h in t.history() if h.version == 3]
+    assert (h.removed_files, h.removed_rows) == (2, 2)
+    assert rows(t) == [(7, "d7")] and u.to_arrow().num_rows == 6
+
+
+def test_a_single_append_with_a_guard_or_an_after_hook_runs_them(clocked: Catalog) -> None:
+    """One append is committed blind (the fast path) only when there is neither a guard nor
+    an after hook: with a guard, the guard runs first in the commit's transaction and its
+    answer decides (results: nothing committed); with a hook, the hook runs with the results."""
+    t = table(clocked, (1, "d1"))
+    seen: list[object] = []
+
+    def guard(_conn) -> None:  # type: ignore[no-untyped-def]
+        seen.append("guard")
+
+    def stop(_conn) -> list:  # type: ignore[no-untyped-def,type-arg]
+        seen.append("stop")
+        return []
+
+    def after(_conn, results) -> None:  # type: ignore[no-untyped-def]
+        seen.append(("after", [r.version for r in results]))
+
+    for kw, want in (({"guard": guard}, 2), ({"after": after}, 3)):
+        tx = clocked.transaction(**kw)  # type: ignore[arg-type]
+        tx.append(t, {"id": [want], "day": ["d1"]})
+        assert [r.version for r in tx.commit()] == [want] and not tx.replayed
+    tx = clocked.transaction(guard=stop)
+    tx.append(t, {"id": [99], "day": ["d1"]})
+    assert tx.commit() == [] and tx.replayed
+    assert seen == ["guard", ("after", [3]), "stop"]
+    assert t.version == 3 and rows(t) == [(1, "d1"), (2, "d1"), (3, "d1")]
+
+
+def test_a_keyed_append_to_a_dropped_table_is_not_a_replay(clocked: Catalog) -> None:
+    """A keyed blind append to a table dropped since it was loaded raises TableNotFoundError,
+    whether its job never committed or the key is above the job's newest batch (on PostgreSQL
+    the one-statement append cannot tell a missing head from a replay: the replay lookup tells)."""
+    t = table(clocked, (1, "d1"))
+    u = clocked.create_table("s.u", SCHEMA)
+    u.append({"id": [5], "day": ["d5"]}, job_id="j", batch_id=3)
+    clocked.drop_table("s.t")
+    for job, batch in (("new", 0), ("j", 4)):
+        with pytest.raises(errors.TableNotFoundError) as ei:
+            t.append({"id": [2], "day": ["d2"]}, job_id=job, batch_id=batch)
+        assert ei.value.table == "s.t"
+    assert u.version == 1 and clocked.list_tables("s") == ["s.u"]

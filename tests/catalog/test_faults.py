@@ -8,6 +8,7 @@ and a TCP proxy (tests/pgproxy.py) that cuts, stalls or refuses connections.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from typing import Any, Callable
@@ -89,6 +90,65 @@ def test_answer_lost_after_multi_table_commit_lands(catalog_spec, request) -> No
         assert [(r.table, r.version, r.replayed) for r in tx.results] == [("s.a", 2, False), ("s.b", 2, False)]
         assert ids(cat, "s.a") == [1, 2] and ids(cat, "s.b") == []
         assert [h.operation for h in a.history()] == ["APPEND", "APPEND", "CREATE"]
+    finally:
+        cat.close()
+
+
+def test_a_keyed_commit_whose_answer_and_lookup_were_lost_is_found_as_its_own(pg_proxied) -> None:  # type: ignore[no-untyped-def]
+    """A keyed transaction lands; its answer is lost, and so is the lookup by uuid that would
+    have found it. The next attempt finds the key taken: by this very transaction (its uuid),
+    so it returns its own results as committed (not replayed), and nothing commits twice."""
+    spec, proxy = pg_proxied
+    cat = spec.open()
+    try:
+        cat.create_namespace("s")
+        t = cat.create_table("s.t", SCHEMA)
+        t.append({"id": [1, 2], "v": ["x", "y"]})
+
+        def lose_answer_and_lookup(name: str) -> None:
+            _failpoints.disarm(name)
+            proxy.cut_after(b"ls_txn.txn_uuid = ")  # the lookup by uuid: its answer is cut too
+            raise errors.CatalogUnavailableError("the connection broke after COMMIT (failpoint)")
+
+        _failpoints.arm("commit.after_db_commit", lose_answer_and_lookup)
+        try:
+            tx = cat.transaction(job_id="j", batch_id=1)
+            tx.delete(t, [("id", "=", 1)])
+            [r] = in_thread(tx.commit)
+        finally:
+            _failpoints.disarm()
+            proxy.heal()
+        assert proxy.cuts == 1
+        assert (r.version, r.operation, r.replayed, tx.replayed) == (2, "DELETE", False, False)
+        assert ids(cat, "s.t") == [2] and t.version == 2
+        assert checked_out(cat) == 0
+    finally:
+        cat.close()
+
+
+def test_a_replay_whose_lookup_is_lost_waits_and_answers_the_first_commit(pg_proxied) -> None:  # type: ignore[no-untyped-def]
+    """A transaction replays a recorded key, and the connection breaks while it looks up the
+    first commit's result: it does not land (its uuid is not recorded), so the commit waits,
+    tries again and answers the first commit's result, marked replayed."""
+    spec, proxy = pg_proxied
+    cat = spec.open()
+    try:
+        cat.create_namespace("s")
+        t = cat.create_table("s.t", SCHEMA)
+        t.append({"id": [1, 2], "v": ["x", "y"]})
+        with cat.transaction(job_id="j", batch_id=1) as first:
+            first.delete(t, [("id", "=", 1)])
+        again = cat.transaction(job_id="j", batch_id=1)
+        again.delete(t, [("id", "=", 2)])
+        proxy.cut_after(b"ls_txn.batch_id = ")  # the lookup by key (the key check says batch_id >=)
+        try:
+            [r] = in_thread(again.commit)
+        finally:
+            proxy.heal()
+        assert proxy.cuts == 1
+        assert again.replayed and r == dataclasses.replace(first.results[0], replayed=True)
+        assert ids(cat, "s.t") == [2] and t.version == 2
+        assert checked_out(cat) == 0
     finally:
         cat.close()
 

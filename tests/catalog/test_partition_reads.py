@@ -41,6 +41,7 @@ CASES = {
     "with a stats term": [("day", "==", D2), ("region", "==", "eu"), ("k", ">", 4)],
     "or of pinned clauses": [[("day", "==", D1), ("region", "==", "us")], [("day", "==", D3), ("region", "is_null", None)]],
     "contradiction": [("day", "==", D1), ("day", "==", D2), ("region", "==", "eu")],
+    "two pinning terms on one column": [("day", "in", [D1, D2]), ("day", "==", D1), ("region", "==", "eu")],
     "one column free (no narrowing)": [("day", "==", D1)],
     "a free clause (no narrowing)": [[("day", "==", D1), ("region", "==", "eu")], [("k", "==", 7)]],
     "range (no narrowing)": [("day", ">=", D2), ("region", "==", "eu")],
@@ -83,3 +84,16 @@ def test_no_narrowing_when_it_cannot_be_exact() -> None:
     many = Predicate.parse([("n", "in", list(range(MAX_PARTITION_KEYS + 1)))], ints)
     assert many.partition_keys(ints, ["n"]) is None
     assert Predicate.parse([("n", "==", 1)], ints).partition_keys(ints, []) is None  # not partitioned
+
+
+def test_narrowing_up_to_exactly_max_partition_keys_across_clauses() -> None:
+    """At most MAX_PARTITION_KEYS candidates, counted over every clause, still narrow; one more
+    does not. The keys of a clause pinning a column twice are the values both terms allow."""
+    ints = pa.schema([("n", pa.int64())])
+    first, rest = list(range(1000)), list(range(1000, MAX_PARTITION_KEYS))
+    exactly = Predicate.parse([[("n", "in", first)], [("n", "in", rest)]], ints).partition_keys(ints, ["n"])
+    assert exactly == {partition_key({"n": i}) for i in range(MAX_PARTITION_KEYS)}
+    one_more = Predicate.parse([[("n", "in", first)], [("n", "in", rest + [MAX_PARTITION_KEYS])]], ints)
+    assert one_more.partition_keys(ints, ["n"]) is None
+    both = Predicate.parse([("n", "in", [1, 2, 3]), ("n", "in", [3, 2, 9])], ints).partition_keys(ints, ["n"])
+    assert both == {partition_key({"n": 2}), partition_key({"n": 3})}

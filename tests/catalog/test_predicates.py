@@ -106,6 +106,10 @@ def test_missing_or_unusable_statistics_say_some() -> None:
 
 
 @pytest.mark.parametrize("where", [
+    [],  # an empty filter would match every row
+    (),
+    None,  # not a list at all
+    5,
     [("x", "=")],  # a pair is no term
     [(1, "=", 2)],  # nor a tuple whose column is not a name
     [["x", "=", 1]],  # a term is a tuple; this is a clause of three non-terms
@@ -113,7 +117,7 @@ def test_missing_or_unusable_statistics_say_some() -> None:
     [[("x", "=", 1)], [1, 2]],  # a clause of non-terms
     [("x", "in", "12")],  # "in" takes a list, and a string is none
     [("x", "not in", b"12")],
-], ids=["pair", "int-column", "list-term", "empty-clause", "bad-clause", "in-str", "not-in-bytes"])
+], ids=["empty-list", "empty-tuple", "none", "int", "pair", "int-column", "list-term", "empty-clause", "bad-clause", "in-str", "not-in-bytes"])
 def test_malformed_filters_are_refused(where: Any) -> None:
     """Whatever shape a filter has, it is read exactly or refused with InvalidPredicateError
     (never accepted as something else, never a raw TypeError or IndexError)."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pyarrow as pa
 import pytest
@@ -115,6 +117,70 @@ def test_same_key_from_two_processes_commits_once(catalog_spec, catalog, two_tab
     r1, r2 = w1.commit(), w2.commit()
     assert r1[0]["version"] == r2[0]["version"] and r2[0]["replayed"]
     assert ids(catalog, "s.a") == [1, 2]
+
+
+@pytest.mark.parametrize("lookup_cut", [False, True], ids=["answered", "lookup-cut"])
+def test_a_same_key_commit_that_loses_the_race_at_the_key_insert_answers_the_winner(
+        pg_proxied, pg_admin, lookup_cut) -> None:  # type: ignore[no-untyped-def]
+    """PostgreSQL only (on SQLite one writer at a time sees the key first). Two transactions
+    with one key: B finds the key free, then waits for the row lock A holds; A commits, and
+    B's insert of the key fails on the unique index (IntegrityError). No attempt of B's own
+    landed, so B answers A's results, marked replayed, and commits nothing; also when the
+    connection breaks as B looks for its own attempt (B waits, tries again, finds the key
+    taken)."""
+    from tests.waiting import wait_until
+
+    spec, proxy = pg_proxied
+    if lookup_cut:
+        proxy.cut_after(b"ls_txn.txn_uuid = ")  # B's lookup of its own attempt, after the IntegrityError
+    cat = spec.open()
+    try:
+        cat.create_namespace("s")
+        t = cat.create_table("s.a", SCHEMA)
+        t.append({"id": [1, 2], "v": ["a", "b"]})
+        with cat.backend.engine.connect() as c:
+            table_oid = c.execute(sa.text("select 'ls_table'::regclass::oid")).scalar_one()
+        first = cat.transaction(job_id="j", batch_id=1)
+        first.delete(t, [("id", "=", 1)])
+        second = cat.transaction(job_id="j", batch_id=1)
+        second.delete(t, [("id", "=", 2)])
+        box: dict[str, object] = {}
+
+        def run_second() -> None:
+            try:
+                box["results"] = second.commit()
+            except BaseException as e:  # noqa: BLE001 - handed to the test
+                box["error"] = e
+
+        def blocked() -> bool:  # a backend of this catalog (it locked our ls_table) waits for a lock
+            with pg_admin.connect() as c:
+                return bool(c.execute(sa.text(
+                    "select count(*) from pg_stat_activity a where a.wait_event_type = 'Lock' and a.pid in "
+                    "(select l.pid from pg_locks l where l.relation = :oid)"), {"oid": table_oid}).scalar())
+
+        thread = threading.Thread(target=run_second, daemon=True)
+
+        def let_second_wait(name: str) -> None:  # A holds the row lock and its key, uncommitted
+            _failpoints.disarm(name)
+            thread.start()
+            wait_until(blocked, "the second transaction waiting for the first's row lock",
+                       failed=lambda: None if thread.is_alive() else f"the second commit ended: {box}")
+
+        _failpoints.arm("commit.locked", let_second_wait)
+        try:
+            [won] = first.commit()
+        finally:
+            _failpoints.disarm()
+        thread.join(300)
+        assert not thread.is_alive() and "error" not in box, box
+        assert box["results"] == [dataclasses.replace(won, replayed=True)] and second.replayed
+        assert not first.replayed and won.version == 2
+        assert ids(cat, "s.a") == [2] and t.version == 2
+        assert proxy.cuts == int(lookup_cut)
+    finally:
+        _failpoints.disarm()
+        proxy.heal()
+        cat.close()
 
 
 CRASHER = textwrap.dedent(

@@ -359,10 +359,10 @@ def commit(
                     "replaying it with the same (job_id, batch_id) is safe")
         return None
 
-    def landed_earlier(conn: Connection) -> list[CommitResult] | None:
+    def landed_earlier(conn: Connection, *, always: bool = False) -> list[CommitResult] | None:
         """The results of an earlier attempt of this very transaction that landed though its
-        answer was lost (only after a failure: before one, no attempt can have landed)."""
-        prior = find_txn(conn, txn_uuid=txn_uuid) if failures else None
+        answer was lost (looked up after a failure, or ``always``)."""
+        prior = find_txn(conn, txn_uuid=txn_uuid) if failures or always else None
         if prior is None:
             return None
         log.warning("an earlier attempt of this commit had landed; returning its result")
@@ -422,7 +422,7 @@ def commit(
             try:
                 with backend.read() as conn:
                     # An earlier attempt of this very transaction landed (its outcome was unknown)?
-                    landed = landed_earlier(conn)
+                    landed = landed_earlier(conn, always=True)
                     # Else a concurrent commit with the same idempotency key won the race.
                     prior = None if job_id is None or landed is not None else find_txn(
                         conn, key=(job_id, int(batch_id or 0)))

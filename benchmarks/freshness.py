@@ -318,7 +318,8 @@ def run_cell(spark: Any, broker: Any, root: Path, backend: str, pg_dsn: str, int
             out["lag_end"] = (reader.answers[-1][2] - reader.answers[-1][1]) if barriers and reader.answers \
                 else None
             out["load_1min"] = round(os.getloadavg()[0], 2)
-            ids = sorted(i for i, t in list(producer.produced.items()) if t0 <= t < t1)
+            # dict.copy() runs in C under the GIL: a consistent view while the producer adds ids
+            ids = sorted(i for i, t in producer.produced.copy().items() if t0 <= t < t1)
             wait_for(lambda: all(i in reader.seen for i in ids), params["drain"], failed)
             producer.halt.set()
             producer.join(timeout=90)

@@ -55,6 +55,7 @@ import pyarrow as pa
 
 import lakestep
 from lakestep import Catalog
+from lakestep.testing.spark import log4j2_properties
 
 from .commit import Check, text_table
 
@@ -84,10 +85,7 @@ def make_spark(tmp: Path, app: str = "lakestep-bench-streaming") -> Any:
     if str(REPO_ROOT) not in parts:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *parts])
     log4j = tmp / "log4j2.properties"
-    log4j.write_text("status = error\nrootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
-                     "appender.console.type = Console\nappender.console.name = console\n"
-                     "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
-                     "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n")
+    log4j.write_text(log4j2_properties("error"))
     spark = (SparkSession.builder.master("local[2]").appName(app)
              .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

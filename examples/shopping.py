@@ -53,6 +53,7 @@ import pyarrow as pa
 
 from lakestep import Catalog
 from lakestep.barrier import Pipeline
+from lakestep.testing.spark import log4j2_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -231,18 +232,6 @@ def check_orders(cat: Catalog, sent: dict[int, tuple[str, int]]) -> list[str]:
 
 
 # ------------------------------------------------------------------------ Spark
-_LOG4J2 = """\
-status = error
-rootLogger.level = warn
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
-
-
 def spark_session(log: Path) -> "SparkSession":
     """A local Spark session whose JVM writes its output (log4j, JVM warnings) to ``log``, not the console."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -256,7 +245,7 @@ def spark_session(log: Path) -> "SparkSession":
     from pyspark.sql import SparkSession
 
     log4j = log.with_name("log4j2.properties")
-    log4j.write_text(_LOG4J2)
+    log4j.write_text(log4j2_properties("warn"))
     conf = SparkConf().setMaster("local[2]").setAppName("lakestep-shopping").setAll([
         ("spark.ui.enabled", "false"),
         ("spark.ui.showConsoleProgress", "false"),

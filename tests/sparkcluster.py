@@ -42,26 +42,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+from lakestep.testing.spark import log4j2_properties
 from tests.processes import kill_tree, wait_dead
 from tests.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOOK_DIR = REPO_ROOT / "tests" / "cluster_hook"
 _JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-_LOG4J2 = """\
-status = error
-rootLogger.level = warn
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-logger.deploy.name = org.apache.spark.deploy
-logger.deploy.level = info
-"""
-
-
 def spark_home() -> Path:
     import pyspark
 
@@ -130,7 +117,7 @@ class SparkCluster:
         self.n = workers
         self.conf = base / "conf"
         self.conf.mkdir(parents=True, exist_ok=True)
-        (self.conf / "log4j2.properties").write_text(_LOG4J2)
+        (self.conf / "log4j2.properties").write_text(log4j2_properties("warn", {"org.apache.spark.deploy": "info"}))
         self.db_log = base / "executor-db-attempts.log"
         self.hold_dir = base / "hold"
         self.master: _Daemon | None = None

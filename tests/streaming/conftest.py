@@ -19,24 +19,14 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 
+from lakestep.testing.spark import log4j2_properties
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakestep.testing import TansuBroker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-_LOG4J2 = """\
-status = error
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
-
 
 def _prepend_env_path(name: str, entry: str) -> None:
     parts = [p for p in os.environ.get(name, "").split(os.pathsep) if p]
@@ -60,7 +50,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 
     base = tmp_path_factory.mktemp("spark")
     log4j = base / "log4j2.properties"
-    log4j.write_text(_LOG4J2)
+    log4j.write_text(log4j2_properties("error"))
     session = (
         SparkSession.builder.master("local[2]")
         .appName("lakestep-tests")

@@ -35,6 +35,7 @@ the hook can enforce it (imports, the catalog database, TMPDIR, working director
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import subprocess
@@ -161,6 +162,7 @@ class SparkCluster:
         self.hold_dir.mkdir(exist_ok=True)
         for p in self.hold_dir.iterdir():
             p.unlink()
+        os.mkfifo(self.hold_dir / "gate")
 
     def disarm(self) -> None:
         """No sink task holds (a held one is released)."""
@@ -179,8 +181,20 @@ class SparkCluster:
         return None
 
     def release(self) -> None:
-        if self.hold_dir.exists():
-            (self.hold_dir / "release").write_text("")
+        """A held task goes on, and so does any that arrives later (the marker first, then a byte into the gate)."""
+        if not self.hold_dir.exists():
+            return
+        (self.hold_dir / "release").write_text("")
+        try:
+            fd = os.open(self.hold_dir / "gate", os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:  # ENXIO: no task holds the gate open; ENOENT: never armed
+            if e.errno not in (errno.ENXIO, errno.ENOENT):
+                raise
+            return
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
 
     def kill_worker(self, i: int) -> None:
         """Step 2: SIGKILL worker ``i``, its executor and the executor's Python workers."""

@@ -9,9 +9,9 @@ directory, and nothing else, on their PYTHONPATH). Test plumbing only; lakestep 
    to ``<file>`` (pid and what was asked) and raise: only drivers talk to the catalog;
 3. ``LS_TEST_HOLD_DIR=<dir>`` (one worker's processes): while ``<dir>`` exists (armed),
    the first sink task of that worker's executor that wrote rows writes a marker file
-   ``task-*`` into ``<dir>`` after writing its files, and waits (until ``<dir>/release``
-   exists or ``<dir>`` is gone, at most ten minutes), so that the test kills the
-   worker in the middle of that micro-batch.
+   ``task-*`` into ``<dir>`` after writing its files, and waits (blocked on the FIFO
+   ``<dir>/gate`` until a byte arrives, or ``<dir>/release`` existed already; at most
+   ten minutes), so that the test kills the worker in the middle of that micro-batch.
 
 Not guaranteed: a connection made by a library that bypasses psycopg2 and sqlite3.
 """
@@ -50,7 +50,7 @@ if _hold:
     import importlib.util
 
     def _patch(module):  # type: ignore[no-untyped-def]
-        import time
+        import select
 
         orig = module.BatchFiles.write
 
@@ -63,10 +63,20 @@ if _hold:
                     f.write(f"{self.shape.ident} {prefix}: {msg.rows} rows in {len(msg.files)} file(s), "
                             f"pid {os.getpid()}")
                 os.rename(tmp, os.path.join(_hold, f"task-{os.getpid()}"))
-                deadline = time.monotonic() + 600
-                while (os.path.isdir(_hold) and not os.path.exists(os.path.join(_hold, "release"))
-                       and time.monotonic() < deadline):
-                    time.sleep(0.1)
+                # A blocking wait, no polling: the task holds the gate FIFO open for reading
+                # and writing (Linux: opening O_RDWR never blocks, and keeps a reader open
+                # for release()), then checks the release marker, then waits for a byte.
+                # release() writes the marker before it opens the gate, so either the marker
+                # is seen here or the gate was open when release() wrote to it.
+                try:
+                    fd = os.open(os.path.join(_hold, "gate"), os.O_RDWR)
+                except FileNotFoundError:  # disarmed meanwhile
+                    return msg
+                try:
+                    if not os.path.exists(os.path.join(_hold, "release")):
+                        select.select([fd], [], [], 600)
+                finally:
+                    os.close(fd)
             return msg
 
         module.BatchFiles.write = write

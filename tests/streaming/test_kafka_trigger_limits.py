@@ -8,94 +8,28 @@ catch a hang; the one figure about time is a lower bound (a batch held by
 ``maxTriggerDelay`` is planned at least that long after the previous one), which load can
 only make truer.
 
-The queries run in a session of their own (same SparkContext) that reports every trigger
-in the query's progress, also the ones that plan no batch: Spark reports those at most
-every 10 s by default, and counting them is how a test knows the source was asked and held
-the records back.
+The queries run in the ``every_trigger`` session (conftest.py), whose progress reports
+every trigger, also the ones that plan no batch: counting those is how a test knows the
+source was asked and held the records back.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 import pytest
 
-from tests.streaming.kafka_helpers import produce_per_partition, stream
-from tests.waiting import wait_until
+from tests.streaming.kafka_helpers import Run, produce_per_partition, progress_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
     from lakestep.catalog import Table
     from lakestep.testing import TansuBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)]
-
-TRIGGER = {"processingTime": "100 milliseconds"}
-HANG = 180.0  # a wait that takes longer is a hang, not a slow machine
-
-
-@pytest.fixture(scope="module")
-def every_trigger(spark: SparkSession) -> SparkSession:
-    """A session of the shared Spark whose queries put every trigger in their progress."""
-    from lakestep.streaming import register
-
-    session = spark.newSession()
-    session.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")
-    register(session)
-    register(spark)  # (Spark looks the sink's format up in the active session, the shared one)
-    return session
-
-
-class Run:
-    """One streaming query: ``lakestep-kafka`` -> a lakestep table, and its progress reports
-    (all of them: ``recentProgress`` keeps only the last 100)."""
-
-    def __init__(self, spark: SparkSession, broker: TansuBroker, topic: str, url: str, checkpoint: Path,
-                 trigger: dict[str, Any] = TRIGGER, **options: Any) -> None:
-        df = stream(spark, broker, topic, startingOffsets="earliest", **options)
-        self.query: StreamingQuery = (
-            df.select("partition", "offset", "value").writeStream.format("lakestep")
-            .option("catalog", url).option("table", "k.events").option("job", "kafka-ingest")
-            .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start()
-        )
-        self._seen: dict[tuple[int, str], Any] = {}
-
-    def progress(self) -> list[Any]:
-        """Every progress report so far, oldest first."""
-        for p in self.query.recentProgress:
-            self._seen[(p["batchId"], p["timestamp"])] = p
-        return [self._seen[k] for k in sorted(self._seen, key=lambda k: k[1])]
-
-    def died(self) -> str | None:
-        e = self.query.exception()
-        return None if e is None else f"the query died ({e})"
-
-    def wait(self, cond: Callable[[], Any], what: str) -> Any:
-        return wait_until(cond, what, timeout=HANG, interval=0.1, failed=self.died,
-                          detail=lambda: f"status {self.query.status}, last progress {self.query.lastProgress}")
-
-    def batches(self) -> list[Any]:
-        """Reports of triggers that ran a batch (empty or not)."""
-        return [p for p in self.progress() if "addBatch" in p["durationMs"]]
-
-    def data(self, rows: int) -> list[Any]:
-        """Reports of the batches that read records, once they read ``rows`` in all (else empty)."""
-        batches = [p for p in self.batches() if p["numInputRows"]]
-        return batches if sum(p["numInputRows"] for p in batches) >= rows else []
-
-    def held(self, ends: dict[str, dict[str, int]]) -> list[Any]:
-        """Reports of triggers that ran no batch although the source had seen the offsets ``ends``."""
-        return [p for p in self.progress() if "addBatch" not in p["durationMs"]
-                and json.loads(p["sources"][0]["latestOffset"]) == ends]
-
-    def stop(self) -> None:
-        self.query.stop()
 
 
 def _table(catalog_spec: Any) -> tuple[Any, Table]:
@@ -114,11 +48,6 @@ def _rows(table: Table) -> dict[tuple[int, int], bytes]:
 def _appends(table: Table) -> list[tuple[str | None, int | None, int]]:
     """(job, batch id, rows) of the commits that added rows, oldest first."""
     return [(h.job_id, h.batch_id, h.added_rows) for h in reversed(table.history()) if h.added_rows]
-
-
-def _ms(timestamp: str) -> int:
-    """A progress report's timestamp (``2026-01-02T03:04:05.678Z``) in epoch milliseconds."""
-    return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def test_min_offsets_per_trigger_holds_records_until_enough_arrive(
@@ -174,8 +103,8 @@ def test_max_trigger_delay_releases_fewer_records_than_the_minimum(
         assert _appends(table) == [("kafka-ingest", 1, 3)]
         # The delay started in batch 0's planning (after that trigger began) and ended in batch 1's
         # planning (before that trigger ended): so batch 1 ended at least delay_ms after batch 0 began.
-        data_end = _ms(data["timestamp"]) + data["durationMs"]["triggerExecution"]
-        assert data_end - _ms(empty["timestamp"]) >= delay_ms
+        data_end = progress_ms(data["timestamp"]) + data["durationMs"]["triggerExecution"]
+        assert data_end - progress_ms(empty["timestamp"]) >= delay_ms
     finally:
         run.stop()
         cat.close()

@@ -153,7 +153,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that starts Spark must be marked ``spark``: `make test` (scripts/test.py) runs the
     Spark tests one after the other in a lane of their own, beside the other tests."""
-    spark_fixtures = {"spark", "kafka_spark", "spark_cluster"}
+    spark_fixtures = {"spark", "kafka_spark", "every_trigger", "spark_cluster"}
     unmarked = [i.nodeid for i in items
                 if spark_fixtures & set(getattr(i, "fixturenames", ())) and i.get_closest_marker("spark") is None]
     if unmarked:

@@ -91,8 +91,32 @@ def kafka_spark(spark: SparkSession) -> SparkSession:
 
 
 @pytest.fixture(scope="session")
+def every_trigger(spark: SparkSession) -> SparkSession:
+    """A session of the shared Spark (its own SQL configuration) whose streaming queries put
+    every trigger in their progress, also the ones that plan no batch (Spark reports those at
+    most every 10 s by default); ``lakestep`` and ``lakestep-kafka`` registered."""
+    from lakestep.streaming import register
+
+    session = spark.newSession()
+    session.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")
+    register(session)
+    register(spark)  # (Spark looks a streaming sink's format up in the active session: the shared one)
+    return session
+
+
+@pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[TansuBroker]:
     """An in-memory tansu broker on a free loopback port, for the whole run."""
+    from lakestep.testing import TansuBroker
+
+    with TansuBroker() as broker:
+        yield broker
+
+
+@pytest.fixture
+def own_broker() -> Iterator[TansuBroker]:
+    """A broker of this test's own: tansu creates a topic that any Fetch names, so a consumer
+    left polling by another test of the session could bring a deleted topic back."""
     from lakestep.testing import TansuBroker
 
     with TansuBroker() as broker:

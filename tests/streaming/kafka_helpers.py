@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
 from lakestep.streaming.kafka.options import FORMAT_NAME
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,3 +63,59 @@ def produce_per_partition(
         for (p, offset), value in zip(broker.produce(topic, values, partition=partition, keys=keys), values):
             expected[(p, offset)] = value
     return expected
+
+
+TRIGGER = {"processingTime": "100 milliseconds"}
+HANG = 180.0  # a wait that takes longer is a hang, not a slow machine
+
+
+class Run:
+    """One streaming query: ``lakestep-kafka`` -> a lakestep table, and its progress reports
+    (all of them: ``recentProgress`` keeps only the last 100)."""
+
+    def __init__(self, spark: SparkSession, broker: TansuBroker, topic: str | None, url: str, checkpoint: Path,
+                 trigger: dict[str, Any] = TRIGGER, columns: tuple[str, ...] = ("partition", "offset", "value"),
+                 **options: Any) -> None:
+        df = stream(spark, broker, topic, startingOffsets="earliest", **options)
+        self.query: StreamingQuery = (
+            df.select(*columns).writeStream.format("lakestep")
+            .option("catalog", url).option("table", "k.events").option("job", "kafka-ingest")
+            .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start()
+        )
+        self._seen: dict[tuple[int, str], Any] = {}
+
+    def progress(self) -> list[Any]:
+        """Every progress report so far, oldest first."""
+        for p in self.query.recentProgress:
+            self._seen[(p["batchId"], p["timestamp"])] = p
+        return [self._seen[k] for k in sorted(self._seen, key=lambda k: k[1])]
+
+    def died(self) -> str | None:
+        e = self.query.exception()
+        return None if e is None else f"the query died ({e})"
+
+    def wait(self, cond: Callable[[], Any], what: str) -> Any:
+        return wait_until(cond, what, timeout=HANG, interval=0.1, failed=self.died,
+                          detail=lambda: f"status {self.query.status}, last progress {self.query.lastProgress}")
+
+    def batches(self) -> list[Any]:
+        """Reports of triggers that ran a batch (empty or not)."""
+        return [p for p in self.progress() if "addBatch" in p["durationMs"]]
+
+    def data(self, rows: int) -> list[Any]:
+        """Reports of the batches that read records, once they read ``rows`` in all (else empty)."""
+        batches = [p for p in self.batches() if p["numInputRows"]]
+        return batches if sum(p["numInputRows"] for p in batches) >= rows else []
+
+    def held(self, ends: dict[str, dict[str, int]]) -> list[Any]:
+        """Reports of triggers that ran no batch although the source had seen the offsets ``ends``."""
+        return [p for p in self.progress() if "addBatch" not in p["durationMs"]
+                and json.loads(p["sources"][0]["latestOffset"]) == ends]
+
+    def stop(self) -> None:
+        self.query.stop()
+
+
+def progress_ms(timestamp: str) -> int:
+    """A progress report's timestamp (``2026-01-02T03:04:05.678Z``) in epoch milliseconds."""
+    return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
@@ -60,16 +60,6 @@ class Driver:
         on Fetch.) The reader connects again at its next trigger."""
         self.reader.stop()
         broker.delete_topic(topic)
-
-
-@pytest.fixture
-def own_broker() -> Iterator[TansuBroker]:
-    """A broker of this test's own: tansu creates a topic that any Fetch names, so a consumer
-    left polling by another test of the session could bring a deleted topic back."""
-    from lakestep.testing import TansuBroker
-
-    with TansuBroker() as broker:
-        yield broker
 
 
 def _tagged(topic: str, expected: dict[tuple[int, int], bytes]) -> dict[tuple[str, int, int], bytes]:

@@ -208,8 +208,8 @@ def _term_expr(t: Term) -> ds.Expression:
         return f > val
     if op == ">=":
         return f >= val
-    if op == "in":
-        return f.isin(list(val))
+    if op == "in":  # a null is in no list, also one holding None (pyarrow's isin would match it; SQL's IN does not)
+        return f.is_valid() & f.isin(list(val))
     if op == "not in":  # a null is in no list and not outside it: no match, as with "!=" (and SQL)
         return f.is_valid() & ~f.isin(list(val))
     if op == "is_null":

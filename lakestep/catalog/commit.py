@@ -60,6 +60,7 @@ from .. import _failpoints, retry
 from ..clock import Clock
 from ..errors import CatalogError, CatalogUnavailableError, CommitConflict, SchemaChangedConflict, TableNotFoundError
 from . import schema as S
+from . import stats_sql
 from .changes import OPEN_EPOCH, CommitResult, KeyReplayed, NeedsRebase, TableChange, chunks, file_row
 from .files import DataFile, NewFile
 from .resolver import Head, Plan, Resolver
@@ -225,7 +226,19 @@ def _insert_files(
     rows = [file_row(table_id, version, f) for f in (*added, *readd)]
     if rows:
         conn.execute(_INSERT_FILES, rows)
+        record_file_stats(conn, table_id, version, rows)
     return len(rows)
+
+
+def record_file_stats(conn: Connection, table_id: int, version: int, rows: Sequence[dict[str, Any]]) -> None:
+    """The typed statistics rows (stats_sql.py) of the file rows just inserted for ``version``,
+    in the same transaction: their ids are read back by path, in insertion order."""
+    f = S.files.c
+    ids: dict[str, list[int]] = {}
+    for path, fid in conn.execute(sa.select(f.path, f.file_id).where(
+            f.table_id == table_id, f.added_version == version).order_by(f.file_id)).all():
+        ids.setdefault(path, []).append(int(fid))
+    stats_sql.insert_rows(conn, table_id, [(ids[r["path"]].pop(0), r["record_count"], r["stats"]) for r in rows])
 
 
 def _record_commit(

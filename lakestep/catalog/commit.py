@@ -232,13 +232,8 @@ def _insert_files(
 
 def record_file_stats(conn: Connection, table_id: int, version: int, rows: Sequence[dict[str, Any]]) -> None:
     """The typed statistics rows (stats_sql.py) of the file rows just inserted for ``version``,
-    in the same transaction: their ids are read back by path, in insertion order."""
-    f = S.files.c
-    ids: dict[str, list[int]] = {}
-    for path, fid in conn.execute(sa.select(f.path, f.file_id).where(
-            f.table_id == table_id, f.added_version == version).order_by(f.file_id)).all():
-        ids.setdefault(path, []).append(int(fid))
-    stats_sql.insert_rows(conn, table_id, [(ids[r["path"]].pop(0), r["record_count"], r["stats"]) for r in rows])
+    in the same transaction (stats_sql.insert_added)."""
+    stats_sql.insert_added(conn, table_id, version, [(r["path"], r["record_count"], r["stats"]) for r in rows])
 
 
 def _record_commit(

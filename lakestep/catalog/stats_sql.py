@@ -241,6 +241,34 @@ def candidates(conn: sa.Connection, pred: Predicate, schema: pa.Schema, table_id
     return parts[0] if len(parts) == 1 else sa.union_all(*parts)
 
 
+def insert_added(conn: sa.Connection, table_id: int, version: int, files: Sequence[tuple[str, int, str]]) -> None:
+    """Record the stats rows of the files ``version`` just added ((path, record_count,
+    stats_json), in insertion order) and their column sets, in the caller's transaction.
+    The new file ids are read back by path (in id order: a path added twice takes its ids
+    in turn)."""
+    f = S.files.c
+    ids: dict[str, list[int]] = {}
+    for path, fid in conn.execute(sa.select(f.path, f.file_id).where(
+            f.table_id == table_id, f.added_version == version).order_by(f.file_id)).all():
+        ids.setdefault(path, []).append(int(fid))
+    rows: list[tuple[Any, ...]] = []
+    sets: dict[str, str] = {}
+    for path, count, stats_json in files:
+        fid = ids[path].pop(0)
+        got = file_stats_rows(count, stats_json)
+        rows.extend((fid, col, table_id, n, a, b, w) for col, n, a, b, w in got)
+        cols = [g[0] for g in got]
+        sets.setdefault(S.columns_digest(cols), S.columns_json(cols))
+    if rows and conn.dialect.name == "sqlite":  # in-process: the driver's executemany is cheapest
+        conn.exec_driver_sql(
+            "INSERT INTO ls_file_stats (file_id, column_name, table_id, null_count, min_value, max_value, width) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    elif rows:  # one multi-row statement (SQLAlchemy's insertmanyvalues), not a round trip a row
+        keys = ("file_id", "column_name", "table_id", "null_count", "min_value", "max_value", "width")
+        conn.execute(sa.insert(S.file_stats), [dict(zip(keys, r)) for r in rows])
+    record_sets(conn, table_id, sets)
+
+
 def insert_rows(conn: sa.Connection, table_id: int, files: Sequence[tuple[int, int, str]]) -> None:
     """Record the stats rows of ``files`` ((file_id, record_count, stats_json)) and their column
     sets, in the caller's transaction (the file rows' own)."""
@@ -256,12 +284,14 @@ def insert_rows(conn: sa.Connection, table_id: int, files: Sequence[tuple[int, i
 
 
 def record_sets(conn: sa.Connection, table_id: int, sets: dict[str, str]) -> None:
-    """Record column sets (digest -> JSON) not yet recorded for the table."""
+    """Record column sets (digest -> JSON) not yet recorded for the table (one statement; the
+    commit holds the table's row lock, so no other commit of the table races it)."""
     if not sets:
         return
-    c = S.stats_columns.c
-    known = set(conn.execute(sa.select(c.digest).where(c.table_id == table_id,
-                                                       c.digest.in_(list(sets)))).scalars().all())
-    new = [{"table_id": table_id, "digest": d, "columns": js} for d, js in sets.items() if d not in known]
-    if new:
-        conn.execute(sa.insert(S.stats_columns), new)
+    params: dict[str, Any] = {"tid": table_id}
+    rows = []
+    for j, (digest, cols) in enumerate(sets.items()):
+        rows.append(f"(:tid, :d{j}, :j{j})")
+        params.update({f"d{j}": digest, f"j{j}": cols})
+    conn.execute(sa.text(f"INSERT INTO ls_stats_columns (table_id, digest, columns) VALUES {', '.join(rows)} "
+                         "ON CONFLICT DO NOTHING"), params)

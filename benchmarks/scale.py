@@ -201,6 +201,20 @@ SELECT :t, 'data/day=' || (x % :days) || '/f' || x || '.parquet', 1, NULL, 100, 
   FROM generate_series(0, CAST(:n AS bigint) - 1) AS x""",
 }
 DAYS = 1000
+# The typed statistics rows (ls_file_stats) of the bulk-loaded files, as a commit writes them
+# (lakestep/catalog/stats_sql.py): k spans 100 values (width: bit length of 99 = 7), day one.
+_FILE_STATS = {
+    "sqlite": """
+INSERT INTO ls_file_stats (file_id, column_name, table_id, null_count, min_value, max_value, width)
+SELECT file_id, :col, table_id, 0, json_extract(stats, '$.' || :col || '[0]'),
+       json_extract(stats, '$.' || :col || '[1]'), :width
+  FROM ls_file WHERE table_id = :t""",
+    "postgresql": """
+INSERT INTO ls_file_stats (file_id, column_name, table_id, null_count, min_value, max_value, width)
+SELECT file_id, :col, table_id, 0, CAST(stats::json -> :col ->> 0 AS bigint),
+       CAST(stats::json -> :col ->> 1 AS bigint), :width
+  FROM ls_file WHERE table_id = :t""",
+}
 
 
 def curve_files(cat: Catalog, n_files: int, runs: int, workdir: Path) -> dict[str, Any]:
@@ -209,6 +223,10 @@ def curve_files(cat: Catalog, n_files: int, runs: int, workdir: Path) -> dict[st
     dialect = cat.backend.engine.dialect.name
     with cat.backend.write() as conn:
         conn.execute(sa.text(_FILES[dialect]), {"t": table.table_id, "n": n_files, "days": DAYS})
+        for col, width in (("day", 0), ("k", 7)):
+            conn.execute(sa.text(_FILE_STATS[dialect]), {"t": table.table_id, "col": col, "width": width})
+        conn.execute(sa.insert(S.stats_columns).values(table_id=table.table_id, digest=S.columns_digest(["day", "k"]),
+                                                       columns=S.columns_json(["day", "k"])))
         conn.execute(sa.insert(S.commits).values(
             table_id=table.table_id, version=1, data_version=1, operation="APPEND", base_version=0, txn_id=None,
             barrier=None, committed_at=time.time(), added_files=n_files, removed_files=0,

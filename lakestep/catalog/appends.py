@@ -36,8 +36,10 @@ from sqlalchemy.engine import Connection
 
 from .. import _failpoints
 from ..errors import TableNotFoundError
+from . import schema as S
 from .changes import FILE_FIELDS, OPEN_EPOCH, CommitResult, KeyReplayed, TableChange, file_row
-from .commit import READ_OPEN_EPOCH, open_epoch_for_commit
+from .commit import READ_OPEN_EPOCH, open_epoch_for_commit, record_file_stats
+from .stats_sql import file_stats_rows
 
 _INSERT_COLS = ("table_id", *FILE_FIELDS)
 _FILE_COLS = ", ".join(_INSERT_COLS)
@@ -89,6 +91,7 @@ def sqlite_append(conn: Connection, changes: Sequence[TableChange], txn: dict[st
             rows = [file_row(c.table_id, v, f) for f in c.added]
             cur(f"INSERT INTO ls_file ({_FILE_COLS}) VALUES ({', '.join('?' * len(_INSERT_COLS))})",
                 [tuple(r[k] for k in _INSERT_COLS) for r in rows])
+            record_file_stats(conn, c.table_id, v, rows)
         _failpoints.hit("commit.after_add")
         result = _result(c, version=v, dv=dv, at=at, barrier=epoch if c.barrier == OPEN_EPOCH else c.barrier)
         cur(
@@ -170,8 +173,9 @@ def _postgres_one(conn: Connection, c: TableChange, txn: dict[str, Any], txn_id:
                        "stats": "v.stats", "source_ids": "v.src", "seq": "v.seq"}
         ctes.append(
             f"f AS (INSERT INTO ls_file ({_FILE_COLS}) SELECT {', '.join(from_values[k] for k in _INSERT_COLS)} "
-            f"FROM h, (VALUES {', '.join(values)}) AS v(path, rc, fs, part, stats, src, seq))"
+            f"FROM h, (VALUES {', '.join(values)}) AS v(path, rc, fs, part, stats, src, seq) RETURNING file_id, path)"
         )
+        ctes.extend(_postgres_stats(c, params))
     ctes.append(
         "c AS (INSERT INTO ls_commit (table_id, version, data_version, operation, base_version, txn_id, barrier, "
         "committed_at, added_files, removed_files, added_rows, removed_rows, summary) "
@@ -188,3 +192,35 @@ def _postgres_one(conn: Connection, c: TableChange, txn: dict[str, Any], txn_id:
     result = _result(c, version=int(row[0]), dv=int(row[1]), at=float(row[2]),
                      barrier=None if row[3] is None else int(row[3]))
     return result, int(row[4])
+
+
+def _postgres_stats(c: TableChange, params: dict[str, Any]) -> list[str]:
+    """The CTEs recording the typed statistics rows (stats_sql.py) of the files inserted by
+    CTE ``f`` and their column sets, in the same statement. A path names one new file."""
+    stats_values = []
+    sets: dict[str, str] = {}
+    for i, f in enumerate(c.added):
+        got = file_stats_rows(f.record_count, f.stats_json)
+        for j, (col, nulls, lo, hi, w) in enumerate(got):
+            k = f"{i}_{j}"
+            # CAST, not ::bigint: the driver writes -9223372036854775808 as a literal, which
+            # `::` would cast before the minus applies (out of range)
+            stats_values.append(f"(%(p{i})s, %(sc{k})s, CAST(%(sn{k})s AS bigint), CAST(%(sl{k})s AS bigint), "
+                                f"CAST(%(sh{k})s AS bigint), CAST(%(sw{k})s AS integer))")
+            params.update({f"sc{k}": col, f"sn{k}": nulls, f"sl{k}": lo, f"sh{k}": hi, f"sw{k}": w})
+        cols = [g[0] for g in got]
+        sets.setdefault(S.columns_digest(cols), S.columns_json(cols))
+    ctes = []
+    if stats_values:
+        ctes.append(
+            "fs AS (INSERT INTO ls_file_stats (file_id, column_name, table_id, null_count, min_value, max_value, "
+            f"width) SELECT f.file_id, s.col, %(tid)s, s.nulls, s.lo, s.hi, s.w FROM f JOIN (VALUES "
+            f"{', '.join(stats_values)}) AS s(path, col, nulls, lo, hi, w) ON s.path = f.path)")
+    set_values = []
+    for i, (digest, cols) in enumerate(sets.items()):
+        set_values.append(f"(%(sd{i})s, %(sj{i})s)")
+        params.update({f"sd{i}": digest, f"sj{i}": cols})
+    ctes.append(
+        "sc AS (INSERT INTO ls_stats_columns (table_id, digest, columns) SELECT %(tid)s, d.digest, d.cols "
+        f"FROM h, (VALUES {', '.join(set_values)}) AS d(digest, cols) ON CONFLICT DO NOTHING)")
+    return ctes

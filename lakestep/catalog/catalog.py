@@ -457,6 +457,8 @@ class Catalog:
         with self.backend.write() as conn:
             tid = table.table_id
             recorded = conn.execute(sa.select(S.files.c.path).where(S.files.c.table_id == tid)).scalars().all()
+            conn.execute(sa.delete(S.file_stats).where(S.file_stats.c.table_id == tid))
+            conn.execute(sa.delete(S.stats_columns).where(S.stats_columns.c.table_id == tid))
             conn.execute(sa.delete(S.files).where(S.files.c.table_id == tid))
             conn.execute(sa.delete(S.commits).where(S.commits.c.table_id == tid))
             if conn.execute(sa.delete(S.tables).where(S.tables.c.table_id == tid)).rowcount == 0:

@@ -185,6 +185,7 @@ def _prune(table: "TableHandle", report: CleanupReport, floor: int, pinned: list
     tid = table.table_id
     with table.catalog.backend.write() as conn:
         for i in range(0, len(expired_ids), 500):
+            conn.execute(sa.delete(S.file_stats).where(S.file_stats.c.file_id.in_(expired_ids[i:i + 500])))
             report.pruned_file_rows += conn.execute(
                 sa.delete(S.files).where(f.file_id.in_(expired_ids[i:i + 500]))).rowcount
         if floor > 0:

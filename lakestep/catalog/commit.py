@@ -60,6 +60,7 @@ from .. import _failpoints, retry
 from ..clock import Clock
 from ..errors import CatalogError, CatalogUnavailableError, CommitConflict, SchemaChangedConflict, TableNotFoundError
 from . import schema as S
+from . import stats_sql
 from .changes import OPEN_EPOCH, CommitResult, KeyReplayed, NeedsRebase, TableChange, chunks, file_row
 from .files import DataFile, NewFile
 from .resolver import Head, Plan, Resolver
@@ -225,7 +226,14 @@ def _insert_files(
     rows = [file_row(table_id, version, f) for f in (*added, *readd)]
     if rows:
         conn.execute(_INSERT_FILES, rows)
+        record_file_stats(conn, table_id, version, rows)
     return len(rows)
+
+
+def record_file_stats(conn: Connection, table_id: int, version: int, rows: Sequence[dict[str, Any]]) -> None:
+    """The typed statistics rows (stats_sql.py) of the file rows just inserted for ``version``,
+    in the same transaction (stats_sql.insert_added)."""
+    stats_sql.insert_added(conn, table_id, version, [(r["path"], r["record_count"], r["stats"]) for r in rows])
 
 
 def _record_commit(

@@ -363,6 +363,80 @@ def _v7(conn: Connection) -> None:
         conn.exec_driver_sql("CREATE INDEX ls_file_partition ON ls_file (table_id, \"partition\")")
 
 
+# --- version 8: column statistics in typed, indexed rows ---------------------------
+# ``ls_file.stats`` (JSON) stays the record every verdict is made from; these rows
+# copy the bounds that SQL compares exactly (integers, booleans, dates: one BIGINT
+# each), so that a read whose filter bounds such a column lets the database list
+# the candidate files through an index instead of parsing every live file's JSON
+# (``stats_sql.py``). One row per (file, column) whose bounds are exact integers,
+# or whose values are all null; ``width`` is the bit length of max - min, so that
+# a point lookup is a bounded index range per width (a file's min lies within
+# 2**width of any value it holds). ``ls_stats_columns`` records each distinct set
+# of columns that the files of a table have rows for: a column missing from one
+# of them turns the SQL narrowing off for that column (a file without a row may
+# hold anything). Rows are keyed by file_id and deleted with their file row.
+file_stats = sa.Table(
+    "ls_file_stats",
+    metadata,
+    sa.Column("file_id", sa.BigInteger, primary_key=True),
+    sa.Column("column_name", sa.String(128), primary_key=True),
+    sa.Column("table_id", sa.BigInteger, nullable=False),
+    sa.Column("null_count", sa.BigInteger, nullable=False),
+    sa.Column("min_value", sa.BigInteger, nullable=True),  # NULL (with max and width): every value is null
+    sa.Column("max_value", sa.BigInteger, nullable=True),
+    sa.Column("width", sa.Integer, nullable=True),
+    sa.Index("ls_file_stats_bounds", "table_id", "column_name", "width", "min_value", "max_value", "file_id"),
+    sqlite_with_rowid=False,  # the key is the table's order: one B-tree fewer to write per commit
+)
+
+stats_columns = sa.Table(
+    "ls_stats_columns",
+    metadata,
+    sa.Column("table_id", sa.BigInteger, primary_key=True),
+    sa.Column("digest", sa.String(64), primary_key=True),  # sha256 of ``columns``
+    sa.Column("columns", sa.Text, nullable=False),  # JSON list of column names, sorted
+)
+
+
+def _v8(conn: Connection) -> None:
+    from .stats_sql import stats_rows
+
+    file_stats.create(conn, checkfirst=True)
+    stats_columns.create(conn, checkfirst=True)
+    f = files.c
+    last = -1
+    seen: set[tuple[int, str]] = set()
+    while True:  # backfill from ls_file.stats, in batches of file ids
+        batch = conn.execute(sa.select(f.file_id, f.table_id, f.record_count, f.stats)
+                             .where(f.file_id > last).order_by(f.file_id).limit(5000)).all()
+        if not batch:
+            break
+        rows: list[dict] = []
+        for file_id, table_id, count, stats in batch:
+            got, cols = stats_rows(int(table_id), int(file_id), int(count), stats)
+            rows.extend(got)
+            digest = columns_digest(cols)
+            if (int(table_id), digest) not in seen:
+                seen.add((int(table_id), digest))
+                conn.execute(sa.insert(stats_columns).values(table_id=int(table_id), digest=digest,
+                                                            columns=columns_json(cols)))
+        if rows:
+            conn.execute(sa.insert(file_stats), rows)
+        last = int(batch[-1][0])
+
+
+def columns_json(cols: list[str]) -> str:
+    import json
+
+    return json.dumps(sorted(cols), separators=(",", ":"))
+
+
+def columns_digest(cols: list[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256(columns_json(cols).encode()).hexdigest()
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
@@ -371,6 +445,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (5, _v5),
     (6, _v6),
     (7, _v7),
+    (8, _v8),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -257,11 +257,34 @@ class Table(TableHandle):
 
     def _scan_files(self, version: int | None, data_version: int | None, as_of: Any, snapshot: str | None,
                     pred: Predicate | None) -> tuple[int, list[DataFile]]:
-        keys = pred.partition_keys(self.schema, self.partition_by) if pred is not None and self.partition_by \
-            else None
         with self.catalog.backend.read() as conn:
             v, head = self._resolve(conn, version, data_version, as_of, snapshot)
-            return v, self.files_at(conn, v, head=head, partitions=keys)
+            return v, self._files_for(conn, v, head, pred)
+
+    def _files_for(self, conn: sa.Connection, v: int, head: int, pred: Predicate | None) -> list[DataFile]:
+        """The files live at ``v`` that may hold rows matching ``pred`` (a superset: callers
+        still judge each by its statistics). Narrowed through the partition index when
+        ``pred`` pins every partition column, else through the typed statistics rows
+        (stats_sql.py) when every clause bounds a column SQL compares exactly; else every
+        live file."""
+        if pred is None:
+            return self.files_at(conn, v, head=head)
+        if self.partition_by:
+            keys = pred.partition_keys(self.schema, self.partition_by)
+            if keys is not None:
+                return self.files_at(conn, v, head=head, partitions=keys)
+        from . import stats_sql
+        from .plan import prunable
+
+        if prunable(pred, self.primary_key):
+            cand = stats_sql.candidates(conn, pred, self.schema, self.table_id, stats_sql.covered(conn, self.table_id))
+            if cand is not None:
+                f = S.files.c
+                q = sa.select(*FILE_COLS).where(
+                    f.table_id == self.table_id, f.added_version <= v,
+                    sa.or_(f.removed_version.is_(None), f.removed_version > v), f.file_id.in_(cand))
+                return [row_to_file(r) for r in conn.execute(q.order_by(f.file_id)).all()]
+        return self.files_at(conn, v, head=head)
 
     def added_files(self, from_data_version: int, to_data_version: int) -> list[DataFile]:
         """The files whose rows a stream of this table emits for the data versions
@@ -329,11 +352,10 @@ class Table(TableHandle):
         from .plan import PlannedFile, ReadPlan, prunable
 
         v, head = self._resolve(conn, version, data_version, as_of, snapshot)
-        keys = None
         pred = Predicate.parse(where, self.schema) if where is not None else None
-        if pred is not None and self.partition_by:
-            keys = pred.partition_keys(self.schema, self.partition_by)
-        files = self.files_at(conn, v, head=head, partitions=keys)
+        files = self._files_for(conn, v, head, pred) if prune else self._files_for(
+            conn, v, head, pred if pred is not None and pred.partition_keys(self.schema, self.partition_by)
+            is not None else None)
         if prune and pred is not None and prunable(pred, self.primary_key):
             files = [f for f in files if pred.verdict(f) is not Verdict.NONE]
         dv = conn.execute(sa.select(S.commits.c.data_version).where(

@@ -155,6 +155,9 @@ def test_delete_after_compaction_undoes_it_by_metadata(catalog_spec, catalog, wo
     assert len(by_part["b"]) == 1 and len(by_part["b"][0].source_ids) == 2
     assert sorted(f.record_count for f in by_part["a"]) == [1, 1]
     assert read(catalog, ident) == {k: v for k, v in BASE.items() if k != 2}
+    from tests.catalog.test_stats_sql import assert_stats_rows_match
+
+    assert_stats_rows_match(catalog)  # the re-added input has its typed statistics rows again
 
 
 def test_undo_refused_past_retention(catalog_spec, catalog, worker_pair):

@@ -244,6 +244,48 @@ def pg_proxied(pg_spec: CatalogSpec) -> Iterator[tuple[CatalogSpec, "PgProxy"]]:
         yield CatalogSpec("postgres", proxy.url_for(pg_spec.url), pg_spec.warehouse), proxy
 
 
+class SharedCatalogs:
+    """One catalog per kind of ``catalog_spec`` (backend, and local disk or S3) for a whole test
+    module, made on first use and dropped when the module ends: for scenario matrices whose every
+    case works on a table of its own (a fresh name in the shared catalog), so that each case does
+    not pay for making the catalog's database schema (about 0.5 s on PostgreSQL under load)."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, stack: contextlib.ExitStack) -> None:
+        self._tmp, self._stack = tmp_path_factory, stack
+        self._made: dict[tuple[str, bool], tuple[CatalogSpec, Catalog]] = {}
+
+    def like(self, spec: CatalogSpec, request: pytest.FixtureRequest) -> tuple[CatalogSpec, Catalog]:
+        key = (spec.backend, spec.on_s3)
+        if key not in self._made:
+            warehouse = str(self._tmp.mktemp("shared-catalog") / "warehouse")
+            if spec.on_s3:
+                warehouse = f"s3://{request.getfixturevalue('s3_server').new_bucket()}/warehouse"
+            if spec.backend == "sqlite":
+                db = (self._tmp.mktemp("shared-db") / "catalog.db") if spec.on_s3 else f"{warehouse}/catalog.db"
+                shared = CatalogSpec("sqlite", f"sqlite:///{db}", warehouse, spec.storage)
+            else:
+                made = self._stack.enter_context(_pg_spec(request.getfixturevalue("pg_admin"), warehouse))
+                shared = dataclasses.replace(made, storage=spec.storage)
+            cat = shared.open()
+            self._stack.callback(cat.close)
+            self._made[key] = (shared, cat)
+        return self._made[key]
+
+
+@pytest.fixture(scope="module")
+def shared_catalogs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedCatalogs]:
+    with contextlib.ExitStack() as stack:
+        yield SharedCatalogs(tmp_path_factory, stack)
+
+
+@pytest.fixture
+def shared_catalog(catalog_spec: CatalogSpec, shared_catalogs: SharedCatalogs,
+                   request: pytest.FixtureRequest) -> tuple[CatalogSpec, Catalog]:
+    """The module's catalog of the kind of ``catalog_spec`` (SharedCatalogs): the test must work on
+    tables of its own only."""
+    return shared_catalogs.like(catalog_spec, request)
+
+
 @pytest.fixture
 def catalog(catalog_spec: CatalogSpec) -> Iterator[Catalog]:
     cat = catalog_spec.open()

@@ -9,6 +9,7 @@ the warehouse on the local disk and on S3: no outcome may depend on the storage.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -26,13 +27,25 @@ Rows = dict[int, tuple[str, int]]  # id -> (part, v)
 BASE: Rows = {1: ("a", 0), 2: ("a", 0), 3: ("a", 0), 4: ("b", 0), 5: ("b", 0), 6: ("b", 0)}
 
 
-def make_table(cat: Catalog, properties: dict[str, str] | None = None) -> str:
+def make_table(cat: Catalog, properties: dict[str, str] | None = None, ident: str = "m.t") -> str:
     cat.create_namespace("m", exist_ok=True)
-    t = cat.create_table("m.t", SCHEMA, partition_by=["part"], properties=properties)
+    t = cat.create_table(ident, SCHEMA, partition_by=["part"], properties=properties)
     # Four files, two per partition, so that compaction has work in both.
     for ids in ([1, 2], [3], [4, 5], [6]):
         t.append(rows_table({i: BASE[i] for i in ids}))
-    return "m.t"
+    return ident
+
+
+TABLE_NO = itertools.count(1)
+
+
+@pytest.fixture
+def shared(shared_catalog: tuple[Any, Catalog]) -> tuple[Any, Catalog, str]:
+    """The module's catalog of this kind (tests/conftest.py SharedCatalogs) and a fresh table in it
+    (the matrix's base state): each race touches only its own table, and a catalog schema made per
+    cell cost more than the race."""
+    spec, cat = shared_catalog
+    return spec, cat, make_table(cat, ident=f"m.t_{next(TABLE_NO)}")
 
 
 def rows_table(rows: Rows) -> pa.Table:
@@ -118,8 +131,8 @@ def race(spec: Any, workers: Any, ident: str, e: tuple[Any, ...], l: tuple[Any, 
 
 @pytest.mark.parametrize("l_op", OPS)
 @pytest.mark.parametrize("e_op", OPS)
-def test_matrix_cell(catalog_spec, catalog, worker_pair, e_op, l_op):
-    ident = make_table(catalog)
+def test_matrix_cell(shared, worker_pair, e_op, l_op):
+    catalog_spec, catalog, ident = shared
     (e_prep, e_fx), (l_prep, l_fx) = op(e_op, "E"), op(l_op, "L")
     res_e, res_l = race(catalog_spec, worker_pair, ident, e_prep, l_prep)
     assert res_e[0]["operation"] == e_op and not res_e[0]["discarded"]
@@ -183,8 +196,8 @@ def test_undo_refused_past_retention(catalog_spec, catalog, worker_pair):
     ],
     ids=["delete-delete", "update-delete", "overwrite-b-update-a"],
 )
-def test_disjoint_rewrites_both_succeed(catalog_spec, catalog, worker_pair, e_op, l_op, expected):
-    ident = make_table(catalog)
+def test_disjoint_rewrites_both_succeed(shared, worker_pair, e_op, l_op, expected):
+    catalog_spec, catalog, ident = shared
     res_e, res_l = race(catalog_spec, worker_pair, ident, e_op, l_op)
     assert not isinstance(res_l, Exception), getattr(res_l, "tb", res_l)
     assert res_l[0]["version"] == res_e[0]["version"] + 1
@@ -193,10 +206,10 @@ def test_disjoint_rewrites_both_succeed(catalog_spec, catalog, worker_pair, e_op
 
 @pytest.mark.parametrize("isolation", ["snapshot", "serializable"])
 @pytest.mark.parametrize("appended_id", [2, 100])
-def test_delete_vs_append_isolation(catalog_spec, catalog, worker_pair, isolation, appended_id):
+def test_delete_vs_append_isolation(shared, worker_pair, isolation, appended_id):
     """Snapshot isolation: the append survives. Serializable: fail only if the new
     file can hold rows matching the delete's predicate (decided from file stats)."""
-    ident = make_table(catalog)
+    catalog_spec, catalog, ident = shared
     catalog.load_table(ident).delete([("id", "=", 2)])  # id 2 gone; the append may bring one back
     base = {k: v for k, v in BASE.items() if k != 2}
     e = ("append", (rows_table({appended_id: ("a", 0)}),), {})
@@ -228,12 +241,12 @@ def test_predicate_overwrite_rebases_onto_straddling_files(catalog_spec, catalog
 @pytest.mark.parametrize("l_name", ["delete", "update"])
 @pytest.mark.parametrize("appended,conflicts", [([2, 50], True), ([0, 2], True), ([60, 70], False)],
                          ids=["partly-2-50", "partly-0-2", "outside-60-70"])
-def test_serializable_against_a_partly_matching_append(catalog_spec, catalog, worker_pair, l_name, appended,
+def test_serializable_against_a_partly_matching_append(shared, worker_pair, l_name, appended,
                                                        conflicts):
     """Serializable DELETE/UPDATE of ``id in [2, 3]`` vs a concurrent append of a file whose
     rows only partly match (its stats overlap the predicate without every row matching):
     it may hold matching rows, so L fails; a file whose stats lie outside commits."""
-    ident = make_table(catalog)
+    catalog_spec, catalog, ident = shared
     catalog.load_table(ident).delete([("id", "=", 2)])  # id 2 gone; the append brings one back
     base = {k: v for k, v in BASE.items() if k != 2}
     new = {i: ("a", 0) for i in appended}

@@ -22,6 +22,7 @@ loses or duplicates rows in several of these cases; lakestep must not.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pyarrow as pa
@@ -56,8 +57,8 @@ def _privacy_rewrite(rows: pa.Table) -> pa.Table:
 
 
 # --- run in the worker processes (through Worker.prepare_fn) -----------------
-def task(cat: Catalog, tx: Any, name: str, role: str) -> None:
-    t = cat.load_table("d.t")
+def task(cat: Catalog, tx: Any, ident: str, name: str, role: str) -> None:
+    t = cat.load_table(ident)
     if name == "ingest":
         tx.append(t, _rows(new_ids(name, role)))
     elif name == "compact":
@@ -105,41 +106,46 @@ def expected(a: str, b: str, mode: str, fate: str) -> tuple[Rows, bool]:
     return apply(b, "B", after_a, set()), False
 
 
-def read(cat: Catalog) -> Rows:
+def read(cat: Catalog, ident: str = "d.t") -> Rows:
     out: Rows = {}
-    for r in cat.load_table("d.t").to_arrow().to_pylist():
+    for r in cat.load_table(ident).to_arrow().to_pylist():
         assert r["id"] not in out, f"row {r['id']} duplicated"
         out[r["id"]] = (r["part"], r["note"])
     return out
 
 
-def setup_table(cat: Catalog) -> None:
-    cat.create_namespace("d")
-    t = cat.create_table("d.t", SCHEMA, partition_by=["part"])
+def setup_table(cat: Catalog, ident: str = "d.t") -> None:
+    cat.create_namespace("d", exist_ok=True)
+    t = cat.create_table(ident, SCHEMA, partition_by=["part"])
     for ids, part in (([1, 2, 3], "D"), ([4, 5, 6], "D"), ([100], "E")):
         t.append(_rows(ids, part))
 
 
 CASES = [(a, b, "concurrent", fate) for a in TASKS for b in TASKS for fate in ("both", "A fails", "B fails")]
 CASES += [(a, b, "sequential", "both") for a in TASKS for b in TASKS]
+SCENARIO = itertools.count(1)  # the table name of each scenario
 
 
 @pytest.mark.parametrize("a,b,mode,fate", CASES, ids=["-".join(c).replace(" ", "_") for c in CASES])
-def test_druid_scenario(catalog_spec, catalog, worker_pair, a, b, mode, fate) -> None:  # type: ignore[no-untyped-def]
-    setup_table(catalog)
-    bystander = [(f.file_id, f.record_count) for f in catalog.load_table("d.t").files() if f.partition["part"] == "E"]
+def test_druid_scenario(shared_catalog, worker_pair, a, b, mode, fate) -> None:  # type: ignore[no-untyped-def]
+    # Each scenario has a table of its own in the module's catalog (tests/conftest.py SharedCatalogs):
+    # the tasks touch only that table, and a catalog schema made per scenario cost more than the race.
+    spec, catalog = shared_catalog
+    ident = f"d.t_{next(SCENARIO)}"
+    setup_table(catalog, ident)
+    bystander = [(f.file_id, f.record_count) for f in catalog.load_table(ident).files() if f.partition["part"] == "E"]
     assert len(bystander) == 1
     wa, wb = worker_pair
     rows, b_conflicts = expected(a, b, mode, fate)
-    wa.prepare_fn(catalog_spec, MODULE, "task", a, "A")
+    wa.prepare_fn(spec, MODULE, "task", ident, a, "A")
     if mode == "concurrent":
-        wb.prepare_fn(catalog_spec, MODULE, "task", b, "B")
+        wb.prepare_fn(spec, MODULE, "task", ident, b, "B")
     if fate == "A fails":
         wa.abort()
     else:
         wa.commit()
     if mode == "sequential":
-        wb.prepare_fn(catalog_spec, MODULE, "task", b, "B")
+        wb.prepare_fn(spec, MODULE, "task", ident, b, "B")
     if fate == "B fails":
         wb.abort()
     elif b_conflicts:
@@ -148,9 +154,9 @@ def test_druid_scenario(catalog_spec, catalog, worker_pair, a, b, mode, fate) ->
         assert ei.value.kind == "CommitConflict", ei.value
     else:
         wb.commit()
-    assert read(catalog) == rows
+    assert read(catalog, ident) == rows
     # the bystander partition is never touched by anyone: the very same file, still live
-    assert [(f.file_id, f.record_count) for f in catalog.load_table("d.t").files()
+    assert [(f.file_id, f.record_count) for f in catalog.load_table(ident).files()
             if f.partition["part"] == "E"] == bystander
 
 

@@ -1,8 +1,12 @@
 """The commands that change things, the services, and what every command shares (errors,
---catalog, --json, --help, masking); through the installed console script, on SQLite and PostgreSQL."""
+--catalog, --json, --help, masking); on SQLite and PostgreSQL. The commands run in this process
+(conftest.lakestep); the installed console script and the ``python -m`` aliases are each started
+as a real process by one test here."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -12,11 +16,12 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from lakestep.barrier import Pipeline
 
 from ..conftest import CatalogSpec
-from .conftest import ORPHAN, ROOT, Shop, lakestep
+from .conftest import ORPHAN, ROOT, SCRIPT, Shop, lakestep, lakestep_process
 
 COMMANDS = ["tables", "describe", "barriers", "lineage", "compact", "cleanup", "rollback", "coordinator",
             "maintenance", "doctor", "report"]
@@ -224,25 +229,41 @@ def test_progress_bar_on_a_terminal(shop: Shop) -> None:
     assert "checking storage" not in quiet.err  # not on a pipe
 
 
-def test_missing_cli_extra_says_what_to_install() -> None:
-    code = ("import sys; sys.modules['rich'] = None\n"
-            "from lakestep.cli import main\n"
-            "sys.exit(main(['tables']))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert r.stderr == ("lakestep: the command line needs the 'cli' extra (rich is missing): "
-                        "pip install 'lakestep[cli]'\n")
+def test_missing_cli_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "rich", None)  # `import rich` now raises ImportError(name="rich")
+    from lakestep.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["tables"])
+    assert code == 1 and out.getvalue() == "" and "Traceback" not in err.getvalue()
+    assert err.getvalue() == ("lakestep: the command line needs the 'cli' extra (rich is missing): "
+                              "pip install 'lakestep[cli]'\n")
 
 
-def test_readme_commands_run(tmp_path: Path) -> None:
-    """The README's operator section: its commands run as written (in a fresh directory)."""
+def test_console_script_is_a_real_process(tmp_path: Path) -> None:
+    """The installed ``lakestep`` script, started as a user starts it: its exit status is main's
+    return value, its error is one line on stderr, and its output goes to the process's stdout
+    (the other tests run the same main in this process)."""
+    assert SCRIPT.exists()
+    version = lakestep_process("--version")
+    assert version.code == 0 and version.out.startswith("lakestep, version "), version
+    missing = lakestep_process("tables", catalog=str(tmp_path / "nowhere"))
+    assert missing.code == 1 and missing.out == ""
+    assert missing.err.startswith("error: no lakestep catalog at sqlite:///") and len(missing.err.splitlines()) == 1
+
+
+def test_readme_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's operator section: its commands run as written (in a fresh directory); the
+    ``python`` ones as processes (the ``python -m examples.operator`` main is started here), the
+    ``lakestep`` ones through the same main in this process (the script: see above)."""
     text = (ROOT / "README.md").read_text()
     section = text.split("## Watching a pipeline", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, flags=re.S)
     assert block is not None
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", "PYTHONIOENCODING": "utf-8"}
     env.pop("LAKESTEP_CATALOG", None)
+    monkeypatch.chdir(tmp_path)  # the relative ./ops-wh and report.html of the in-process commands
     codes = {}
     for line in block.group(1).splitlines():
         cmd = line.split("#", 1)[0].strip()
@@ -250,12 +271,14 @@ def test_readme_commands_run(tmp_path: Path) -> None:
             continue
         words = shlex.split(cmd)
         if words[0] == "lakestep":
-            words[0] = str(Path(sys.executable).parent / "lakestep")
-        elif words[0] == "python":
-            words[0] = sys.executable
-        r = subprocess.run(words, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-        codes[cmd] = r.returncode
-        assert "Traceback" not in r.stderr, (cmd, r.stderr)
+            run = lakestep(*words[1:], env={"COLUMNS": "120"})
+            codes[cmd], err = run.code, run.err
+        else:
+            assert words[0] == "python", cmd
+            r = subprocess.run([sys.executable, *words[1:]], capture_output=True, text=True, timeout=300, env=env,
+                               cwd=tmp_path)
+            codes[cmd], err = r.returncode, r.stderr
+        assert "Traceback" not in err, (cmd, err)
     assert codes == {
         "python -m examples.operator ./ops-wh": 0,
         "lakestep barriers --catalog ./ops-wh": 0,

@@ -477,6 +477,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sink-rounds", type=int, default=None,
                     help="(a) rounds of both sinks, order alternating, median ratio reported (default 5, "
                          "1 with --quick)")
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=None,
+                    help="(b) the lakestep-kafka query's maxOffsetsPerTrigger (default 200000, 5000 with --quick)")
     ap.add_argument("--kafka-processes", type=int, default=2,
                     help="(b) the baseline: kafka-python in this many processes (one per core, partitions "
                          "split); <2: one process")
@@ -484,7 +486,7 @@ def main(argv: list[str] | None = None) -> None:
     q = args.quick
     params = {"quick": q, "rows_per_batch": 100_000 if q else 500_000, "batches": 3 if q else 6,
               "sink_rounds": args.sink_rounds or (1 if q else 5),
-              "messages": 20_000 if q else 1_000_000, "max_offsets_per_trigger": 5_000 if q else 200_000,
+              "messages": 20_000 if q else 1_000_000, "max_offsets_per_trigger": args.max_offsets_per_trigger or (5_000 if q else 200_000),
               "kafka_rounds": args.kafka_rounds or (1 if q else 3),
               "kafka_warmup_messages": 4_000 if q else 20_000, "kafka_processes": args.kafka_processes,
               "barriers": 5 if q else 20}

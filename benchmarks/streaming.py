@@ -7,7 +7,8 @@ Measured, with targets (every ratio from this run, on this machine):
     sink and by Spark's ``parquet`` file sink, the same DataFrame, trigger
     ``processingTime=0`` for ``batches + 1`` micro-batches (the first, warm-up
     batch is dropped).  rows/s = rows / sum(``durationMs.triggerExecution``) of the
-    kept batches.  Target: lakestep / parquet >= 0.9.
+    kept batches.  ``sink_rounds`` rounds, the order alternating.
+    Target: median over rounds of lakestep / parquet >= 0.9.
 (b) Kafka ingest: ``messages`` records (~50-byte values, 4 partitions, tansu
     broker) read by ``lakestep-kafka`` into a lakestep table (``availableNow``,
     ``maxOffsetsPerTrigger``) vs one kafka-python consumer (assign + seek to
@@ -21,10 +22,13 @@ Measured, with targets (every ratio from this run, on this machine):
     lakestep = sum(``durationMs.triggerExecution``) of the batches with data,
     i.e. from each trigger's offset lookup to its commit in the lakestep table
     (the query start before the first trigger is only in ``wall rows/s``).
-    Target: median over rounds of lakestep rows/s / kafka-python rows/s >= 0.7;
-    every round's table ends with exactly ``messages`` distinct rows.
-    Informational: kafka-python in ``--kafka-processes`` processes (one per
-    core, partitions split), since the Spark side uses both cores.
+    Each round also times kafka-python in ``--kafka-processes`` processes (default
+    2: one per core, partitions split, since the Spark side uses both cores),
+    the three readers in alternating order.
+    Target: median over rounds of lakestep rows/s / rows/s of kafka-python in
+    ``--kafka-processes`` processes >= 1.0 (the one-process ratio is reported
+    as information); every round's table ends with exactly ``messages``
+    distinct rows.
 (c) barrier latency: a root table appended with ``barrier=OPEN_EPOCH``, the epoch
     sealed by a Coordinator, a derived Spark job (lakestep source -> lakestep sink,
     trigger 200 ms); latency = derived commit tagged with the barrier
@@ -61,7 +65,7 @@ from .commit import Check, text_table
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SINK_TARGET = 0.9
-KAFKA_TARGET = 0.7
+KAFKA_TARGET = 1.0
 BENCH_SCHEMA = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("value", pa.float64()),
                           ("name", pa.string())])
 KAFKA_TABLE_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
@@ -148,6 +152,28 @@ def run_sink(spark: Any, root: Path, fmt: str, rows_per_batch: int, batches: int
         stats["table_rows"] = table.count()
         cat.close()
     return stats
+
+
+def run_sinks(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """(a): ``sink_rounds`` rounds of both sinks, the order alternating; each run has its own
+    checkpoint, output directory and table. The ratio is the median of the rounds' ratios."""
+    rounds = []
+    for i in range(params["sink_rounds"]):
+        row: dict[str, Any] = {"load_1min": round(os.getloadavg()[0], 2)}
+        for fmt in (("parquet", "lakestep") if i % 2 == 0 else ("lakestep", "parquet")):
+            step(f"(a) round {i + 1}/{params['sink_rounds']}: sink {fmt}")
+            (root / f"a{i}").mkdir(exist_ok=True)
+            row[fmt] = _attempt(lambda: run_sink(spark, root / f"a{i}", fmt, params["rows_per_batch"],
+                                                 params["batches"]))
+        row["ratio"] = _ratio(row["lakestep"].get("rows_per_s"), row["parquet"].get("rows_per_s"))
+        rounds.append(row)
+    ratios = [r["ratio"] for r in rounds]
+    out: dict[str, Any] = {"rounds": rounds,
+                           "ratio_median": round(statistics.median(ratios), 3) if None not in ratios else None}
+    for fmt in ("parquet", "lakestep"):
+        rates = [r[fmt].get("rows_per_s") for r in rounds]
+        out[f"{fmt}_rows_per_s_median"] = statistics.median(rates) if None not in rates else None
+    return out
 
 
 # --------------------------------------------------------------------------- (b)
@@ -295,24 +321,29 @@ def run_kafka(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
         out["cold"] = _attempt(lambda: run_kafka_lakestep(spark, root, broker, f"{topic}-warmup", warm_n, mpt,
                                                           name="warmup"))
         _attempt(lambda: run_plain_consumer(broker, f"{topic}-warmup", warm_n))
+        procs = params["kafka_processes"]
+        readers = ["kafka-python", "lakestep"] + (["kafka-python-processes"] if procs > 1 else [])
+        baseline = "kafka-python-processes" if procs > 1 else "kafka-python"
         for i in range(rounds):
             row: dict[str, Any] = {"load_1min": round(os.getloadavg()[0], 2)}
-            for reader in (("kafka-python", "lakestep") if i % 2 == 0 else ("lakestep", "kafka-python")):
+            for reader in (readers if i % 2 == 0 else readers[::-1]):
                 step(f"(b) round {i + 1}/{rounds}: {reader}")
                 if reader == "lakestep":
                     row[reader] = _attempt(lambda: run_kafka_lakestep(spark, root, broker, topic, n, mpt,
                                                                       name=f"round{i}"))
-                else:
+                elif reader == "kafka-python":
                     row[reader] = _attempt(lambda: run_plain_consumer(broker, topic, n))
-            row["ratio"] = _ratio(row["lakestep"].get("rows_per_s"), row["kafka-python"].get("rows_per_s"))
+                else:
+                    row[reader] = _attempt(lambda: run_plain_consumers(broker, topic, n, procs))
+            row["ratio"] = _ratio(row["lakestep"].get("rows_per_s"), row[baseline].get("rows_per_s"))
+            row["ratio_1_process"] = _ratio(row["lakestep"].get("rows_per_s"),
+                                            row["kafka-python"].get("rows_per_s"))
             out["rounds"].append(row)
-        if params["kafka_processes"] > 1:
-            step(f"(b) kafka-python in {params['kafka_processes']} processes (informational)")
-            out["kafka-python-processes"] = _attempt(lambda: run_plain_consumers(broker, topic, n,
-                                                                                 params["kafka_processes"]))
-    ratios = [r["ratio"] for r in out["rounds"] if r["ratio"] is not None]
-    out["ratio_median"] = round(statistics.median(ratios), 3) if len(ratios) == len(out["rounds"]) else None
-    for reader in ("lakestep", "kafka-python"):
+    out["baseline"] = baseline
+    for key in ("ratio", "ratio_1_process"):
+        ratios = [r[key] for r in out["rounds"]]
+        out[f"{key}_median"] = round(statistics.median(ratios), 3) if ratios and None not in ratios else None
+    for reader in readers:
         rates = [r[reader].get("rows_per_s") for r in out["rounds"]]
         out[f"{reader}_rows_per_s_median"] = statistics.median(rates) if None not in rates else None
     landed = [r["lakestep"].get("table_rows") for r in out["rounds"]]
@@ -390,8 +421,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def report(r: dict[str, Any], checks: list[Check]) -> str:
     p, m = r["params"], r["machine"]
     a, b, c = r["sink"], r["kafka"], r["barrier"]
-    sink_rows = [[k, v.get("batches"), v.get("rows"), v.get("seconds"), v.get("add_batch_s"), v.get("rows_per_s"),
-                  v.get("error")] for k, v in a.items()]
+    sink_rows = [[f"{i}: {k}", v.get("batches"), v.get("rows"), v.get("seconds"), v.get("add_batch_s"),
+                  v.get("rows_per_s"), rnd.get("ratio") if k == "lakestep" else None,
+                  rnd.get("load_1min") if k == "lakestep" else None, v.get("error")]
+                 for i, rnd in enumerate(a.get("rounds", []), 1) for k, v in rnd.items() if isinstance(v, dict)]
     kafka_rows = []
     cold = b.get("cold", {})
     if cold:
@@ -399,29 +432,31 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
                            cold.get("rows"), cold.get("seconds"), cold.get("rows_per_s"), cold.get("wall_rows_per_s"),
                            None, None, cold.get("error")])
     for i, rnd in enumerate(b.get("rounds", []), 1):
-        kl, kp = rnd.get("lakestep", {}), rnd.get("kafka-python", {})
+        kl, kp, kpp = rnd.get("lakestep", {}), rnd.get("kafka-python", {}), rnd.get("kafka-python-processes")
         kafka_rows += [[f"{i}: lakestep-kafka -> lakestep", kl.get("batches"), kl.get("rows"), kl.get("seconds"),
-                        kl.get("rows_per_s"), kl.get("wall_rows_per_s"), rnd.get("ratio"), rnd.get("load_1min"),
+                        kl.get("rows_per_s"), kl.get("wall_rows_per_s"),
+                        f"{rnd.get('ratio')} ({rnd.get('ratio_1_process')})", rnd.get("load_1min"),
                         kl.get("error")],
-                       [f"{i}: kafka-python consumer", None, kp.get("rows"), kp.get("seconds"), kp.get("rows_per_s"),
+                       [f"{i}: kafka-python, 1 process", None, kp.get("rows"), kp.get("seconds"), kp.get("rows_per_s"),
                         kp.get("rows_per_s"), None, None, kp.get("error")]]
-    kpp = b.get("kafka-python-processes")
-    if kpp:
-        kafka_rows.append([f"kafka-python, {kpp.get('processes', '?')} processes (info)", None, kpp.get("rows"),
-                           kpp.get("seconds"), kpp.get("rows_per_s"), kpp.get("rows_per_s"), None, None,
-                           kpp.get("error")])
+        if kpp is not None:
+            kafka_rows.append([f"{i}: kafka-python, {kpp.get('processes', '?')} processes", None, kpp.get("rows"),
+                               kpp.get("seconds"), kpp.get("rows_per_s"), kpp.get("rows_per_s"), None, None,
+                               kpp.get("error")])
     prod = b.get("produce", {})
     return "\n".join([
         f"lakestep {m['lakestep']} streaming benchmark  {m['date']}  cpus={m['cpu_count']}  python {m['python']}"
         f"  pyspark {m['pyspark']}",
         text_table(f"\n(a) Sink: rate-micro-batch, {p['rows_per_batch']} rows/batch x {p['batches']} batches "
-                   "(+1 warm-up)", ["sink", "batches", "rows", "batch s", "addBatch s", "rows/s", "error"],
+                   f"(+1 warm-up); {p['sink_rounds']} rounds; median ratio {a.get('ratio_median')}",
+                   ["sink", "batches", "rows", "batch s", "addBatch s", "rows/s", "ratio", "load", "error"],
                    sink_rows),
         text_table(f"\n(b) Kafka: {p['messages']} msgs, {PARTITIONS} partitions, maxOffsetsPerTrigger "
                    f"{p['max_offsets_per_trigger']} (produced at {prod.get('msgs_per_s')} msg/s); "
                    f"{p['kafka_rounds']} rounds after a warm-up on {p['kafka_warmup_messages']} msgs; median ratio "
-                   f"{b.get('ratio_median')}",
-                   ["reader", "batches", "rows", "seconds", "rows/s", "wall rows/s", "ratio", "load", "error"],
+                   f"{b.get('ratio_median')} vs {b.get('baseline')} ({b.get('ratio_1_process_median')} vs 1 process)",
+                   ["reader", "batches", "rows", "seconds", "rows/s", "wall rows/s", "ratio (1 proc)", "load",
+                    "error"],
                    kafka_rows),
         text_table(f"\n(c) Barrier latency: seal -> derived PRECOMMIT ({p['barriers']} barriers, trigger 200 ms)",
                    ["barriers", "p50 ms", "p99 ms", "min ms", "max ms", "derived rows", "error"],
@@ -439,12 +474,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", default="abc", help="sections to run, e.g. 'ac'")
     ap.add_argument("--kafka-rounds", type=int, default=None,
                     help="(b) rounds over the same messages, median ratio reported (default 3, 1 with --quick)")
+    ap.add_argument("--sink-rounds", type=int, default=None,
+                    help="(a) rounds of both sinks, order alternating, median ratio reported (default 5, "
+                         "1 with --quick)")
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=None,
+                    help="(b) the lakestep-kafka query's maxOffsetsPerTrigger (default 200000, 5000 with --quick)")
     ap.add_argument("--kafka-processes", type=int, default=2,
-                    help="(b) also time kafka-python in this many processes (informational; <2: skip)")
+                    help="(b) the baseline: kafka-python in this many processes (one per core, partitions "
+                         "split); <2: one process")
     args = ap.parse_args(argv)
     q = args.quick
     params = {"quick": q, "rows_per_batch": 100_000 if q else 500_000, "batches": 3 if q else 6,
-              "messages": 20_000 if q else 1_000_000, "max_offsets_per_trigger": 5_000 if q else 200_000,
+              "sink_rounds": args.sink_rounds or (1 if q else 5),
+              "messages": 20_000 if q else 1_000_000, "max_offsets_per_trigger": args.max_offsets_per_trigger or (5_000 if q else 200_000),
               "kafka_rounds": args.kafka_rounds or (1 if q else 3),
               "kafka_warmup_messages": 4_000 if q else 20_000, "kafka_processes": args.kafka_processes,
               "barriers": 5 if q else 20}
@@ -462,10 +504,7 @@ def main(argv: list[str] | None = None) -> None:
         spark = make_spark(root)
         try:
             if "a" in args.only:
-                for fmt in ("parquet", "lakestep"):
-                    step(f"(a) sink {fmt}")
-                    r["sink"][fmt] = _attempt(lambda: run_sink(spark, root, fmt, params["rows_per_batch"],
-                                                               params["batches"]))
+                r["sink"] = run_sinks(spark, root, params)
             if "b" in args.only:
                 r["kafka"] = run_kafka(spark, root, params)
             if "c" in args.only:
@@ -475,10 +514,9 @@ def main(argv: list[str] | None = None) -> None:
             spark.stop()
     kb = r["kafka"]
     checks = [
-        Check("(a) lakestep / parquet rows/s", _ratio(r["sink"].get("lakestep", {}).get("rows_per_s"),
-                                                      r["sink"].get("parquet", {}).get("rows_per_s")),
-              ">=", SINK_TARGET),
-        Check("(b) lakestep-kafka / kafka-python rows/s (median)", kb.get("ratio_median"), ">=", KAFKA_TARGET),
+        Check("(a) lakestep / parquet rows/s (median)", r["sink"].get("ratio_median"), ">=", SINK_TARGET),
+        Check(f"(b) lakestep-kafka / {kb.get('baseline')} rows/s (median)", kb.get("ratio_median"), ">=",
+              KAFKA_TARGET),
         Check("(b) lakestep table rows (every round)", kb.get("table_rows"), "==", params["messages"]),
         Check("(b) distinct (partition, offset) (every round)", kb.get("distinct_offsets"), "==",
               params["messages"]),

@@ -16,6 +16,7 @@ import base64
 import datetime as dt
 import decimal
 import errno as errnos
+import functools
 import json
 import os
 import posixpath
@@ -398,6 +399,39 @@ def split_by_partition(data: pa.Table, partition_by: list[str]) -> list[tuple[di
     return groups
 
 
+#: Rows whose distinct count decides whether a column is dictionary-encoded (FileWriter).
+DICTIONARY_SAMPLE_ROWS = 8192
+
+
+def _leaf_count(t: pa.DataType) -> int:
+    if pa.types.is_struct(t):
+        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) \
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return _leaf_count(t.value_type)
+    return 1
+
+
+@functools.lru_cache(maxsize=64)
+def _leaf_paths(schema_ipc: bytes) -> list[list[str]]:
+    """Per top-level column of a schema (IPC bytes), the dotted paths of its Parquet leaf columns."""
+    schema = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
+    buf = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), buf)
+    pf = pq.ParquetFile(pa.BufferReader(buf.getvalue()))
+    leaves = [pf.schema.column(i).path for i in range(len(pf.schema))]
+    out, i = [], 0
+    for f in schema:
+        k = _leaf_count(f.type)
+        out.append(leaves[i:i + k])
+        i += k
+    if i != len(leaves):  # a type whose leaves are counted differently: the paths cannot be split
+        raise AssertionError(f"{len(leaves)} Parquet leaf columns for {schema}, counted {i}")
+    return out
+
+
 class FileWriter:
     """Writes Parquet data files under a table location.
 
@@ -455,8 +489,7 @@ class FileWriter:
         atomic rename; an S3 object becomes visible whole when its upload completes)."""
         if self.remote:  # object stores have no directories to make
             with self.fs.open_output_stream(full) as sink:
-                pq.write_table(data, sink, compression=self.compression, row_group_size=self.row_group_size,
-                               write_statistics=True)
+                pq.write_table(data, sink, **self._parquet_options(data))
                 return int(sink.tell())
         parent = os.path.dirname(full)
         if parent not in self._made_dirs:
@@ -468,14 +501,41 @@ class FileWriter:
             self.fs.create_dir(parent, recursive=True)
             sink = self.fs.open_output_stream(full)
         with sink:
-            pq.write_table(
-                data,
-                sink,
-                compression=self.compression,
-                row_group_size=self.row_group_size,
-                write_statistics=True,
-            )
+            pq.write_table(data, sink, **self._parquet_options(data))
             return int(sink.tell())
+
+    def _parquet_options(self, data: pa.Table) -> dict[str, Any]:
+        return {"compression": self.compression, "row_group_size": self.row_group_size,
+                "write_statistics": True, "use_dictionary": self._dictionary_columns(data)}
+
+    def _dictionary_columns(self, data: pa.Table) -> "list[str] | bool":
+        """The Parquet leaf columns to dictionary-encode: all but those of top-level primitive
+        columns whose first :data:`DICTIONARY_SAMPLE_ROWS` values are mostly distinct.
+
+        Like parquet-mr (Spark's writer), which drops the dictionary of a column when
+        its first page does not get smaller with it: Arrow's writer keeps building
+        a dictionary until it reaches 1 MB before it falls back to plain encoding,
+        which made a unique int64/double/timestamp column about 3x slower to write
+        (and the file no smaller).
+        """
+        if data.num_rows < 2:
+            return True
+        sample = data.slice(0, DICTIONARY_SAMPLE_ROWS)
+        plain = set()
+        for name, col in zip(sample.column_names, sample.columns):
+            t = col.type
+            if pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
+                continue
+            try:
+                distinct = pc.count_distinct(col, mode="all").as_py()
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+                continue
+            if distinct * 2 > len(col):
+                plain.add(name)
+        if not plain:
+            return True
+        per_column = _leaf_paths(data.schema.serialize().to_pybytes())
+        return [p for name, paths in zip(data.column_names, per_column) if name not in plain for p in paths]
 
     def _delete_quietly(self, full: str) -> None:
         try:

@@ -1,4 +1,4 @@
-"""Spark formats for benchmarks.freshness: a source without barriers, and a sink that times its commits.
+"""Spark formats for the benchmarks: a source without barriers, a sink that times its commits, a sink that writes nothing.
 
 **lakestep-bench-plain**, a streaming source of a lakestep table WITHOUT barriers (the baseline rows).
 
@@ -19,7 +19,13 @@ micro-batch's commit on the driver (sink.py step 2: the catalog transaction,
 with its retries) is timed and appended as one JSON line ``{"job", "batch",
 "start", "end"}`` (``time.time()``) to the file named by option ``timingFile``.
 
-Both live in this module because Spark pickles a data source by reference:
+**lakestep-bench-null**: a Python streaming sink that does nothing but receive
+the micro-batch: pyspark's ``DataSourceStreamArrowWriter``, as the ``lakestep``
+sink is, whose tasks count the rows of the Arrow batches Spark hands them and
+whose commit does nothing (benchmarks.streaming (a): the ceiling of any Python
+sink, i.e. what Spark's JVM -> Python hand-off costs before a file is written).
+
+These live in this module because Spark pickles a data source by reference:
 its Python workers import them from here (``benchmarks`` is on their PYTHONPATH).
 """
 
@@ -30,7 +36,8 @@ import time
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition,
+                                    WriterCommitMessage)
 
 from lakestep.catalog import reader
 from lakestep.streaming import progress
@@ -106,3 +113,33 @@ class TimedStreamWriter(LakestepStreamWriter):
         end = time.time()
         with open(self.timing_file, "a") as f:
             f.write(json.dumps({"job": self.target.job, "batch": int(batchId), "start": start, "end": end}) + "\n")
+
+
+NULL_NAME = "lakestep-bench-null"
+
+
+class NullCount(WriterCommitMessage):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class NullSink(DataSource):
+    """lakestep-bench-null (module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NULL_NAME
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> "NullStreamWriter":
+        return NullStreamWriter()
+
+
+class NullStreamWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> NullCount:  # executors
+        return NullCount(sum(b.num_rows for b in iterator))
+
+    def commit(self, messages: "list[NullCount | None]", batchId: int) -> None:  # driver
+        pass
+
+    def abort(self, messages: "list[NullCount | None]", batchId: int) -> None:  # driver
+        pass

@@ -9,6 +9,10 @@ Measured, with targets (every ratio from this run, on this machine):
     batch is dropped).  rows/s = rows / sum(``durationMs.triggerExecution``) of the
     kept batches.  ``sink_rounds`` rounds, the order alternating.
     Target: median over rounds of lakestep / parquet >= 0.9.
+    Informational, in the same rounds: ``python-null``, a Python sink that only
+    receives the Arrow batches (benchmarks/formats.py ``lakestep-bench-null``):
+    its ratio to parquet is the ceiling of any sink built on pyspark's Python
+    data source API on this machine.
 (b) Kafka ingest: ``messages`` records (~50-byte values, 4 partitions, tansu
     broker) read by ``lakestep-kafka`` into a lakestep table (``availableNow``,
     ``maxOffsetsPerTrigger``) vs one kafka-python consumer (assign + seek to
@@ -134,6 +138,11 @@ def run_sink(spark: Any, root: Path, fmt: str, rows_per_batch: int, batches: int
         cat.create_namespace("b")
         table = cat.create_table("b.t", BENCH_SCHEMA)
         w = w.format("lakestep").option("catalog", cat.url).option("table", "b.t").option("job", "bench")
+    elif fmt == "python-null":
+        from .formats import NULL_NAME, NullSink
+
+        spark.dataSource.register(NullSink)
+        w = w.format(NULL_NAME)
     else:
         w = w.format("parquet").option("path", str(root / "parquet-out"))
     q = w.queryName(f"sink-{fmt}").start()
@@ -160,17 +169,20 @@ def run_sinks(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
     rounds = []
     for i in range(params["sink_rounds"]):
         row: dict[str, Any] = {"load_1min": round(os.getloadavg()[0], 2)}
-        for fmt in (("parquet", "lakestep") if i % 2 == 0 else ("lakestep", "parquet")):
+        for fmt in (("parquet", "lakestep", "python-null") if i % 2 == 0 else ("python-null", "lakestep", "parquet")):
             step(f"(a) round {i + 1}/{params['sink_rounds']}: sink {fmt}")
             (root / f"a{i}").mkdir(exist_ok=True)
             row[fmt] = _attempt(lambda: run_sink(spark, root / f"a{i}", fmt, params["rows_per_batch"],
                                                  params["batches"]))
         row["ratio"] = _ratio(row["lakestep"].get("rows_per_s"), row["parquet"].get("rows_per_s"))
+        row["null_ratio"] = _ratio(row["python-null"].get("rows_per_s"), row["parquet"].get("rows_per_s"))
         rounds.append(row)
     ratios = [r["ratio"] for r in rounds]
     out: dict[str, Any] = {"rounds": rounds,
                            "ratio_median": round(statistics.median(ratios), 3) if None not in ratios else None}
-    for fmt in ("parquet", "lakestep"):
+    nulls = [r["null_ratio"] for r in rounds]
+    out["null_ratio_median"] = round(statistics.median(nulls), 3) if None not in nulls else None
+    for fmt in ("parquet", "lakestep", "python-null"):
         rates = [r[fmt].get("rows_per_s") for r in rounds]
         out[f"{fmt}_rows_per_s_median"] = statistics.median(rates) if None not in rates else None
     return out
@@ -422,7 +434,8 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
     p, m = r["params"], r["machine"]
     a, b, c = r["sink"], r["kafka"], r["barrier"]
     sink_rows = [[f"{i}: {k}", v.get("batches"), v.get("rows"), v.get("seconds"), v.get("add_batch_s"),
-                  v.get("rows_per_s"), rnd.get("ratio") if k == "lakestep" else None,
+                  v.get("rows_per_s"), rnd.get("ratio") if k == "lakestep" else rnd.get("null_ratio")
+                  if k == "python-null" else None,
                   rnd.get("load_1min") if k == "lakestep" else None, v.get("error")]
                  for i, rnd in enumerate(a.get("rounds", []), 1) for k, v in rnd.items() if isinstance(v, dict)]
     kafka_rows = []
@@ -448,7 +461,8 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
         f"lakestep {m['lakestep']} streaming benchmark  {m['date']}  cpus={m['cpu_count']}  python {m['python']}"
         f"  pyspark {m['pyspark']}",
         text_table(f"\n(a) Sink: rate-micro-batch, {p['rows_per_batch']} rows/batch x {p['batches']} batches "
-                   f"(+1 warm-up); {p['sink_rounds']} rounds; median ratio {a.get('ratio_median')}",
+                   f"(+1 warm-up); {p['sink_rounds']} rounds; median ratio {a.get('ratio_median')} (a Python sink that "
+                   f"writes nothing: {a.get('null_ratio_median')})",
                    ["sink", "batches", "rows", "batch s", "addBatch s", "rows/s", "ratio", "load", "error"],
                    sink_rows),
         text_table(f"\n(b) Kafka: {p['messages']} msgs, {PARTITIONS} partitions, maxOffsetsPerTrigger "

@@ -90,18 +90,26 @@ def kafka_spark(spark: SparkSession) -> SparkSession:
     return spark
 
 
-@pytest.fixture(scope="session")
-def every_trigger(spark: SparkSession) -> SparkSession:
-    """A session of the shared Spark (its own SQL configuration) whose streaming queries put
-    every trigger in their progress, also the ones that plan no batch (Spark reports those at
-    most every 10 s by default); ``lakestep`` and ``lakestep-kafka`` registered."""
+@pytest.fixture
+def every_trigger(spark: SparkSession) -> Iterator[SparkSession]:
+    """The shared session, ``lakestep`` and ``lakestep-kafka`` registered, whose streaming queries
+    started during the test put every trigger in their progress, also the ones that plan no
+    batch (Spark reports those at most every 10 s by default); the setting is put back after.
+    (Not a session of its own: a session made by ``newSession()`` after ``lakestep`` was
+    registered refuses it as existing yet does not find ``lakestep-kafka``, Spark 4.3.)"""
     from lakestep.streaming import register
 
-    session = spark.newSession()
-    session.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")
-    register(session)
-    register(spark)  # (Spark looks a streaming sink's format up in the active session: the shared one)
-    return session
+    key = "spark.sql.streaming.noDataProgressEventInterval"
+    register(spark)
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, "0")
+    try:
+        yield spark
+    finally:
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)
 
 
 @pytest.fixture(scope="session")

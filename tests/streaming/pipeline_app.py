@@ -116,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         deadline = time.monotonic() + 300
         while args.stagger and q.isActive and q.status["message"].startswith("Initializ") \
                 and time.monotonic() < deadline:
-            time.sleep(0.1)
+            try:
+                q.awaitTermination(0.1)  # a wait on the query, over at once when it ends
+            except Exception:  # it failed: awaitAnyTermination below reports it and exits 3
+                break
         return q
 
     settled(ingest)

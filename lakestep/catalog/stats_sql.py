@@ -269,20 +269,6 @@ def insert_added(conn: sa.Connection, table_id: int, version: int, files: Sequen
     record_sets(conn, table_id, sets)
 
 
-def insert_rows(conn: sa.Connection, table_id: int, files: Sequence[tuple[int, int, str]]) -> None:
-    """Record the stats rows of ``files`` ((file_id, record_count, stats_json)) and their column
-    sets, in the caller's transaction (the file rows' own)."""
-    rows: list[dict[str, Any]] = []
-    sets: dict[str, str] = {}
-    for file_id, count, stats_json in files:
-        got, cols = stats_rows(table_id, file_id, count, stats_json)
-        rows.extend(got)
-        sets.setdefault(S.columns_digest(cols), S.columns_json(cols))
-    if rows:
-        conn.execute(sa.insert(S.file_stats), rows)
-    record_sets(conn, table_id, sets)
-
-
 def record_sets(conn: sa.Connection, table_id: int, sets: dict[str, str]) -> None:
     """Record column sets (digest -> JSON) not yet recorded for the table (one statement; the
     commit holds the table's row lock, so no other commit of the table races it)."""

@@ -261,12 +261,13 @@ class Table(TableHandle):
             v, head = self._resolve(conn, version, data_version, as_of, snapshot)
             return v, self._files_for(conn, v, head, pred)
 
-    def _files_for(self, conn: sa.Connection, v: int, head: int, pred: Predicate | None) -> list[DataFile]:
+    def _files_for(self, conn: sa.Connection, v: int, head: int, pred: Predicate | None, *,
+                   by_stats: bool = True) -> list[DataFile]:
         """The files live at ``v`` that may hold rows matching ``pred`` (a superset: callers
         still judge each by its statistics). Narrowed through the partition index when
-        ``pred`` pins every partition column, else through the typed statistics rows
-        (stats_sql.py) when every clause bounds a column SQL compares exactly; else every
-        live file."""
+        ``pred`` pins every partition column, else (``by_stats``) through the typed
+        statistics rows (stats_sql.py) when every clause bounds a column SQL compares
+        exactly; else every live file."""
         if pred is None:
             return self.files_at(conn, v, head=head)
         if self.partition_by:
@@ -276,7 +277,7 @@ class Table(TableHandle):
         from . import stats_sql
         from .plan import prunable
 
-        if prunable(pred, self.primary_key):
+        if by_stats and prunable(pred, self.primary_key):
             cand = stats_sql.candidates(conn, pred, self.schema, self.table_id, stats_sql.covered(conn, self.table_id))
             if cand is not None:
                 f = S.files.c
@@ -353,9 +354,7 @@ class Table(TableHandle):
 
         v, head = self._resolve(conn, version, data_version, as_of, snapshot)
         pred = Predicate.parse(where, self.schema) if where is not None else None
-        files = self._files_for(conn, v, head, pred) if prune else self._files_for(
-            conn, v, head, pred if pred is not None and pred.partition_keys(self.schema, self.partition_by)
-            is not None else None)
+        files = self._files_for(conn, v, head, pred, by_stats=prune)
         if prune and pred is not None and prunable(pred, self.primary_key):
             files = [f for f in files if pred.verdict(f) is not Verdict.NONE]
         dv = conn.execute(sa.select(S.commits.c.data_version).where(

@@ -46,6 +46,8 @@ class Graph:
     writers: dict[int, tuple[str, ...]] = field(default_factory=dict)
     readers: dict[int, tuple[str, ...]] = field(default_factory=dict)
     kinds: dict[int, TableKind] = field(default_factory=dict)
+    #: table id -> every table of its weakly connected component; built on first use (the graph is immutable)
+    _components: dict[int, frozenset[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def build(cls, generation: int, jobs: Iterable[Job], names: dict[int, str]) -> "Graph":
@@ -107,13 +109,22 @@ class Graph:
 
     def component(self, table_ids: Iterable[int]) -> set[int]:
         """Every table connected to ``table_ids`` through jobs (the weakly connected component)."""
-        adj: dict[int, set[int]] = {}
-        for j in self.jobs.values():
-            tables = set(j.source_ids) | set(j.sink_ids)
-            for t in tables:
-                adj.setdefault(t, set()).update(tables - {t})
-        start = list(table_ids)
-        return _reach(adj, start) | set(start)
+        if not self._components and self.jobs:
+            adj: dict[int, set[int]] = {}
+            for j in self.jobs.values():
+                tables = set(j.source_ids) | set(j.sink_ids)
+                for t in tables:
+                    adj.setdefault(t, set()).update(tables - {t})
+            found: dict[int, frozenset[int]] = {}
+            for t in adj:
+                if t not in found:
+                    members = frozenset(_reach(adj, [t]) | {t})
+                    found.update(dict.fromkeys(members, members))
+            self._components.update(found)
+        out: set[int] = set()
+        for t in table_ids:
+            out |= self._components.get(t, frozenset((t,)))
+        return out
 
 
 def _reach(adj: dict[int, set[int]], start: Sequence[int]) -> set[int]:

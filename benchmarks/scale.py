@@ -7,7 +7,9 @@ smallest``), per backend (SQLite and PostgreSQL):
 1. **topology**: 10 / 100 / 1,000 tables in a layered topology (a tenth of
    them roots, the rest in 3 levels of derived jobs, fan-in up to 8), each
    with ``--topology-barriers`` barriers of bulk-loaded history. Measured:
-   ``choose()`` at each scope (query: 3 tables; related; global), the
+   ``choose()`` at each scope (query: 3 tables; related: 3 tables and every
+   table connected to them; global: every table queried, and 3 tables queried
+   with every table in the scope), the
    coordinator's seal, ``next_batch`` planning for a job with 8 sources, and
    the topology load of a restarted process (a new ``Pipeline``'s first
    ``choose()``).
@@ -24,9 +26,11 @@ smallest``), per backend (SQLite and PostgreSQL):
 4. **concurrency**: N = 2 / 8 / 32 writer processes, each committing one
    small file to its own table every 50 ms into the open epoch, while a
    coordinator seals every 200 ms and 2 reader processes call ``choose()``
-   over every table in a loop. Reported: commit p50/p99, aggregate commits/s,
-   seal p99, ``choose()`` p99, exceptions surfaced, and on PostgreSQL the
-   peak number of connections and the samples with a lock wait.
+   over every table in a loop. Reported: commit p50/p99, aggregate commits/s
+   (against the offered N x 20/s), seal p99, ``choose()`` p99, exceptions
+   surfaced, the CPUs' busy share and the mean number of runnable tasks
+   (/proc/stat), and on PostgreSQL the peak number of connections and the
+   samples with a lock wait.
 
 History and file metadata are BULK-LOADED (rows generated in the database by
 INSERT ... SELECT, no data files): the measured operations read metadata
@@ -151,6 +155,7 @@ def curve_topology(cat: Catalog, n_tables: int, barriers: int, runs: int) -> dic
     out["choose query (3 tables)"] = _timed(lambda: p.choose(q3, scope="query"), runs)
     out["choose related"] = _timed(lambda: p.choose(q3, scope="related"), runs)
     out["choose global"] = _timed(lambda: p.choose(every, scope="global"), max(5, runs // 4))
+    out["choose global (3 tables queried)"] = _timed(lambda: p.choose(q3, scope="global"), runs)
     coord = Coordinator(cat, snapshot_every=None)
     out["seal"] = _timed(coord.seal, runs)
     coord.release()
@@ -305,6 +310,55 @@ def _delta_listing(path: Path, n_files: int, runs: int) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ curve 4
+def _cpu_sample() -> tuple[float, float, int] | None:
+    """(busy jiffies, total jiffies, runnable tasks) from /proc/stat; None off Linux."""
+    try:
+        text = Path("/proc/stat").read_text()
+    except OSError:
+        return None
+    busy = total = 0.0
+    running = 0
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            v = [float(x) for x in line.split()[1:]]
+            total = sum(v[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
+            busy = total - v[3] - v[4]
+        elif line.startswith("procs_running "):
+            running = int(line.split()[1])
+    return busy, total, running
+
+
+class CpuSampler:
+    """What the machine did during a run: the CPUs' busy share and the mean number of runnable
+    tasks (Linux /proc/stat, sampled every 0.1 s). A run whose runnable tasks far exceed the
+    cores measures the scheduler's queue as much as lakestep."""
+
+    def __init__(self) -> None:
+        self.first = self.last = _cpu_sample()
+        self.running: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            got = _cpu_sample()
+            if got is not None:
+                self.running.append(got[2] - 1)  # (minus this sampler)
+                self.last = got
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        if self.first is None or self.last is None or not self.running:
+            return {}
+        busy, total = self.last[0] - self.first[0], self.last[1] - self.first[1]
+        return {"cpu_busy_pct": round(100 * busy / total, 1) if total else None, "cpus": os.cpu_count(),
+                "runnable_mean": round(statistics.mean(self.running), 1), "runnable_max": max(self.running)}
+
+
 def _writer(url: str, ident: str, seconds: float, period: float, ready: Any, go: Any, results: Any) -> None:
     cat = Catalog(url)
     table = cat.load_table(ident)
@@ -316,6 +370,7 @@ def _writer(url: str, ident: str, seconds: float, period: float, ready: Any, go:
     errors: list[str] = []
     end = time.monotonic() + seconds
     nxt = time.monotonic()
+    cpu0 = time.process_time()
     while time.monotonic() < end:
         t = time.perf_counter()
         try:
@@ -325,8 +380,9 @@ def _writer(url: str, ident: str, seconds: float, period: float, ready: Any, go:
             errors.append(f"{type(e).__name__}: {e}"[:300])
         nxt += period
         time.sleep(max(0.0, nxt - time.monotonic()))
+    cpu = time.process_time() - cpu0
     cat.close()
-    results.put(("write", lat, errors))
+    results.put(("write", lat, errors, cpu))
 
 
 def _reader(url: str, tables: list[str], seconds: float, ready: Any, go: Any, results: Any) -> None:
@@ -346,7 +402,7 @@ def _reader(url: str, tables: list[str], seconds: float, ready: Any, go: Any, re
         except Exception as e:
             errors.append(f"{type(e).__name__}: {e}"[:300])
     cat.close()
-    results.put(("read", lat, errors))
+    results.put(("read", lat, errors, 0.0))
 
 
 def curve_concurrency(cat: Catalog, writers: int, seconds: float) -> dict[str, Any]:
@@ -382,21 +438,30 @@ def curve_concurrency(cat: Catalog, writers: int, seconds: float) -> dict[str, A
                     samples.append((int(conns or 0), int(waits or 0)))
             eng.dispose()
         sampler = threading.Thread(target=sample, daemon=True)
+    cpu = CpuSampler()
     go.set()
+    cpu.start()
     coord.start()
     if sampler is not None:
         sampler.start()
     got = [q.get(timeout=300 + seconds) for _ in procs]
     coord.stop()
+    machine = cpu.stop()
     stop.set()
     for pr in procs:
         pr.join(30)
-    commit_lat = [x for role, lat, _ in got if role == "write" for x in lat]
-    choose_lat = [x for role, lat, _ in got if role == "read" for x in lat]
-    errors = [e for _, _, errs in got for e in errs]
+    commit_lat = [x for role, lat, _, _ in got if role == "write" for x in lat]
+    choose_lat = [x for role, lat, _, _ in got if role == "read" for x in lat]
+    errors = [e for _, _, errs, _ in got for e in errs]
+    writer_cpu = sum(cpu for role, _, _, cpu in got if role == "write")
     out: dict[str, Any] = {"writers": writers, "seconds": seconds, "commit": _ms(commit_lat),
                            "commits_per_s": len(commit_lat) / seconds, "seal": _ms(coord.latencies),
-                           "choose": _ms(choose_lat), "exceptions": len(errors), "first_exceptions": errors[:3]}
+                           "choose": _ms(choose_lat), "exceptions": len(errors), "first_exceptions": errors[:3],
+                           "offered_commits_per_s": writers / 0.05, **machine,
+                           # CPU the writer processes spent per commit (their Python, the driver, and on
+                           # SQLite the database itself): what N writers ask of the cores
+                           "writer_cpu_ms_per_commit": round(1000 * writer_cpu / len(commit_lat), 2)
+                           if commit_lat else None}
     if samples:
         out["pg_connections_peak"] = max(c for c, _ in samples)
         out["pg_lock_wait_samples"] = sum(1 for _, w in samples if w)
@@ -424,7 +489,7 @@ def report(results: dict[str, Any], sizes: dict[str, tuple[int, ...]]) -> tuple[
     for backend, r in results.items():
         for curve_name, key_targets in (
             ("topology", {"choose query (3 tables)": True, "choose related": True, "choose global": True,
-                          "seal": True, "next_batch (8 sources)": True,
+                          "choose global (3 tables queried)": True, "seal": True, "next_batch (8 sources)": True,
                           "restart: new Pipeline's first choose": False}),
             ("history", {"version_at (random barrier)": True, "choose query (3 tables)": True,
                          "choose global": True, "barrier grid (status, last 50)": False}),
@@ -439,16 +504,20 @@ def report(results: dict[str, Any], sizes: dict[str, tuple[int, ...]]) -> tuple[
             lines.append(f"\n[{backend}] {curve_name}: p50 (p99) in ms at {size_label} = "
                          + " / ".join(f"{n:,}" for n in ns))
             for key, targeted in key_targets.items():
+                if any(key not in c for c in curve):  # (a result file of an older run)
+                    continue
                 cells = "  ".join(f"{c[key]['p50_ms']:8.2f} ({c[key]['p99_ms']:8.2f})" for c in curve)
                 g = growth(curve, key)
                 verdict = f"  <= {GROWTH_TARGET:g}: {check(backend, f'{curve_name} growth: {key}', g, GROWTH_TARGET, 'x')}" if targeted else ""
                 lines.append(f"  {key:<42} {cells}   growth {g:6.2f}x{verdict}")
             if curve_name == "files":
                 big = curve[-1]
-                v = big["cold read plan, partition filter (day = d)"]["p50_ms"]
-                lines.append(f"  selective partition-filtered plan at {ns[-1]:,} files: {v:.1f} ms  "
-                             f"< {FILTERED_READ_TARGET_MS:g} ms: "
-                             f"{check(backend, 'files: filtered plan at largest size', v, FILTERED_READ_TARGET_MS, 'ms')}")
+                for key, what in (("cold read plan, partition filter (day = d)", "partition"),
+                                  ("cold read plan, stats filter (k = x)", "stats")):
+                    v = big[key]["p50_ms"]
+                    lines.append(f"  selective {what}-filtered plan at {ns[-1]:,} files: {v:.1f} ms  "
+                                 f"< {FILTERED_READ_TARGET_MS:g} ms: "
+                                 f"{check(backend, f'files: {what}-filtered plan at largest size', v, FILTERED_READ_TARGET_MS, 'ms')}")
                 for c in curve:
                     d = c.get("delta-rs", {})
                     if "skipped" in d:
@@ -465,6 +534,10 @@ def report(results: dict[str, Any], sizes: dict[str, tuple[int, ...]]) -> tuple[
                          f"p99 {c['commit']['p99_ms']:.1f} ms, {c['commits_per_s']:.0f} commits/s, seal p99 "
                          f"{c['seal']['p99_ms']:.1f} ms ({c['seal']['runs']} seals), choose p99 "
                          f"{c['choose']['p99_ms']:.1f} ms, exceptions {c['exceptions']}{extra}")
+            if "cpu_busy_pct" in c:
+                lines.append(f"    offered {c['offered_commits_per_s']:.0f} commits/s; writer CPU "
+                             f"{c['writer_cpu_ms_per_commit']} ms per commit; CPUs busy {c['cpu_busy_pct']}% of "
+                             f"{c['cpus']}, runnable tasks mean {c['runnable_mean']} (max {c['runnable_max']})")
         conc = r.get("concurrency", [])
         if conc:
             big = conc[-1]

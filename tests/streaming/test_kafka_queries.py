@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from lakestep.streaming.kafka.source import DATA_LOSS_KEY
-from tests.streaming.kafka_helpers import Run, produce_per_partition
+from tests.streaming.kafka_helpers import HANG, Run, produce_per_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,14 +38,18 @@ def _expected(topic: str, records: dict[tuple[int, int], bytes]) -> list[tuple[s
     return [(topic, p, o, v) for (p, o), v in records.items()]
 
 
-def test_subscribe_pattern_and_fail_on_data_loss_false_in_a_query(
+def test_subscribe_pattern_and_fail_on_data_loss_in_a_query(
     every_trigger: SparkSession, own_broker: TansuBroker, kafka_topic_name: Callable[[], str],
     catalog_spec: Any, tmp_path: Path,
 ) -> None:
     """subscribePattern: a matching topic created mid-query is read from its start, one that does
-    not match is not. failOnDataLoss=false: a topic recreated with more partitions and fewer
-    records while the query was stopped (lost offsets and new partitions at once) is read from
-    its new start, every record once, and the event is in the query's progress."""
+    not match is not. A topic recreated with more partitions and fewer records while the query
+    was stopped (lost offsets and new partitions at once): with failOnDataLoss left at its
+    default (true) the restarted query fails at its first trigger, naming the partition and the
+    option, and writes nothing; with failOnDataLoss=false, from the same checkpoint, it reads
+    the topic from its new start, every record once, and the event is in its progress."""
+    from pyspark.errors import StreamingQueryException
+
     prefix = kafka_topic_name()
     first, later, unrelated = f"{prefix}-a", f"{prefix}-b", f"{prefix}x-c"
     own_broker.create_topic(first, 1)
@@ -73,6 +77,16 @@ def test_subscribe_pattern_and_fail_on_data_loss_false_in_a_query(
     own_broker.delete_topic(first)
     own_broker.create_topic(first, 3)
     new = produce_per_partition(own_broker, first, [2, 1, 1], tag="new")  # partition 0 ends at 2 < 5
+    strict = Run(every_trigger, own_broker, None, catalog_spec.url, tmp_path / "ck",
+                 **{k: v for k, v in options.items() if k != "failOnDataLoss"})
+    try:
+        with pytest.raises(StreamingQueryException,
+                           match=rf"{re.escape(first)}-0: the log ends at 2 but the query already read up to 5.*"
+                                 r"failOnDataLoss=false"):
+            strict.query.awaitTermination(HANG)  # (a limit for a hang: it fails at its first trigger)
+    finally:
+        strict.stop()
+    assert _rows(table) == sorted(_expected(first, old) + _expected(later, found))  # nothing written
     again = Run(every_trigger, own_broker, None, catalog_spec.url, tmp_path / "ck", **options)
     try:
         again.wait(lambda: again.data(4), "the 4 records of the recreated topic")

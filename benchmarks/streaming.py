@@ -39,9 +39,17 @@ Measured, with targets (every ratio from this run, on this machine):
     (``committed_at``) - ``sealed_at``, p50 / p99 over ``barriers`` seals (one seal
     at a time, each waited for).  Spark's ~1 s micro-batch overhead dominates: no
     target, reported as is.
+(d) where one Kafka trigger's time goes (``--only d``, not in the default run):
+    ``stage_messages`` records read in ONE trigger into Spark's ``noop`` sink, into
+    ``lakestep-bench-null`` and into the ``lakestep`` sink (its driver commit timed),
+    and read by the executor's code alone in this process; ``stage_rounds`` rounds,
+    order alternating. The stages are differences of the medians
+    (:func:`run_kafka_stages`): Spark's fixed cost per trigger, the Kafka read in the
+    Python workers up to the JVM, the hand-off to the Python sink, Parquet, the
+    catalog commit. No target: it says which part to cut.
 
 Output: a plain-text table on stdout, every number in ``--out`` (JSON).
-Run: ``python -m benchmarks.streaming [--quick]``
+Run: ``python -m benchmarks.streaming [--quick] [--only abcd]``
 """
 
 from __future__ import annotations
@@ -365,6 +373,144 @@ def run_kafka(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# --------------------------------------------------------------------------- (d)
+STAGE_SINKS = ("noop", "python-null", "lakestep")
+
+
+def run_kafka_one_trigger(spark: Any, root: Path, broker: Any, topic: str, n: int, sink: str,
+                          name: str) -> dict[str, Any]:
+    """All ``n`` records of ``topic`` in ONE trigger (``availableNow``, ``maxOffsetsPerTrigger=n``)
+    into ``sink``: Spark's ``noop`` (nothing leaves the JVM), ``python-null`` (the Arrow batches
+    are handed to a Python sink that only counts them) or ``lakestep`` (the real sink, its driver
+    commit timed by benchmarks/formats.py ``lakestep-bench-timed``)."""
+    from .formats import NULL_NAME, TIMED_NAME, NullSink, TimedSink
+
+    df = (spark.readStream.format("lakestep-kafka").option("kafka.bootstrap.servers", broker.bootstrap_servers)
+          .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", n)
+          .load().select("key", "value", "topic", "partition", "offset", "timestamp"))
+    w = (df.writeStream.option("checkpointLocation", str(root / f"ck-{name}")).trigger(availableNow=True)
+         .queryName(name))
+    cat = table = None
+    timing = root / f"timing-{name}.jsonl"
+    if sink == "noop":
+        w = w.format("noop")
+    elif sink == "python-null":
+        spark.dataSource.register(NullSink)
+        w = w.format(NULL_NAME)
+    else:
+        spark.dataSource.register(TimedSink)
+        cat = Catalog(warehouse=str(root / f"wh-{name}"))
+        cat.create_namespace("k")
+        table = cat.create_table("k.events", KAFKA_TABLE_SCHEMA)
+        w = (w.format(TIMED_NAME).option("catalog", cat.url).option("table", "k.events")
+             .option("job", f"{name}-ingest").option("timingFile", str(timing)))
+    q = w.start()
+    q.awaitTermination(1800)
+    if q.isActive:
+        q.stop()
+        raise TimeoutError("availableNow query did not finish within 30 min")
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+    stats = batch_stats([json.loads(p.json) for p in q.recentProgress])
+    if table is not None and cat is not None:
+        commits = [json.loads(line) for line in timing.read_text().splitlines() if line.strip()]
+        stats["commit_ms"] = round(sum(c["end"] - c["start"] for c in commits) * 1000, 1)
+        stats["table_rows"] = table.count()
+        cat.close()
+    return stats
+
+
+def read_in_process(broker: Any, topic: str, counts: list[int]) -> dict[str, Any]:
+    """The executor's read (``read_partition_range``: fetch, decode, Arrow batches) of every
+    partition, one after the other in this process: no Spark, one core."""
+    from lakestep.streaming.kafka.options import KafkaSourceOptions
+    from lakestep.streaming.kafka.reader import read_partition_range
+
+    opts = KafkaSourceOptions.from_options({"kafka.bootstrap.servers": broker.bootstrap_servers,
+                                            "subscribe": topic})
+    t0 = time.perf_counter()
+    rows = sum(b.num_rows for p, end in enumerate(counts) for b in read_partition_range(opts, topic, p, 0, end))
+    el = time.perf_counter() - t0
+    return {"rows": rows, "seconds": round(el, 3), "rows_per_s": round(rows / el, 1)}
+
+
+def _median(values: list[Any]) -> float | None:
+    return None if not values or None in values else round(statistics.median(values), 1)
+
+
+def run_kafka_stages(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """(d): where one trigger's time goes. ``stage_rounds`` rounds (order alternating) of the same
+    ``stage_messages`` records in one trigger into each of STAGE_SINKS, and the executor's read
+    alone; the stages are differences of the medians:
+
+    * Spark's fixed cost: triggerExecution - addBatch (offsets, planning, WAL and commit logs);
+    * Kafka read in Python workers -> Arrow -> JVM: addBatch of ``noop``;
+    * JVM -> Python sink hand-off: addBatch of ``python-null`` - addBatch of ``noop``;
+    * Parquet encoding and writing: addBatch of ``lakestep`` - addBatch of ``python-null`` - commit;
+    * catalog commit on the driver (timed);
+    * and, for scale, the same read in this process without Spark (per core, and halved: the two
+      cores Spark's tasks share)."""
+    from lakestep.testing import TansuBroker
+
+    n, rounds = params["stage_messages"], params["stage_rounds"]
+    counts = [n // PARTITIONS + (1 if p < n % PARTITIONS else 0) for p in range(PARTITIONS)]
+    out: dict[str, Any] = {"rounds": []}
+    with TansuBroker() as broker:
+        topic = f"stages-{int(time.time())}"
+        step(f"(d) producing {n} messages (+ a warm-up topic)")
+        produce(broker, topic, n)
+        produce(broker, f"{topic}-warmup", 4 * PARTITIONS)
+        for sink in STAGE_SINKS:  # a session's first query of each sink pays start-up
+            _attempt(lambda: run_kafka_one_trigger(spark, root, broker, f"{topic}-warmup", 4 * PARTITIONS, sink,
+                                                   f"warm-{sink}"))
+        readers = [*STAGE_SINKS, "in-process"]
+        for i in range(rounds):
+            row: dict[str, Any] = {"load_1min": round(os.getloadavg()[0], 2)}
+            for reader in (readers if i % 2 == 0 else readers[::-1]):
+                step(f"(d) round {i + 1}/{rounds}: {reader}")
+                if reader == "in-process":
+                    row[reader] = _attempt(lambda: read_in_process(broker, topic, counts))
+                else:
+                    row[reader] = _attempt(lambda: run_kafka_one_trigger(spark, root, broker, topic, n, reader,
+                                                                         f"d{i}-{reader}"))
+            out["rounds"].append(row)
+
+    def med(reader: str, fn: Callable[[dict[str, Any]], Any]) -> float | None:
+        vals = []
+        for r in out["rounds"]:
+            try:
+                vals.append(fn(r[reader]))
+            except (KeyError, TypeError):
+                vals.append(None)
+        return _median(vals)
+
+    trig = {s: med(s, lambda x: x["duration_ms_sum"]["triggerExecution"]) for s in STAGE_SINKS}
+    add = {s: med(s, lambda x: x["duration_ms_sum"]["addBatch"]) for s in STAGE_SINKS}
+    commit = med("lakestep", lambda x: x["commit_ms"])
+    read_1core = med("in-process", lambda x: x["seconds"] * 1000)
+    fixed = {k: med("lakestep", lambda x, k=k: x["duration_ms_sum"].get(k, 0))
+             for k in ("latestOffset", "queryPlanning", "walCommit", "commitOffsets", "getBatch")}
+
+    def minus(a: float | None, *b: float | None) -> float | None:
+        return None if a is None or None in b else round(a - sum(x for x in b if x is not None), 1)
+
+    out["stages_ms"] = {
+        "trigger (lakestep sink)": trig["lakestep"],
+        "Spark fixed cost (trigger - addBatch)": minus(trig["lakestep"], add["lakestep"]),
+        **{f"  of which {k}": v for k, v in fixed.items()},
+        "Kafka read in Python workers -> Arrow -> JVM (addBatch, noop sink)": add["noop"],
+        "JVM -> Python sink hand-off (python-null - noop)": minus(add["python-null"], add["noop"]),
+        "Parquet encoding and writing (lakestep - python-null - commit)":
+            minus(add["lakestep"], add["python-null"], commit),
+        "catalog commit (driver)": commit,
+        "for scale: the read without Spark, 1 core": read_1core,
+        "for scale: the same, over 2 cores": None if read_1core is None else round(read_1core / 2, 1),
+    }
+    out["rows_per_s"] = {s: (round(n / trig[s] * 1000, 1) if trig[s] else None) for s in STAGE_SINKS}
+    out["rows_per_s"]["in-process, 1 core"] = round(n / read_1core * 1000, 1) if read_1core else None
+    return out
+
+
 # --------------------------------------------------------------------------- (c)
 def run_barrier_latency(spark: Any, root: Path, barriers: int) -> dict[str, Any]:
     from lakestep.barrier import OPEN_EPOCH, Pipeline
@@ -432,7 +578,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def report(r: dict[str, Any], checks: list[Check]) -> str:
     p, m = r["params"], r["machine"]
-    a, b, c = r["sink"], r["kafka"], r["barrier"]
+    a, b, c, d = r["sink"], r["kafka"], r["barrier"], r.get("stages", {})
     sink_rows = [[f"{i}: {k}", v.get("batches"), v.get("rows"), v.get("seconds"), v.get("add_batch_s"),
                   v.get("rows_per_s"), rnd.get("ratio") if k == "lakestep" else rnd.get("null_ratio")
                   if k == "python-null" else None,
@@ -476,6 +622,9 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
                    ["barriers", "p50 ms", "p99 ms", "min ms", "max ms", "derived rows", "error"],
                    [[c.get("barriers"), c.get("p50_ms"), c.get("p99_ms"), c.get("min_ms"), c.get("max_ms"),
                      f"{c.get('derived_rows')}/{c.get('expected_rows')}", c.get("error")]]),
+        text_table(f"\n(d) One trigger of {p['stage_messages']} Kafka records, where the time goes (median of "
+                   f"{p['stage_rounds']} rounds, ms; rows/s {d.get('rows_per_s')})",
+                   ["stage", "ms"], [[k, v] for k, v in d.get("stages_ms", {}).items()]) if d else "",
         text_table("\nTargets", ["check", "value", "target", "result"],
                    [[k.name, k.value, f"{k.op} {k.target:g}", k.result] for k in checks]),
     ])
@@ -485,7 +634,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     ap.add_argument("--out", default="benchmarks/results/streaming.json")
-    ap.add_argument("--only", default="abc", help="sections to run, e.g. 'ac'")
+    ap.add_argument("--only", default="abc", help="sections to run, e.g. 'ac'; 'd' (the stages of one Kafka trigger) "
+                                                  "runs only when asked")
     ap.add_argument("--kafka-rounds", type=int, default=None,
                     help="(b) rounds over the same messages, median ratio reported (default 3, 1 with --quick)")
     ap.add_argument("--sink-rounds", type=int, default=None,
@@ -503,7 +653,8 @@ def main(argv: list[str] | None = None) -> None:
               "messages": 20_000 if q else 1_000_000, "max_offsets_per_trigger": args.max_offsets_per_trigger or (5_000 if q else 200_000),
               "kafka_rounds": args.kafka_rounds or (1 if q else 3),
               "kafka_warmup_messages": 4_000 if q else 20_000, "kafka_processes": args.kafka_processes,
-              "barriers": 5 if q else 20}
+              "barriers": 5 if q else 20, "stage_messages": 20_000 if q else 1_000_000,
+              "stage_rounds": 1 if q else 3}
     import pyspark
 
     r: dict[str, Any] = {
@@ -511,7 +662,7 @@ def main(argv: list[str] | None = None) -> None:
                     "cpu_count": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "lakestep": lakestep.__version__,
                     "pyspark": pyspark.__version__, "pyarrow": pa.__version__},
-        "params": params, "sink": {}, "kafka": {}, "barrier": {},
+        "params": params, "sink": {}, "kafka": {}, "barrier": {}, "stages": {},
     }
     with tempfile.TemporaryDirectory(prefix="lakestep-bench-stream-") as tmp:
         root = Path(tmp)
@@ -524,17 +675,28 @@ def main(argv: list[str] | None = None) -> None:
             if "c" in args.only:
                 step("(c) barrier latency")
                 r["barrier"] = _attempt(lambda: run_barrier_latency(spark, root, params["barriers"]))
+            if "d" in args.only:
+                r["stages"] = run_kafka_stages(spark, root, params)
         finally:
             spark.stop()
-    kb = r["kafka"]
-    checks = [
-        Check("(a) lakestep / parquet rows/s (median)", r["sink"].get("ratio_median"), ">=", SINK_TARGET),
-        Check(f"(b) lakestep-kafka / {kb.get('baseline')} rows/s (median)", kb.get("ratio_median"), ">=",
-              KAFKA_TARGET),
-        Check("(b) lakestep table rows (every round)", kb.get("table_rows"), "==", params["messages"]),
-        Check("(b) distinct (partition, offset) (every round)", kb.get("distinct_offsets"), "==",
-              params["messages"]),
-    ]
+    kb, kd = r["kafka"], r["stages"]
+    checks: list[Check] = []
+    if "a" in args.only:
+        checks.append(Check("(a) lakestep / parquet rows/s (median)", r["sink"].get("ratio_median"), ">=",
+                            SINK_TARGET))
+    if "b" in args.only:
+        checks += [
+            Check(f"(b) lakestep-kafka / {kb.get('baseline')} rows/s (median)", kb.get("ratio_median"), ">=",
+                  KAFKA_TARGET),
+            Check("(b) lakestep table rows (every round)", kb.get("table_rows"), "==", params["messages"]),
+            Check("(b) distinct (partition, offset) (every round)", kb.get("distinct_offsets"), "==",
+                  params["messages"]),
+        ]
+    if "d" in args.only:
+        landed = {rnd.get(k, {}).get("table_rows" if k == "lakestep" else "rows")
+                  for rnd in kd.get("rounds", []) for k in ("noop", "python-null", "lakestep", "in-process")}
+        checks.append(Check("(d) rows read by every reader, every round", landed.pop() if len(landed) == 1 else None,
+                            "==", params["stage_messages"]))
     r["checks"] = [c.to_json() for c in checks]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

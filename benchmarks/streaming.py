@@ -288,6 +288,25 @@ def run_plain_consumers(broker: Any, topic: str, n: int, processes: int) -> dict
     return {"rows": got, "processes": processes, "seconds": round(el, 3), "rows_per_s": round(got / el, 1)}
 
 
+def kafka_stream(spark: Any, broker: Any, topic: str, max_per_trigger: int) -> Any:
+    """``lakestep-kafka`` over ``topic`` from its start, the columns of KAFKA_TABLE_SCHEMA."""
+    return (spark.readStream.format("lakestep-kafka").option("kafka.bootstrap.servers", broker.bootstrap_servers)
+            .option("subscribe", topic).option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", max_per_trigger).load()
+            .select("key", "value", "topic", "partition", "offset", "timestamp"))
+
+
+def await_available_now(q: Any) -> Any:
+    """Wait for an ``availableNow`` query to end (30 min at most); returns it, ended without error."""
+    q.awaitTermination(1800)
+    if q.isActive:
+        q.stop()
+        raise TimeoutError("availableNow query did not finish within 30 min")
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+    return q
+
+
 def run_kafka_lakestep(spark: Any, root: Path, broker: Any, topic: str, n: int, max_per_trigger: int,
                        name: str = "kafka") -> dict[str, Any]:
     """``lakestep-kafka`` -> ``lakestep`` table, ``availableNow``; rows/s = rows / sum(triggerExecution)
@@ -296,21 +315,13 @@ def run_kafka_lakestep(spark: Any, root: Path, broker: Any, topic: str, n: int, 
     cat = Catalog(warehouse=str(root / f"wh-{name}"))
     cat.create_namespace("k")
     table = cat.create_table("k.events", KAFKA_TABLE_SCHEMA)
-    df = (spark.readStream.format("lakestep-kafka").option("kafka.bootstrap.servers", broker.bootstrap_servers)
-          .option("subscribe", topic).option("startingOffsets", "earliest")
-          .option("maxOffsetsPerTrigger", max_per_trigger).load()
-          .select("key", "value", "topic", "partition", "offset", "timestamp"))
+    df = kafka_stream(spark, broker, topic, max_per_trigger)
     t0 = time.perf_counter()
     q = (df.writeStream.format("lakestep").option("catalog", cat.url).option("table", "k.events")
          .option("job", f"{name}-ingest").option("checkpointLocation", str(root / f"ck-{name}"))
          .trigger(availableNow=True).queryName(f"{name}-ingest").start())
-    q.awaitTermination(1800)
+    await_available_now(q)
     wall = time.perf_counter() - t0
-    if q.isActive:
-        q.stop()
-        raise TimeoutError("availableNow query did not finish within 30 min")
-    if q.exception() is not None:
-        raise RuntimeError(str(q.exception()))
     stats = batch_stats([json.loads(p.json) for p in q.recentProgress])
     stats["wall_s"] = round(wall, 3)
     stats["wall_rows_per_s"] = round(stats["rows"] / wall, 1)
@@ -385,11 +396,8 @@ def run_kafka_one_trigger(spark: Any, root: Path, broker: Any, topic: str, n: in
     commit timed by benchmarks/formats.py ``lakestep-bench-timed``)."""
     from .formats import NULL_NAME, TIMED_NAME, NullSink, TimedSink
 
-    df = (spark.readStream.format("lakestep-kafka").option("kafka.bootstrap.servers", broker.bootstrap_servers)
-          .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", n)
-          .load().select("key", "value", "topic", "partition", "offset", "timestamp"))
-    w = (df.writeStream.option("checkpointLocation", str(root / f"ck-{name}")).trigger(availableNow=True)
-         .queryName(name))
+    w = (kafka_stream(spark, broker, topic, n).writeStream.option("checkpointLocation", str(root / f"ck-{name}"))
+         .trigger(availableNow=True).queryName(name))
     cat = table = None
     timing = root / f"timing-{name}.jsonl"
     if sink == "noop":
@@ -404,13 +412,7 @@ def run_kafka_one_trigger(spark: Any, root: Path, broker: Any, topic: str, n: in
         table = cat.create_table("k.events", KAFKA_TABLE_SCHEMA)
         w = (w.format(TIMED_NAME).option("catalog", cat.url).option("table", "k.events")
              .option("job", f"{name}-ingest").option("timingFile", str(timing)))
-    q = w.start()
-    q.awaitTermination(1800)
-    if q.isActive:
-        q.stop()
-        raise TimeoutError("availableNow query did not finish within 30 min")
-    if q.exception() is not None:
-        raise RuntimeError(str(q.exception()))
+    q = await_available_now(w.start())
     stats = batch_stats([json.loads(p.json) for p in q.recentProgress])
     if table is not None and cat is not None:
         commits = [json.loads(line) for line in timing.read_text().splitlines() if line.strip()]

@@ -456,6 +456,30 @@ def test_decoder_property_against_kafka_python() -> None:
 
 
 @pytest.mark.kafka
+def test_driver_metadata_requests_are_not_held_back(
+    kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str]
+) -> None:
+    """kafka-python 3.0 spaces Metadata requests by a retry_backoff_ms that its cluster metadata
+    never receives from the consumer (100 ms, whatever is given), and a query's start asks three
+    times in a row. The driver's client sets it there: 10 ms, or the user's kafka.retry.backoff.ms.
+    A forced refresh still asks the broker: a topic created just before it is seen."""
+    topic = kafka_topic_name()
+    kafka_broker.create_topic(topic, 1)
+    for options, expected in (({}, 10), ({"kafka.retry.backoff.ms": "250"}, 250)):
+        config = kafka_consumer_config({"kafka.bootstrap.servers": kafka_broker.bootstrap_servers, **options})
+        client = OffsetClient(config, 10_000)
+        try:
+            assert client._consumer._cluster.config["retry_backoff_ms"] == expected
+            assert client.partitions([topic], force=True) == [(topic, 0)]
+            later = kafka_topic_name()
+            kafka_broker.create_topic(later, 2)
+            assert client.partitions([topic, later], force=True, missing_ok=True) == [
+                (topic, 0), (later, 0), (later, 1)]
+        finally:
+            client.close()
+
+
+@pytest.mark.kafka
 def test_high_watermark_comes_from_fetch(
     kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str]
 ) -> None:

@@ -24,6 +24,12 @@ _PROBE_FETCH_WAIT_MS = 10  # tansu never answers a Fetch with max_wait 0 (kafka-
 _PROBE_PARTITION_FETCH_BYTES = 8 * 1024
 _PROBE_MAX_RECORDS = 1_000_000  # drain a probe's fetches at once (records are dropped)
 _PROBE_STALL_S = 5.0
+#: The least time between two Metadata requests of the driver's consumer, unless the user sets
+#: kafka.retry.backoff.ms. kafka-python waits out this much after the last request before it sends
+#: the next; a query's start asks three times in a row (initialOffset, the availableNow target,
+#: the first trigger), and kafka-python 3.0 keeps 100 ms whatever the consumer is given: that was
+#: ~90 ms of a trigger's latestOffset (benchmarks.streaming (d)).
+_METADATA_BACKOFF_MS = 10
 
 
 def offsets_to_json(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
@@ -152,6 +158,17 @@ def new_consumer(config: Mapping[str, Any], *, timeout_ms: int, **overrides: Any
         ) from exc
 
 
+def _set_metadata_backoff(consumer: KafkaConsumer, ms: int) -> None:
+    """kafka-python 3.0 does not hand ``retry_backoff_ms`` to its cluster metadata, which gates
+    Metadata requests with it: set it there (nothing happens if its internals differ)."""
+    cluster = getattr(consumer, "_cluster", None)
+    config = getattr(cluster, "config", None)
+    if isinstance(config, dict) and "retry_backoff_ms" in config:
+        config["retry_backoff_ms"] = ms
+    else:
+        logger.debug("kafka-python's cluster metadata has no retry_backoff_ms: left as it is")
+
+
 class _ProbeStalled(Exception):
     """A high-watermark probe got no answer in time (internal)."""
 
@@ -169,6 +186,7 @@ class OffsetClient:
         self._config = dict(config)
         self._timeout_ms = timeout_ms
         self._consumer = new_consumer(config, timeout_ms=timeout_ms)
+        _set_metadata_backoff(self._consumer, int(config.get("retry_backoff_ms", _METADATA_BACKOFF_MS)))
         self._probe: KafkaConsumer | None = None
         self._seeker: KafkaConsumer | None = None  # reads single records (timestamp lookups)
         self._partitions: dict[str, list[int]] = {}

@@ -117,6 +117,17 @@ def test_min_offsets_per_trigger_and_max_trigger_delay_parse_like_spark() -> Non
     assert batch.min_offsets_per_trigger is None  # streaming-only: ignored by batch reads, as Spark
 
 
+def test_idle_poll_interval_parses_as_a_duration() -> None:
+    base = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}
+    assert KafkaSourceOptions.from_options(base).idle_poll_interval_ms == 100
+    for text, ms in [("0", 0), ("250ms", 250), ("2s", 2000), ("40", 40)]:
+        assert KafkaSourceOptions.from_options({**base, "idlePollInterval": text}).idle_poll_interval_ms == ms
+    with pytest.raises(ValueError, match="'idlePollInterval' must be a duration"):
+        KafkaSourceOptions.from_options({**base, "idlePollInterval": "-5"})
+    batch = KafkaSourceOptions.from_options({**base, "idlePollInterval": "x"}, batch=True)
+    assert batch.idle_poll_interval_ms == 100  # streaming-only: ignored by batch reads
+
+
 def test_batch_offsets_parse_like_spark() -> None:
     base = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}
     batch = KafkaSourceOptions.from_options(base, batch=True)

@@ -169,6 +169,49 @@ def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(
         driver.close()
 
 
+@pytest.mark.kafka
+def test_idle_triggers_ask_the_cluster_at_most_once_per_idle_poll_interval(
+    kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str]
+) -> None:
+    """After a trigger that found nothing new, the next waits out the rest of idlePollInterval
+    since the last ask (the clock and the sleep are the test's); never while records arrive."""
+    topic = kafka_topic_name()
+    kafka_broker.create_topic(topic, 1)
+    first = produce_per_partition(kafka_broker, topic, [3], tag="a")
+    driver = Driver(kafka_broker, subscribe=topic, startingOffsets="earliest", idlePollInterval="100ms")
+    clock = driver.reader.monotonic = FakeClock()
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(round(seconds, 6))
+        clock.now += seconds
+
+    driver.reader.sleep = sleep
+    try:
+        assert driver.trigger() == _tagged(topic, first) and slept == []
+        assert driver.trigger() == {} and slept == []  # the trigger before found records: no wait
+        clock.now += 0.03
+        assert driver.trigger() == {} and slept == [0.07]  # idle: the rest of the 100 ms
+        clock.now += 0.5
+        assert driver.trigger() == {} and slept == [0.07]  # idle, but the interval has passed
+        second = produce_per_partition(kafka_broker, topic, [2], tag="b")
+        assert driver.trigger() == _tagged(topic, second) and slept == [0.07, 0.1]  # seen after the wait
+        assert driver.trigger() == {} and slept == [0.07, 0.1]  # records came: the next one asks at once
+
+        driver.reader.prepareForTriggerAvailableNow()
+        assert driver.trigger() == {} and driver.trigger() == {} and slept == [0.07, 0.1]  # availableNow
+    finally:
+        driver.close()
+
+    off = Driver(kafka_broker, subscribe=topic, startingOffsets="earliest", idlePollInterval="0")
+    off.reader.monotonic, off.reader.sleep = FakeClock(), sleep
+    try:
+        assert off.trigger() == _tagged(topic, {**first, **second})
+        assert off.trigger() == {} and off.trigger() == {} and slept == [0.07, 0.1]  # 0: never waits
+    finally:
+        off.close()
+
+
 def _batch(spark: SparkSession, broker: TansuBroker, topic: str, **options: Any) -> DataFrame:
     reader = spark.read.format(FORMAT_NAME).option("kafka.bootstrap.servers", broker.bootstrap_servers)
     reader = reader.option("subscribe", topic)

@@ -383,6 +383,7 @@ _KNOWN_OPTIONS = {
     "maxoffsetspertrigger",
     "minoffsetspertrigger",
     "maxtriggerdelay",
+    "idlepollinterval",
     "minpartitions",
     "maxrecordsperpartition",
     "includeheaders",
@@ -399,7 +400,7 @@ _IGNORED_OPTIONS = {
     "groupidprefix": "the source joins no consumer group (offsets live in the Spark checkpoint)",
 }
 #: Options of Spark's streaming source only: ignored by batch reads (as Spark does).
-_STREAMING_ONLY = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"}
+_STREAMING_ONLY = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay", "idlepollinterval"}
 #: Options of Spark's batch reads only: refused by streaming queries (as Spark does).
 _BATCH_ONLY: dict[str, str] = {
     "endingoffsets": "it is not valid for streaming queries",
@@ -414,6 +415,9 @@ _UNSUPPORTED_OPTIONS = {
 _TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 _TIME_RE = re.compile(r"^([0-9]+)\s*([a-z]+)?$")
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
+#: ``idlePollInterval`` (lakestep-kafka only): after a trigger that found nothing new, the next
+#: asks the cluster no sooner than this after the last ask (0: as often as Spark triggers)
+DEFAULT_IDLE_POLL_INTERVAL_MS = 100
 
 
 def parse_duration_ms(name: str, value: Any) -> int:
@@ -507,6 +511,8 @@ class KafkaSourceOptions:
     #: ``minOffsetsPerTrigger``: a trigger waits for this many new offsets, at most ``max_trigger_delay_ms``
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    #: ``idlePollInterval``: the least time between two asks of the cluster while idle
+    idle_poll_interval_ms: int = DEFAULT_IDLE_POLL_INTERVAL_MS
     min_partitions: int | None = None
     #: ``maxRecordsPerPartition``: no task reads more offsets of a partition (before ``minPartitions``)
     max_records_per_partition: int | None = None
@@ -557,6 +563,10 @@ class KafkaSourceOptions:
         max_trigger_delay_ms = (
             DEFAULT_MAX_TRIGGER_DELAY_MS if delay is None else parse_duration_ms("maxTriggerDelay", delay)
         )
+        idle = opts.get("idlepollinterval")
+        idle_poll_interval_ms = (
+            DEFAULT_IDLE_POLL_INTERVAL_MS if idle is None else parse_duration_ms("idlePollInterval", idle)
+        )
 
         subscribed = topics if pattern is None else None
         starting = parse_starting_offsets(
@@ -598,6 +608,7 @@ class KafkaSourceOptions:
             max_offsets_per_trigger=max_offsets,
             min_offsets_per_trigger=min_offsets,
             max_trigger_delay_ms=max_trigger_delay_ms,
+            idle_poll_interval_ms=idle_poll_interval_ms,
             min_partitions=_positive_int(opts, "minPartitions", None),
             max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition", None),
             include_headers=_parse_bool("includeHeaders", str(opts.get("includeheaders", "false"))),

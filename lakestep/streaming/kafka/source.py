@@ -123,6 +123,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.clock: Callable[[], float] = time.time
         #: when the last batch was planned (0: never, so the first trigger is not delayed, as in Spark)
         self._last_trigger_ms = 0.0
+        #: ``idlePollInterval``: a monotonic clock in seconds and a sleep (a test puts its own here)
+        self.monotonic: Callable[[], float] = time.monotonic
+        self.sleep: Callable[[float], None] = time.sleep
+        #: when the cluster was last asked for offsets, and whether that found nothing new
+        self._last_probe_s: float | None = None
+        self._idle = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -205,8 +211,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             origin[tp] = earliest[tp]
             self._known_end.pop(tp, None)
 
+    def _wait_while_idle(self) -> None:
+        """``idlePollInterval``: after a trigger that found nothing new, the next one asks the
+        cluster no sooner than this after the last ask. Spark runs a no-data trigger every
+        ``spark.sql.streaming.pollingDelay`` (10 ms) with the default trigger; each asks the
+        cluster for metadata and high watermarks. New records are seen at most this late."""
+        interval_s = self.options.idle_poll_interval_ms / 1000
+        if self._idle and self._last_probe_s is not None and self._target is None and interval_s > 0:
+            left = self._last_probe_s + interval_s - self.monotonic()
+            if left > 0:
+                self.sleep(min(left, interval_s))
+        self._last_probe_s = self.monotonic()
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
         """End offsets of the next micro-batch (``start`` if there is nothing new)."""
+        self._wait_while_idle()
+        end = self._latest_offset(start, limit)
+        self._idle = end == start
+        return end
+
+    def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
         begin = offsets_from_json(start)
         self._restart_at.clear()  # (for the batch planned last; a new one is being planned)
         tps = self.current_partitions(force=True)  # metadata every trigger, as Spark's source

@@ -165,6 +165,8 @@ def read_partition_range(
                 continue
             if segmented:
                 for segment in records:
+                    if isinstance(segment, _decode.RawBatch) and segment.base_offset >= end:
+                        continue  # fetched past the range: not decoded at all
                     pending.append(segment)
                     pending_rows += segment.count
                     if pending_rows >= _ARROW_BATCH_ROWS:

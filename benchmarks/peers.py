@@ -202,15 +202,24 @@ def run_ducklake(
         finally:
             con.close()
 
+    with ducklake_metadata(workdir, backend, pg_dsn) as metadata:
+        return bench(metadata)
+
+
+@contextlib.contextmanager
+def ducklake_metadata(workdir: Path, backend: Backend, pg_dsn: str | None = None) -> Iterator[str]:
+    """The ``ATTACH`` string of a new DuckLake catalog: a SQLite file in ``workdir``, or a
+    fresh PostgreSQL database (dropped on exit)."""
     if backend == "sqlite":
-        return bench(f"ducklake:sqlite:{workdir}/meta.sqlite")
+        yield f"ducklake:sqlite:{workdir}/meta.sqlite"
+        return
     dsn = urlsplit(pg_dsn or DEFAULT_PG_DSN)
     with _fresh_pg_database(pg_dsn or DEFAULT_PG_DSN, "bench_ducklake") as db:
         libpq = f"dbname={db} host={dsn.hostname or '127.0.0.1'} port={dsn.port or 5432}"
         libpq += f" user={dsn.username or 'postgres'}"
         if dsn.password:
             libpq += f" password={dsn.password}"
-        return bench(f"ducklake:postgres:{libpq}")
+        yield f"ducklake:postgres:{libpq}"
 
 
 PEERS: dict[str, Callable[..., list[float]]] = {

@@ -22,7 +22,10 @@ smallest``), per backend (SQLite and PostgreSQL):
    selective partition filter and with a statistics filter (cold: a table
    handle loaded afresh, nothing cached), and an append.
    Beside it, at the same file counts: delta-rs's log replay (``DeltaTable``
-   + its file list) without and with a checkpoint.
+   + its file list, whole and pruned by a partition or a statistics predicate)
+   without and with a checkpoint, and DuckLake's file list and a
+   statistics-filtered count, its metadata in the same database as lakestep's
+   (both need the ``bench`` extra; skipped without it).
 4. **concurrency**: N = 2 / 8 / 32 writer processes, each committing one
    small file to its own table every 50 ms into the open epoch, while a
    coordinator seals every 200 ms and 2 reader processes call ``choose()``
@@ -72,7 +75,7 @@ from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
 from lakestep.catalog import schema as S
 
 from .barrier import _TimedCoordinator, analyze, load_history, new_catalog
-from .peers import DEFAULT_PG_DSN
+from .peers import DEFAULT_PG_DSN, _duckdb_offline_connection, ducklake_metadata
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 FILE_SCHEMA = pa.schema([("day", pa.int64()), ("k", pa.int64()), ("v", pa.int64())])
@@ -222,7 +225,7 @@ SELECT file_id, :col, table_id, 0, CAST(stats::json -> :col ->> 0 AS bigint),
 }
 
 
-def curve_files(cat: Catalog, n_files: int, runs: int, workdir: Path) -> dict[str, Any]:
+def curve_files(cat: Catalog, n_files: int, runs: int, workdir: Path, pg_dsn: str = DEFAULT_PG_DSN) -> dict[str, Any]:
     t = time.perf_counter()
     table = cat.create_table("b.files", FILE_SCHEMA, partition_by=["day"])
     dialect = cat.backend.engine.dialect.name
@@ -265,6 +268,8 @@ def curve_files(cat: Catalog, n_files: int, runs: int, workdir: Path) -> dict[st
     batch = pa.table({"day": [1], "k": [-1], "v": [0]}, schema=FILE_SCHEMA)
     out["append (1 file)"] = _timed(lambda: table.append(batch), max(10, runs // 5))
     out["delta-rs"] = _delta_listing(workdir / f"delta-{n_files}", n_files, small)
+    backend = "sqlite" if dialect == "sqlite" else "postgres"
+    out["DuckLake"] = _ducklake_listing(workdir / f"ducklake-{n_files}", n_files, small, backend, pg_dsn)
     return out
 
 
@@ -298,14 +303,92 @@ def _delta_listing(path: Path, n_files: int, runs: int) -> dict[str, Any]:
     def listing() -> int:
         return len(DeltaTable(str(path)).file_uris())
 
-    def filtered() -> int:
-        return len(DeltaTable(str(path)).file_uris(partition_filters=[("day", "=", str(day))]))
+    k = (n_files // 2) * 100 + 5
 
-    out["log replay + file list, no checkpoint"] = _timed(listing, runs, 0)
-    out["log replay + partition filter, no checkpoint"] = _timed(filtered, runs, 0)
-    DeltaTable(str(path)).create_checkpoint()
-    out["log replay + file list, checkpoint"] = _timed(listing, runs, 0)
-    out["log replay + partition filter, checkpoint"] = _timed(filtered, runs, 0)
+    def filtered() -> int:
+        return len(DeltaTable(str(path)).file_uris(file_pruning_predicate=[("day", "=", day)]))
+
+    def by_stats() -> int:
+        return len(DeltaTable(str(path)).file_uris(file_pruning_predicate=[("k", "=", k)]))
+
+    for label in ("no checkpoint", "checkpoint"):
+        if label == "checkpoint":
+            DeltaTable(str(path)).create_checkpoint()
+        out[f"log replay + file list, {label}"] = _timed(listing, runs, 0)
+        out[f"log replay + partition filter, {label}"] = _timed(filtered, runs, 0)
+        out[f"log replay + stats filter, {label}"] = _timed(by_stats, runs, 0)
+    out["files returned"] = {"all": listing(), "partition": filtered(), "stats": by_stats()}
+    return out
+
+
+def _ducklake_listing(path: Path, n_files: int, runs: int, backend: str, pg_dsn: str) -> dict[str, Any]:
+    """DuckLake at the same file count, its metadata in SQLite or PostgreSQL as lakestep's.
+
+    One real insert writes one Parquet file and DuckLake's rows for it; the other
+    ``n_files - 1`` files are bulk-loaded into DuckLake's metadata tables (through DuckDB's
+    attachment of them) as copies of that file's rows with the benchmark's partition values
+    and statistics; every copy names the one real file, so a query can read what it keeps.
+    Measured cold (the catalog attached afresh to a DuckDB connection that has its extensions
+    loaded): ``ducklake_list_files``,
+    and ``count(*)`` with a statistics filter (1 file kept, read). No partition-filtered
+    query: every copy names the real file, whose path says ``day=0``; such a count took
+    5.7 s at 10^5 files (0.1 s with the statistics filter), reading files rather than
+    planning, so it would not measure the plan."""
+    try:
+        con = _duckdb_offline_connection()
+    except Exception as e:  # the benchmark extra brings duckdb and its extensions
+        return {"skipped": f"DuckLake not available ({type(e).__name__}: {e})"}
+    path.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Any] = {}
+    with ducklake_metadata(path, backend, pg_dsn) as metadata:
+        attach = f"ATTACH '{metadata}' AS lake (DATA_PATH '{path}/data/')"
+        try:
+            con.execute(attach)
+            con.execute("CREATE TABLE lake.t (day BIGINT, k BIGINT, v BIGINT)")
+            con.execute("ALTER TABLE lake.t SET PARTITIONED BY (day)")
+            con.execute("INSERT INTO lake.t VALUES (0, 0, 0)")
+            m = "__ducklake_metadata_lake"
+            (snapshot,) = con.execute(f"SELECT max(snapshot_id) FROM {m}.ducklake_snapshot").fetchone()
+            con.execute(f"""
+                INSERT INTO {m}.ducklake_data_file
+                SELECT f.data_file_id + x, f.table_id, f.begin_snapshot, f.end_snapshot, f.file_order, f.path,
+                       f.path_is_relative, f.file_format, 100, f.file_size_bytes, f.footer_size,
+                       f.row_id_start + 100 * x, f.partition_id, f.encryption_key, f.partial_file_info, f.mapping_id
+                FROM {m}.ducklake_data_file f, range(1, {n_files}) r(x)""")
+            con.execute(f"""
+                INSERT INTO {m}.ducklake_file_partition_value
+                SELECT p.data_file_id + x, p.table_id, p.partition_key_index, CAST(x % {DAYS} AS VARCHAR)
+                FROM {m}.ducklake_file_partition_value p, range(1, {n_files}) r(x)""")
+            con.execute(f"""
+                INSERT INTO {m}.ducklake_file_column_stats
+                SELECT s.data_file_id + x, s.table_id, s.column_id, s.column_size_bytes, 100, 0,
+                       CAST(CASE s.column_id WHEN 1 THEN x % {DAYS} WHEN 2 THEN x * 100 ELSE 0 END AS VARCHAR),
+                       CAST(CASE s.column_id WHEN 1 THEN x % {DAYS} WHEN 2 THEN x * 100 + 99 ELSE 0 END AS VARCHAR),
+                       s.contains_nan, s.extra_stats
+                FROM {m}.ducklake_file_column_stats s, range(1, {n_files}) r(x)""")
+            con.execute(f"UPDATE {m}.ducklake_snapshot SET next_file_id = {n_files} WHERE snapshot_id = {snapshot}")
+            con.execute(f"UPDATE {m}.ducklake_table_stats SET record_count = {100 * n_files}, "
+                        f"next_row_id = {100 * n_files}")
+        finally:
+            con.close()
+        k = (n_files // 2) * 100 + 5
+
+        con = _duckdb_offline_connection()  # extensions loaded once: the catalog is attached cold
+
+        def cold(sql: str) -> Callable[[], Any]:
+            def run() -> Any:
+                con.execute(attach)
+                try:
+                    return con.execute(sql).fetchone()[0]
+                finally:
+                    con.execute("DETACH lake")
+            return run
+
+        listing = cold("SELECT count(*) FROM ducklake_list_files('lake', 't')")
+        out["file list"] = _timed(listing, runs, 0)
+        out["count(*), stats filter"] = _timed(cold(f"SELECT count(*) FROM lake.t WHERE k = {k}"), runs, 0)
+        out["files returned"] = {"all": listing()}
+        con.close()
     return out
 
 
@@ -518,13 +601,16 @@ def report(results: dict[str, Any], sizes: dict[str, tuple[int, ...]]) -> tuple[
                     lines.append(f"  selective {what}-filtered plan at {ns[-1]:,} files: {v:.1f} ms  "
                                  f"< {FILTERED_READ_TARGET_MS:g} ms: "
                                  f"{check(backend, f'files: {what}-filtered plan at largest size', v, FILTERED_READ_TARGET_MS, 'ms')}")
-                for c in curve:
-                    d = c.get("delta-rs", {})
-                    if "skipped" in d:
-                        lines.append(f"  delta-rs at {c['files']:,} files: skipped ({d['skipped']})")
-                        continue
-                    lines.append(f"  delta-rs at {c['files']:,} files: " + ", ".join(
-                        f"{k} {v['p50_ms']:.1f} ms" for k, v in d.items()))
+                for peer in ("delta-rs", "DuckLake"):
+                    for c in curve:
+                        d = c.get(peer, {})
+                        if not d:  # (a result file of an older run)
+                            continue
+                        if "skipped" in d:
+                            lines.append(f"  {peer} at {c['files']:,} files: skipped ({d['skipped']})")
+                            continue
+                        lines.append(f"  {peer} at {c['files']:,} files: " + ", ".join(
+                            f"{k} {v['p50_ms']:.1f} ms" for k, v in d.items() if "p50_ms" in v))
         for c in r.get("concurrency", []):
             extra = ""
             if "pg_connections_peak" in c:
@@ -586,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
                         elif curve == "history":
                             got = curve_history(cat, n, runs)
                         elif curve == "files":
-                            got = curve_files(cat, n, runs, work)
+                            got = curve_files(cat, n, runs, work, args.pg_dsn)
                         else:
                             got = curve_concurrency(cat, n, seconds)
                     r.setdefault(curve, []).append(got)

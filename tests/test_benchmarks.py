@@ -56,6 +56,36 @@ def test_scale_benchmark_runs(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 @pytest.mark.kafka
+def test_streaming_benchmark_runs(tmp_path: Path) -> None:
+    """``python -m benchmarks.streaming --quick --only abcd``, every section: its exact row checks pass (the
+    speed ratios are printed, not judged here)."""
+    out = tmp_path / "streaming.json"
+    r = subprocess.run([sys.executable, "-m", "benchmarks.streaming", "--quick", "--only", "abcd",
+                        "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    p = doc["params"]
+    checks = {c["name"]: c for c in doc["checks"]}
+    exact = [name for name in checks if checks[name]["op"] == "=="]
+    assert len(exact) == 3 and all(checks[name]["result"] == "PASS" for name in exact), checks
+    for rnd in doc["sink"]["rounds"]:  # (a) every sink: whole batches, and the table has them all
+        for fmt in ("lakestep", "parquet", "python-null"):
+            got = rnd[fmt]
+            assert "error" not in got and got["batches"] >= p["batches"], got
+            assert got["rows"] == got["batches"] * p["rows_per_batch"], got
+        lake = rnd["lakestep"]
+        # (+ the warm-up batch; a batch the stop cut short of its progress report may have committed)
+        assert lake["table_rows"] % p["rows_per_batch"] == 0
+        assert lake["table_rows"] >= (lake["batches"] + 1) * p["rows_per_batch"]
+    barrier = doc["barrier"]  # (c) every barrier's rows reached the derived table
+    assert "error" not in barrier and barrier["barriers"] == p["barriers"], barrier
+    assert barrier["derived_rows"] == barrier["expected_rows"]
+    assert "where the time goes" in r.stdout and "lakestep-kafka" in r.stdout
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
 def test_freshness_benchmark_runs(tmp_path: Path) -> None:
     out = tmp_path / "freshness.json"
     # one backend: this checks the benchmark does not rot (the streaming tests run both backends)

@@ -3,6 +3,8 @@ driver-side client that looks up partitions, earliest offsets and high watermark
 
 from __future__ import annotations
 
+import collections
+
 import logging
 import math
 import time
@@ -167,6 +169,23 @@ def _set_metadata_backoff(consumer: KafkaConsumer, ms: int) -> None:
         config["retry_backoff_ms"] = ms
     else:
         logger.debug("kafka-python's cluster metadata has no retry_backoff_ms: left as it is")
+
+
+def _drop_earlier_fetches(consumer: KafkaConsumer, until: float) -> None:
+    """Let the probe's fetches still in flight from its previous call land, then drop their
+    responses: each names a partition and position the next call may ask again, and would
+    answer it with the high watermark from before that fetch was sent (records produced
+    since then would wait a trigger more). kafka-python's IO thread completes them in the
+    background within the fetch's max wait; nothing happens if its internals differ."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    in_flight = getattr(fetcher, "in_flight_fetches", None)
+    completed = getattr(fetcher, "_completed_fetches", None)
+    if not callable(in_flight) or not isinstance(completed, collections.deque):
+        logger.debug("kafka-python's fetcher has no in_flight_fetches/_completed_fetches: left as it is")
+        return
+    while in_flight() and time.monotonic() < until:
+        time.sleep(0.001)
+    completed.clear()
 
 
 class _ProbeStalled(Exception):
@@ -355,6 +374,7 @@ class OffsetClient:
         wanted = {TopicPartition(t, p): off for (t, p), off in positions.items()}
         result: Offsets = {}
         pending = set(wanted)
+        _drop_earlier_fetches(consumer, until)
         # Never pause() partitions here: kafka-python parks the buffered data of
         # paused partitions and, after unsubscribe()/assign(), may then never
         # fetch them again.

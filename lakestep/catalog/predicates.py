@@ -8,7 +8,9 @@ A filter is written as pyarrow's ``filters`` are (disjunctive normal form)::
 Operators: ``=`` ``==`` ``!=`` ``<`` ``<=`` ``>`` ``>=`` ``in`` ``not in``
 ``is_null`` ``not_null`` (the last two take ``None`` as their value). A null
 matches only ``is_null``: ``("x", "not in", [1])`` leaves out the rows where
-``x`` is null, as ``!=`` does (and SQL's ``NOT IN``).
+``x`` is null, as ``!=`` does (and SQL's ``NOT IN``). On an integer column a
+float, or an integer beyond the column's type, compares exactly, as in Python
+(``("n", ">", 2.5)`` is ``n >= 3``; see ``_exact_integer_term``).
 
 A :class:`Predicate` turns into a pyarrow expression for rows, and judges a
 data file from its statistics alone: ``NONE`` (no row can match), ``ALL``
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import enum
 import itertools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 import pyarrow as pa
@@ -54,6 +57,10 @@ def _is_term(x: Any) -> bool:
 @dataclass(frozen=True)
 class Predicate:
     clauses: tuple[tuple[Term, ...], ...]  # OR of ANDs
+    #: the integer columns' types (set by ``parse`` with a schema): their values become
+    #: literals of the column's type in the row expression, so that pyarrow compares in
+    #: that type (it compares a uint64 column with an int64 literal by casting the column)
+    int_types: tuple[tuple[str, pa.DataType], ...] = field(default=(), compare=False)
 
     @classmethod
     def parse(cls, where: Filter | "Predicate", schema: pa.Schema | None = None) -> "Predicate":
@@ -71,6 +78,11 @@ class Predicate:
                     f"cannot read filter {where!r}: use [(col, op, value), ...] or a list of such lists"
                 )
             pred = cls(clauses)  # type: ignore[arg-type]
+        if schema is not None:
+            clauses = tuple(tuple(_exact_integer_term(schema, t) for t in clause) for clause in pred.clauses)
+            ints = tuple((f.name, f.type) for f in schema if pa.types.is_integer(f.type)
+                         and any(t[0] == f.name for c in clauses for t in c))
+            pred = cls(clauses, ints)
         for clause in pred.clauses:
             for col, op, val in clause:
                 if op not in _OPS:
@@ -80,7 +92,7 @@ class Predicate:
                 if op in ("in", "not in") and (isinstance(val, (str, bytes)) or not isinstance(val, Iterable)):
                     raise InvalidPredicateError(f"operator {op!r} takes a list of values, got {val!r}")
                 if schema is not None:
-                    _check_value(schema, (col, op, val))
+                    _check_value(schema, (col, op, val), dict(pred.int_types).get(col))
         return pred
 
     @classmethod
@@ -138,8 +150,9 @@ class Predicate:
     # ---------------------------------------------------------------- rows
     def expression(self) -> ds.Expression:
         ors = []
+        types = dict(self.int_types)
         for clause in self.clauses:
-            ands = [_term_expr(t) for t in clause]
+            ands = [_term_expr(t, types.get(t[0])) for t in clause]
             e = ands[0]
             for a in ands[1:]:
                 e = e & a
@@ -193,9 +206,20 @@ def _exact_values(typ: pa.DataType, vals: list[Any]) -> list[Any] | None:
     return unique
 
 
-def _term_expr(t: Term) -> ds.Expression:
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _term_expr(t: Term, int_type: pa.DataType | None = None) -> ds.Expression:
+    """``t`` as a pyarrow expression; on an integer column (``int_type``) its integer values
+    are literals of that type (``_exact_integer_term`` made them fit it)."""
     col, op, val = t
     f = ds.field(col)
+    if int_type is not None:
+        if op in ("in", "not in") and all(v is None or _is_int(v) for v in val):
+            val = pa.array([v for v in val if v is not None], int_type)
+        elif _is_int(val):
+            val = pa.scalar(val, int_type)
     if op in ("=", "=="):
         return f == val
     if op == "!=":
@@ -209,9 +233,9 @@ def _term_expr(t: Term) -> ds.Expression:
     if op == ">=":
         return f >= val
     if op == "in":  # a null is in no list, also one holding None (pyarrow's isin would match it; SQL's IN does not)
-        return f.is_valid() & f.isin(list(val))
+        return f.is_valid() & f.isin(val if isinstance(val, pa.Array) else list(val))
     if op == "not in":  # a null is in no list and not outside it: no match, as with "!=" (and SQL)
-        return f.is_valid() & ~f.isin(list(val))
+        return f.is_valid() & ~f.isin(val if isinstance(val, pa.Array) else list(val))
     if op == "is_null":
         return f.is_null()
     if op == "not_null":
@@ -219,7 +243,70 @@ def _term_expr(t: Term) -> ds.Expression:
     raise InvalidPredicateError(f"unknown operator {op!r}")
 
 
-def _check_value(schema: pa.Schema, t: Term) -> None:
+def _exact_integer_term(schema: pa.Schema, t: Term) -> Term:
+    """A float, or an integer beyond the column type's range, compared with an integer
+    column: the same comparison in integers of the column's type.
+
+    pyarrow compares an integer column with a float in floating point, and
+    refuses column values it cannot convert exactly (an int64 beyond 2**24
+    against ``2.5``); an integer beyond the type does not fit its literal. The
+    integers that satisfy ``k > 2.5`` are those with ``k >= 3``, and none
+    equals ``2.5``: the term becomes ``(">=", 3)``, an empty ``in`` (no row)
+    or ``not_null`` (every row with a value), whichever says the same. Bounds
+    beyond the column type's range, infinities and NaN (which no value equals
+    or is ordered with) are decided the same way.
+    """
+    col, op, val = t
+    i = schema.get_field_index(col) if isinstance(col, str) else -1
+    if i < 0 or not pa.types.is_integer(schema.field(i).type) or op not in _OPS:
+        return t
+    typ = schema.field(i).type
+    lo, hi = ((-(2 ** (typ.bit_width - 1)), 2 ** (typ.bit_width - 1) - 1) if pa.types.is_signed_integer(typ)
+              else (0, 2 ** typ.bit_width - 1))
+    none: Term = (col, "in", [])
+    every: Term = (col, "not_null", None)
+
+    def exact(v: Any) -> int | None:  # the integer of the type that equals v, if any
+        if isinstance(v, float) and not (math.isfinite(v) and v.is_integer()):
+            return None
+        n = int(v)
+        return n if lo <= n <= hi else None
+
+    def number(v: Any) -> bool:
+        return isinstance(v, float) or _is_int(v)
+
+    if op in ("in", "not in"):
+        if isinstance(val, (str, bytes)) or not isinstance(val, Iterable):
+            return t  # (refused by parse)
+        vals = list(val)
+        if not all(v is None or number(v) for v in vals):
+            return t  # (refused by _check_value, or left to pyarrow)
+        return (col, op, [v if v is None else exact(v) for v in vals if v is None or exact(v) is not None])
+    if not number(val):
+        return t
+    if _is_int(val) and lo <= val <= hi:
+        return t
+    if isinstance(val, float) and math.isnan(val):
+        return every if op == "!=" else none
+    if op in ("=", "=="):
+        n = exact(val)
+        return none if n is None else (col, op, n)
+    if op == "!=":
+        n = exact(val)
+        return every if n is None else (col, op, n)
+    if isinstance(val, float) and math.isinf(val):
+        above = val > 0
+        return (none if above else every) if op in (">", ">=") else (every if above else none)
+    if op in (">", ">="):  # k > x <=> k >= floor(x) + 1;  k >= x <=> k >= ceil(x)
+        b = math.floor(val) + 1 if op == ">" else math.ceil(val)
+        return every if b <= lo else none if b > hi else (col, ">=", b)
+    if op in ("<", "<="):  # k < x <=> k <= ceil(x) - 1;  k <= x <=> k <= floor(x)
+        b = math.ceil(val) - 1 if op == "<" else math.floor(val)
+        return every if b >= hi else none if b < lo else (col, "<=", b)
+    return t
+
+
+def _check_value(schema: pa.Schema, t: Term, int_type: pa.DataType | None = None) -> None:
     """Refuse a value the column cannot be compared with, before any file is read.
 
     The term is bound against an empty table of the schema: pyarrow then
@@ -230,7 +317,7 @@ def _check_value(schema: pa.Schema, t: Term) -> None:
         return
     field = schema.field(col)
     try:
-        pa.table({col: pa.array([], field.type)}).filter(_term_expr(t))
+        pa.table({col: pa.array([], field.type)}).filter(_term_expr(t, int_type))
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
         kind = ", ".join(sorted({type(v).__name__ for v in val})) if op in ("in", "not in") else type(val).__name__
         raise FilterValueError(

@@ -79,7 +79,8 @@ def test_no_narrowing_when_it_cannot_be_exact() -> None:
     parts = ["day", "region"]
     assert Predicate.parse([("day", "==", D1)], SCHEMA).partition_keys(SCHEMA, parts) is None  # region free
     ints = pa.schema([("n", pa.int64())])
-    assert Predicate.parse([("n", "==", 5.5)], ints).partition_keys(ints, ["n"]) is None  # not an int64 value
+    assert Predicate.parse([("n", "==", 5.5)], ints).partition_keys(ints, ["n"]) == frozenset()  # no int64 equals it
+    assert Predicate.parse([("n", ">", 5.5)], ints).partition_keys(ints, ["n"]) is None  # a range: not narrowed
     assert Predicate.parse([("n", "==", 5.0)], ints).partition_keys(ints, ["n"]) == {partition_key({"n": 5})}
     many = Predicate.parse([("n", "in", list(range(MAX_PARTITION_KEYS + 1)))], ints)
     assert many.partition_keys(ints, ["n"]) is None

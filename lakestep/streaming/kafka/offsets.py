@@ -319,9 +319,10 @@ class OffsetClient:
 
         A returned value is never above the true high watermark. It is below the
         given position only when the log no longer reaches it (the topic was
-        recreated, or the broker lost data). It can lag by the few milliseconds between a fetch
-        and this call (a response to a fetch sent by the previous probe from
-        the same position may be used).
+        recreated, or the broker lost data). It comes from a fetch sent during
+        this call: responses to the previous call's fetches are dropped (see
+        ``_drop_earlier_fetches``; if kafka-python's internals differ, such a
+        response can make it lag by the few milliseconds before this call).
 
         Raises:
             KafkaSourceTimeoutError: no answer within ``fetchOffset.timeoutMs``.

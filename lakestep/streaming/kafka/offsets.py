@@ -4,7 +4,6 @@ driver-side client that looks up partitions, earliest offsets and high watermark
 from __future__ import annotations
 
 import collections
-
 import logging
 import math
 import time
@@ -26,6 +25,8 @@ _PROBE_FETCH_WAIT_MS = 10  # tansu never answers a Fetch with max_wait 0 (kafka-
 _PROBE_PARTITION_FETCH_BYTES = 8 * 1024
 _PROBE_MAX_RECORDS = 1_000_000  # drain a probe's fetches at once (records are dropped)
 _PROBE_STALL_S = 5.0
+#: the longest a probe waits for the fetches of its previous call to land (a few max waits)
+_IN_FLIGHT_WAIT_S = 5 * _PROBE_FETCH_WAIT_MS / 1000
 #: The least time between two Metadata requests of the driver's consumer, unless the user sets
 #: kafka.retry.backoff.ms. kafka-python waits out this much after the last request before it sends
 #: the next; a query's start asks three times in a row (initialOffset, the availableNow target,
@@ -176,13 +177,16 @@ def _drop_earlier_fetches(consumer: KafkaConsumer, until: float) -> None:
     responses: each names a partition and position the next call may ask again, and would
     answer it with the high watermark from before that fetch was sent (records produced
     since then would wait a trigger more). kafka-python's IO thread completes them in the
-    background within the fetch's max wait; nothing happens if its internals differ."""
+    background within the fetch's max wait, so the wait is bounded by a few of those (an
+    older kafka-python completes them only inside ``poll``); nothing happens if its
+    internals differ."""
     fetcher = getattr(consumer, "_fetcher", None)
     in_flight = getattr(fetcher, "in_flight_fetches", None)
     completed = getattr(fetcher, "_completed_fetches", None)
     if not callable(in_flight) or not isinstance(completed, collections.deque):
         logger.debug("kafka-python's fetcher has no in_flight_fetches/_completed_fetches: left as it is")
         return
+    until = min(until, time.monotonic() + _IN_FLIGHT_WAIT_S)
     while in_flight() and time.monotonic() < until:
         time.sleep(0.001)
     completed.clear()

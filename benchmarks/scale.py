@@ -209,6 +209,13 @@ SELECT :t, 'data/day=' || (x % :days) || '/f' || x || '.parquet', 1, NULL, 100, 
   FROM generate_series(0, CAST(:n AS bigint) - 1) AS x""",
 }
 DAYS = 1000
+
+
+def _probe_values(n_files: int) -> tuple[int, int]:
+    """The day (one partition) and the key (one file's range) the file curve filters on."""
+    return n_files % DAYS // 2, (n_files // 2) * 100 + 5
+
+
 # The typed statistics rows (ls_file_stats) of the bulk-loaded files, as a commit writes them
 # (lakestep/catalog/stats_sql.py): k spans 100 values (width: bit length of 99 = 7), day one.
 _FILE_STATS = {
@@ -258,10 +265,9 @@ def curve_files(cat: Catalog, n_files: int, runs: int, workdir: Path, pg_dsn: st
         return run
 
     out["cold Table.files()"] = _timed(cold(count("all", lambda t: t.files())), small)
-    day = n_files % DAYS // 2
+    day, k = _probe_values(n_files)
     out["cold read plan, partition filter (day = d)"] = _timed(
         cold(count("partition", lambda t: t.read_plan(where=[("day", "==", day)]))), small)
-    k = (n_files // 2) * 100 + 5
     out["cold read plan, stats filter (k = x)"] = _timed(
         cold(count("stats", lambda t: t.read_plan(where=[("k", "==", k)]))), small)
     out["files returned"] = dict(counts)
@@ -298,12 +304,10 @@ def _delta_listing(path: Path, n_files: int, runs: int) -> dict[str, Any]:
                                         "size": 4096, "modificationTime": now, "dataChange": True,
                                         "stats": stats}}) + "\n")
     out: dict[str, Any] = {}
-    day = n_files % DAYS // 2
+    day, k = _probe_values(n_files)
 
     def listing() -> int:
         return len(DeltaTable(str(path)).file_uris())
-
-    k = (n_files // 2) * 100 + 5
 
     def filtered() -> int:
         return len(DeltaTable(str(path)).file_uris(file_pruning_predicate=[("day", "=", day)]))
@@ -371,8 +375,7 @@ def _ducklake_listing(path: Path, n_files: int, runs: int, backend: str, pg_dsn:
                         f"next_row_id = {100 * n_files}")
         finally:
             con.close()
-        k = (n_files // 2) * 100 + 5
-
+        _, k = _probe_values(n_files)
         con = _duckdb_offline_connection()  # extensions loaded once: the catalog is attached cold
 
         def cold(sql: str) -> Callable[[], Any]:
@@ -384,11 +387,13 @@ def _ducklake_listing(path: Path, n_files: int, runs: int, backend: str, pg_dsn:
                     con.execute("DETACH lake")
             return run
 
-        listing = cold("SELECT count(*) FROM ducklake_list_files('lake', 't')")
-        out["file list"] = _timed(listing, runs, 0)
-        out["count(*), stats filter"] = _timed(cold(f"SELECT count(*) FROM lake.t WHERE k = {k}"), runs, 0)
-        out["files returned"] = {"all": listing()}
-        con.close()
+        try:
+            listing = cold("SELECT count(*) FROM ducklake_list_files('lake', 't')")
+            out["file list"] = _timed(listing, runs, 0)
+            out["count(*), stats filter"] = _timed(cold(f"SELECT count(*) FROM lake.t WHERE k = {k}"), runs, 0)
+            out["files returned"] = {"all": listing()}
+        finally:
+            con.close()
     return out
 
 

@@ -83,6 +83,7 @@ class Predicate:
             ints = tuple((f.name, f.type) for f in schema if pa.types.is_integer(f.type)
                          and any(t[0] == f.name for c in clauses for t in c))
             pred = cls(clauses, ints)
+        int_types = dict(pred.int_types)
         for clause in pred.clauses:
             for col, op, val in clause:
                 if op not in _OPS:
@@ -92,7 +93,7 @@ class Predicate:
                 if op in ("in", "not in") and (isinstance(val, (str, bytes)) or not isinstance(val, Iterable)):
                     raise InvalidPredicateError(f"operator {op!r} takes a list of values, got {val!r}")
                 if schema is not None:
-                    _check_value(schema, (col, op, val), dict(pred.int_types).get(col))
+                    _check_value(schema, (col, op, val), int_types.get(col))
         return pred
 
     @classmethod
@@ -281,7 +282,7 @@ def _exact_integer_term(schema: pa.Schema, t: Term) -> Term:
         vals = list(val)
         if not all(v is None or number(v) for v in vals):
             return t  # (refused by _check_value, or left to pyarrow)
-        return (col, op, [v if v is None else exact(v) for v in vals if v is None or exact(v) is not None])
+        return (col, op, [v if v is None else n for v in vals if v is None or (n := exact(v)) is not None])
     if not number(val):
         return t
     if _is_int(val) and lo <= val <= hi:

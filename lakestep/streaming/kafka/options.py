@@ -437,6 +437,12 @@ def parse_duration_ms(name: str, value: Any) -> int:
     return int(int(match.group(1)) * _TIME_UNITS_MS[unit])
 
 
+def _duration_ms(options: Mapping[str, Any], name: str, default: int) -> int:
+    """Option ``name`` (case-insensitive keys) as a duration in ms, ``default`` when absent."""
+    raw = options.get(name.lower())
+    return default if raw is None else parse_duration_ms(name, raw)
+
+
 def _non_negative_int(options: Mapping[str, Any], name: str) -> None:
     raw = options.get(name.lower())
     try:
@@ -559,14 +565,8 @@ class KafkaSourceOptions:
             raise ValueError(
                 f"option 'minOffsetsPerTrigger' ({min_offsets}) is higher than 'maxOffsetsPerTrigger' ({max_offsets})"
             )
-        delay = opts.get("maxtriggerdelay")
-        max_trigger_delay_ms = (
-            DEFAULT_MAX_TRIGGER_DELAY_MS if delay is None else parse_duration_ms("maxTriggerDelay", delay)
-        )
-        idle = opts.get("idlepollinterval")
-        idle_poll_interval_ms = (
-            DEFAULT_IDLE_POLL_INTERVAL_MS if idle is None else parse_duration_ms("idlePollInterval", idle)
-        )
+        max_trigger_delay_ms = _duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS)
+        idle_poll_interval_ms = _duration_ms(opts, "idlePollInterval", DEFAULT_IDLE_POLL_INTERVAL_MS)
 
         subscribed = topics if pattern is None else None
         starting = parse_starting_offsets(

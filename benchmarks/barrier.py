@@ -135,7 +135,7 @@ def load_history(cat: Catalog, tables: list[str], lagging: dict[str, int], barri
             n = versions_for(lagging.get(ident, barriers))
             conn.execute(sa.text(_HISTORY[dialect]), {"t": tid, "n": n, "t0": t0})
             conn.execute(sa.update(S.tables).where(S.tables.c.table_id == tid).values(
-                version=n, data_version=n - n // 1000, last_commit_at=t0 + n * 0.001))
+                version=n, data_version=n - n // 1000, last_commit_at=t0 + n * 0.001, stamp=S.NextStamp()))
         conn.execute(sa.text(_SEALS[dialect]), {"n": barriers, "t0": t0})
         conn.execute(sa.update(S.epoch).where(S.epoch.c.id == 1).values(open_epoch=barriers + 1,
                                                                         opened_at=time.time()))

@@ -247,7 +247,7 @@ def curve_files(cat: Catalog, n_files: int, runs: int, workdir: Path, pg_dsn: st
             barrier=None, committed_at=time.time(), added_files=n_files, removed_files=0,
             added_rows=100 * n_files, removed_rows=0, summary="{}"))
         conn.execute(sa.update(S.tables).where(S.tables.c.table_id == table.table_id).values(
-            version=1, data_version=1, last_commit_at=time.time()))
+            version=1, data_version=1, last_commit_at=time.time(), stamp=S.NextStamp()))
     analyze(cat)
     out: dict[str, Any] = {"files": n_files, "build_s": time.perf_counter() - t}
     def cold(fn: Callable[[Any], Any]) -> Callable[[], Any]:

@@ -8,8 +8,11 @@ Levels:
   to them through jobs, ``global`` takes the COMMIT set (``e*`` is then the
   last COMMIT barrier). Derived tables still catching up (topology.py) are
   left out of ``related`` and ``global`` unless queried by name. All facts
-  are read in one database snapshot: usually ONE statement (one round trip)
-  whatever the length of the history, else a transaction of a few.
+  are read in one database snapshot. Scope ``query``: usually ONE statement
+  (one round trip) whatever the length of the history, else a transaction of
+  a few. Scopes ``related`` and ``global``: the facts of every table are kept
+  between calls (states.FactsCache, by change stamp), so a call reads what
+  changed since the last one and the versions of the queried tables.
 * ``read_uncommitted`` (weak): every table at its newest version, no alignment;
   ``barrier`` is None.
 * ``repeatable_read``: the newest barrier that is a SNAPSHOT of every queried
@@ -229,7 +232,10 @@ def choose(
         return _repeatable(catalog, topology, resolver, idents, scope, locker, lease_seconds,
                            load or (lambda ident, _tid: catalog.load_table(ident)))
     if level == "read_committed":
-        fast = _committed_fast(catalog, topology, resolver, idents, scope)
+        if scope == "query":
+            fast = _committed_fast(catalog, topology, resolver, idents, scope)
+        else:
+            fast = _committed_wide(catalog, topology, resolver, idents, scope)
         if fast is not None:
             return fast
     for attempt in range(2):
@@ -252,13 +258,12 @@ def choose(
                     continue
                 raise TableNotFoundError(renamed[0])
             assert open_ is not None  # fx is not empty
-            scope_ids = {t for t in scope_ids if t in q or not catching_up(graph, fx[t], open_)}
             if level == "read_uncommitted":
                 versions = {t: fx[t].head for t in q}
                 return _answer(catalog, level, scope, None, idents, qids, versions, graph, fx, scope_ids, open_, (),
                                ("read_uncommitted: no alignment; the tables are consistent with each other only "
                                 "where their frontiers are equal",))
-            e = e_star(graph, fx, scope_ids, open_)
+            e = e_star(graph, fx, scope_ids, open_, q)
             at = versions_at(conn, [t for t in q if t in e.managed], e.barrier)
             versions = {t: (at[t].version if t in at else fx[t].head) for t in q}
             return _answer(catalog, level, scope, e.barrier, idents, qids, versions, graph, fx, scope_ids, open_,
@@ -292,8 +297,7 @@ def _committed_fast(catalog: "Catalog", topology: Topology, resolver: Resolver, 
         return None
     if any(f.tag is None and f.restore_version is not None for f in fx.values()):
         return None
-    scope_ids = {t for t in scope_ids if t in q or not catching_up(graph, fx[t], open_)}
-    e = e_star(graph, fx, scope_ids, open_)
+    e = e_star(graph, fx, scope_ids, open_, q)
     barrier, managed = e.barrier, e.managed
     if barrier != e_sql:
         return None
@@ -312,6 +316,32 @@ def _committed_fast(catalog: "Catalog", topology: Topology, resolver: Resolver, 
                    e.held, e.notes)
 
 
+def _committed_wide(catalog: "Catalog", topology: Topology, resolver: Resolver, idents: list[str],
+                    scope: Scope) -> Choice | None:
+    """read_committed at scope ``related`` or ``global`` from the kept facts of every table
+    (states.FactsCache): the cost follows what changed since the last call and the tables
+    queried, not the size of the topology. None: take the general path (a rename)."""
+    with catalog.backend.read() as conn:
+        known = topology.facts_cache.look(conn)  # the first statement: the snapshot's facts
+        graph = topology.cached
+        if graph is None or graph.generation != known.generation:
+            graph = topology.graph(conn)
+        if graph.generation != known.generation:  # changed between the two statements? cannot in one snapshot
+            return None
+        qids = resolver.resolve(conn, idents)
+        fx = known.facts
+        if any(t not in fx or fx[t].ident != i for i, t in qids.items()):
+            return None  # renamed or dropped since cached: the general path looks again
+        q = set(qids.values())
+        scope_ids = _scope(graph, q, scope)
+        open_ = known.open_epoch
+        e = e_star(graph, fx, scope_ids, open_, q)
+        at = versions_at(conn, [t for t in q if t in e.managed], e.barrier)
+    versions = {t: (at[t].version if t in at else fx[t].head) for t in q}
+    return _answer(catalog, "read_committed", scope, e.barrier, idents, qids, versions, graph, fx, scope_ids, open_,
+                   e.held, e.notes)
+
+
 @dataclass(frozen=True)
 class EStar:
     """The read_committed barrier of a scope, and what it rests on."""
@@ -322,13 +352,29 @@ class EStar:
     notes: tuple[str, ...]
 
 
-def e_star(graph: Graph, fx: dict[int, Facts], scope_ids: set[int], open_: int) -> EStar:
+def e_star(graph: Graph, fx: dict[int, Facts], scope_ids: set[int], open_: int,
+           queried: "set[int] | frozenset[int]" = frozenset()) -> EStar:
     """e* (the one definition; the single-statement query of states.choice_rows mirrors it in SQL
-    and is checked against it)."""
-    fr = {t: frontier(graph, fx[t], open_) for t in scope_ids}
-    managed = {t: f for t, f in fr.items() if f is not None}
-    barrier = min(managed.values()) if managed else open_ - 1
-    held = tuple(sorted(fx[t].ident for t, f in managed.items() if f == barrier and f < open_ - 1))
+    and is checked against it). Derived tables of the scope still catching up are left out
+    unless queried; unmanaged ones have no frontier. One pass: the rules of
+    :func:`~lakestep.barrier.states.frontier` and ``catching_up``, inlined."""
+    sealed = open_ - 1
+    kinds, joined = graph.kinds, graph.joined_barriers
+    managed: dict[int, int] = {}
+    for t in scope_ids:
+        kind = kinds.get(t)
+        if kind is None:
+            continue
+        if kind == "root":
+            managed[t] = sealed
+            continue
+        tag = fx[t].tag
+        f = 0 if tag is None else min(tag, sealed)
+        if f < joined.get(t, 0) and t not in queried:
+            continue  # catching up
+        managed[t] = f
+    barrier = min(managed.values()) if managed else sealed
+    held = tuple(sorted(fx[t].ident for t, f in managed.items() if f == barrier and f < sealed))
     notes = () if held or not managed else (
         f"every table is precommitted up to the newest sealed barrier; epoch {open_} is still open",)
     return EStar(barrier, managed, held, notes)
@@ -338,8 +384,8 @@ def _scope(graph: Graph, q: set[int], scope: Scope) -> set[int]:
     if scope == "query":
         return set(q)
     if scope == "related":
-        return graph.component(q) & (set(graph.managed) | q)
-    return set(graph.managed) | q
+        return graph.component(q) & (graph.managed_set | q)
+    return graph.managed_set | q
 
 
 def _answer(catalog: "Catalog", level: Level, scope: Scope, barrier: int | None, idents: list[str],
@@ -352,6 +398,8 @@ def _answer(catalog: "Catalog", level: Level, scope: Scope, barrier: int | None,
         info: dict[str, TableChoice] = {}
         for tid in sorted(scope_ids | q, key=lambda t: fx[t].ident):
             f = fx[tid]
+            if tid not in q and catching_up(graph, f, open_):
+                continue  # left out of the scope (e_star)
             w = graph.writer(tid)
             info[f.ident] = TableChoice(
                 table=f.ident, table_id=tid, kind=graph.kind(tid), job=None if w is None else w.job_id,

@@ -9,6 +9,7 @@ the states computed from it are states.py's.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Sequence
 
@@ -79,6 +80,21 @@ class Graph:
     @property
     def managed(self) -> list[int]:
         return sorted(self.writers)
+
+    @functools.cached_property
+    def managed_set(self) -> frozenset[int]:
+        """:attr:`managed` as a set (built once: the graph is immutable)."""
+        return frozenset(self.writers)
+
+    @functools.cached_property
+    def joined_barriers(self) -> dict[int, int]:
+        """Table id -> :meth:`joined_barrier`, for the derived tables that have one (> 0)."""
+        out = {}
+        for t in self.writers:
+            b = self.joined_barrier(t)
+            if b > 0:
+                out[t] = b
+        return out
 
     def writer(self, table_id: int) -> Job | None:
         w = self.writers.get(table_id)

@@ -50,6 +50,7 @@ consistently at its frontier any more.
 from __future__ import annotations
 
 import enum
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -291,6 +292,95 @@ def choice_rows(conn: Connection, ids: Iterable[int], queried: Iterable[int]
         out[tid] = ChoiceRow(f, None if r[9] is None else int(r[9]), None if r[10] is None else int(r[10]),
                              None if r[11] is None else int(r[11]), r[12] is not None)
     return None if head is None else (*head, out)
+
+
+def _changed_query(dialect: str) -> Query:
+    """The facts of the tables changed since ``:since`` (schema.py, version 9), with the
+    open epoch, the topology generation and the next ``since``, in one statement; one
+    row with NULL facts when nothing changed."""
+    return Query(f"changed_{dialect}", f"""
+WITH o AS MATERIALIZED (
+    SELECT ep.open_epoch, g.generation, {S.WATERMARK_SQL[dialect]} AS since
+      FROM ls_epoch ep CROSS JOIN ls_topology g WHERE ep.id = 1 AND g.id = 1),
+w AS MATERIALIZED (
+    SELECT t.table_id, t.namespace, t.name, t.version AS head,
+           (SELECT max(r.version) FROM ls_commit r
+             WHERE r.table_id = t.table_id AND r.operation = 'RESTORE') AS restore_v
+      FROM ls_table t WHERE t.stamp >= :since)
+SELECT o.open_epoch, o.generation, o.since, w.table_id, w.namespace, w.name, w.head, w.restore_v,
+       (SELECT c.barrier FROM ls_commit c
+         WHERE c.table_id = w.table_id AND c.barrier IS NOT NULL AND c.version >= COALESCE(w.restore_v, 0)
+         ORDER BY c.barrier DESC, c.version DESC LIMIT 1) AS tag
+  FROM o LEFT JOIN w ON 1 = 1
+""", {"since": "bigint"})
+
+
+_CHANGED = {d: _changed_query(d) for d in ("sqlite", "postgresql")}
+
+
+@dataclass(frozen=True)
+class Known:
+    """Every table's :class:`Facts` in one database snapshot, with the open epoch and the
+    topology generation of that snapshot (:meth:`FactsCache.look`)."""
+
+    generation: int
+    open_epoch: int
+    facts: dict[int, Facts]  # never changed once published
+
+
+class FactsCache:
+    """The facts of every table of the catalog, kept up to date by change stamp.
+
+    A read whose scope is the whole topology (``choose(scope="global")``) needs
+    the facts of hundreds of tables; :func:`facts` costs a seek per table. This
+    cache asks only for the tables whose ``ls_table.stamp`` is at or above the
+    watermark of its previous look (schema.py, version 9), so a look costs what
+    changed, not what exists. A new topology generation (a job registered or
+    retired, a table dropped) starts over from nothing.
+
+    1. :meth:`look` must be the first statement of a read transaction: its rows and
+       the kept facts then describe that transaction's snapshot exactly.
+    2. Looks are serialised by a lock held over the statement, so snapshots reach
+       the cache in order; each look publishes a new :class:`Known` (copy on write),
+       which callers may keep and share.
+
+    Not guaranteed: a transaction left open anywhere on a PostgreSQL server holds
+    the watermark back (its xmin), so every look re-reads the tables changed since
+    it began: correct, but as slow as the changes that piled up.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: Known | None = None
+        self._since = 0
+
+    def look(self, conn: Connection) -> Known:
+        with self._lock:
+            query = _CHANGED["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
+            old = self._known
+            since = 0 if old is None else self._since
+            rows = query(conn, since=since).all()
+            gen = int(rows[0][1])
+            if old is not None and gen != old.generation:  # dropped rows are not stamped: start over
+                old, since = None, 0
+                rows = query(conn, since=0).all()
+                gen = int(rows[0][1])
+            changed = [r for r in rows if r[3] is not None]
+            if old is not None and not changed and int(rows[0][0]) == old.open_epoch:
+                self._since = int(rows[0][2])
+                return old
+            fx = {} if old is None else dict(old.facts)
+            for r in changed:
+                tid = int(r[3])
+                restore_v = None if r[7] is None else int(r[7])
+                tag = None if r[8] is None else int(r[8])
+                if tag is None and restore_v is not None:  # no barriered commit since a barrier-less RESTORE
+                    row = conn.execute(_NEWEST_TAG, {"t": tid}).first()
+                    tag = None if row is None else int(row[0])
+                fx[tid] = Facts(tid, f"{r[4]}.{r[5]}", int(r[6]), restore_v, tag)
+            self._known = Known(gen, int(rows[0][0]), fx)
+            self._since = int(rows[0][2])
+            return self._known
 
 
 def frontier(graph: Graph, f: Facts, open_: int) -> int | None:

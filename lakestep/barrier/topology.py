@@ -51,7 +51,7 @@ from ..errors import ArgumentTypeError, TableNotFoundError
 from .errors import CycleError, JobNotFoundError, TopologyError
 from .graph import Graph, Job, TableKind
 from .epochs import open_epoch
-from .states import committed_barrier
+from .states import FactsCache, committed_barrier
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -161,6 +161,8 @@ class Topology:
     def __init__(self, catalog: "Catalog") -> None:
         self.catalog = catalog
         self._graph: Graph | None = None
+        #: every table's barrier facts, kept by change stamp for wide reads (choose.py)
+        self.facts_cache = FactsCache()
 
     # ---------------------------------------------------------------- reading
     @property

@@ -73,7 +73,8 @@ def sqlite_append(conn: Connection, changes: Sequence[TableChange], txn: dict[st
     for c in sorted(changes, key=lambda c: c.table_id):
         row = cur(
             "UPDATE ls_table SET version = version + 1, data_version = data_version + ?, "
-            "last_commit_at = CASE WHEN last_commit_at + 1e-6 > ? THEN last_commit_at + 1e-6 ELSE ? END "
+            "last_commit_at = CASE WHEN last_commit_at + 1e-6 > ? THEN last_commit_at + 1e-6 ELSE ? END, "
+            f"stamp = {S.STAMP_SQL['sqlite']} "
             "WHERE table_id = ? RETURNING version, data_version, last_commit_at",
             (1 if c.added else 0, now, now, c.table_id),
         ).fetchone()
@@ -149,7 +150,8 @@ def _postgres_one(conn: Connection, c: TableChange, txn: dict[str, Any], txn_id:
                     " AND NOT EXISTS (SELECT 1 FROM ls_txn WHERE job_id = %(job)s AND batch_id >= %(batch)s)")
     ctes.append(
         "h AS (UPDATE ls_table SET version = version + 1, data_version = data_version + %(dv_inc)s, "
-        "last_commit_at = GREATEST(last_commit_at + 1e-6, %(now)s) WHERE table_id = %(tid)s" + replay_guard +
+        "last_commit_at = GREATEST(last_commit_at + 1e-6, %(now)s), "
+        f"stamp = {S.STAMP_SQL['postgresql']} WHERE table_id = %(tid)s" + replay_guard +
         " RETURNING version, data_version, last_commit_at)"
     )
     if txn_id is None:

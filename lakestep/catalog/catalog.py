@@ -349,7 +349,7 @@ class Catalog:
                             schema_ipc=schema.serialize().to_pybytes(),
                             partition_by=json.dumps(list(partition_by)), primary_key=json.dumps(list(primary_key)),
                             properties=json.dumps(props), created_at=now, version=0, data_version=0,
-                            last_commit_at=now,
+                            last_commit_at=now, stamp=S.NextStamp(),
                         ).returning(S.tables.c.table_id)
                     ).scalar_one()
                     conn.execute(sa.insert(S.commits).values(
@@ -440,7 +440,7 @@ class Catalog:
             if conn.execute(sa.select(S.tables.c.table_id).where(S.tables.c.namespace == nns, S.tables.c.name == nname)).first():
                 raise TableAlreadyExistsError(f"{nns}.{nname}")
             res = conn.execute(sa.update(S.tables).where(S.tables.c.namespace == ons, S.tables.c.name == oname)
-                               .values(namespace=nns, name=nname))
+                               .values(namespace=nns, name=nname, stamp=S.NextStamp()))
             if res.rowcount == 0:
                 raise TableNotFoundError(f"{ons}.{oname}")
         return self.load_table((nns, nname))
@@ -456,6 +456,10 @@ class Catalog:
         table = self.load_table(ident)
         with self.backend.write() as conn:
             tid = table.table_id
+            # Readers that keep per-table facts by change stamp (schema.py, v9) cannot
+            # see a deleted row: a new topology generation makes them start over.
+            conn.execute(sa.update(S.topology).where(S.topology.c.id == 1)
+                         .values(generation=S.topology.c.generation + 1, updated_at=self.clock.now()))
             recorded = conn.execute(sa.select(S.files.c.path).where(S.files.c.table_id == tid)).scalars().all()
             conn.execute(sa.delete(S.file_stats).where(S.file_stats.c.table_id == tid))
             conn.execute(sa.delete(S.stats_columns).where(S.stats_columns.c.table_id == tid))

@@ -199,6 +199,8 @@ def _prune(table: "TableHandle", report: CleanupReport, floor: int, pinned: list
             if tagged is not None:
                 cond.append(c.version != tagged)
             report.pruned_commit_rows = conn.execute(sa.delete(S.commits).where(*cond)).rowcount
+            if report.pruned_commit_rows:  # the barrier facts (a RESTORE's version) may change
+                conn.execute(sa.update(S.tables).where(S.tables.c.table_id == tid).values(stamp=S.NextStamp()))
         conn.execute(sa.delete(S.locks).where(S.locks.c.expires_at.is_not(None), S.locks.c.expires_at <= now))
         conn.execute(sa.delete(S.snapshots).where(
             S.snapshots.c.table_id == tid, S.snapshots.c.expires_at.is_not(None), S.snapshots.c.expires_at <= now))

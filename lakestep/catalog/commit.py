@@ -96,6 +96,7 @@ _UPDATE_HEAD = (
         version=sa.bindparam("new_version"),
         data_version=sa.bindparam("new_data_version"),
         last_commit_at=sa.bindparam("at"),
+        stamp=S.NextStamp(),
     )
 )
 def open_epoch_for_commit(conn: Connection) -> int:

@@ -12,10 +12,12 @@ also forced to increase per table, see ``commit.py``).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ColumnElement
 
 from ..errors import CatalogCorruptError, CatalogVersionError
 
@@ -59,7 +61,11 @@ tables = sa.Table(
     sa.Column("version", sa.BigInteger, nullable=False, default=0),
     sa.Column("data_version", sa.BigInteger, nullable=False, default=0),
     sa.Column("last_commit_at", sa.Float, nullable=False),
+    # The change stamp (version 9): set by every change of the row or of the facts
+    # the barrier layer derives from its commits; see the comment above _v9.
+    sa.Column("stamp", sa.BigInteger, nullable=False, default=0, server_default="0"),
     sa.UniqueConstraint("namespace", "name", name="ls_table_ident"),
+    sa.Index("ls_table_stamp", "stamp"),
 )
 
 # One row per catalog transaction (one or several table commits). The uuid lets
@@ -437,6 +443,53 @@ def columns_digest(cols: list[str]) -> str:
     return hashlib.sha256(columns_json(cols).encode()).hexdigest()
 
 
+# --- version 9: a change stamp per table --------------------------------------------
+# A reader that keeps the barrier facts of many tables (barrier/states.py,
+# FactsCache) asks only for the rows that changed since its last look:
+# ``stamp >= since``. Every writer of ``ls_table`` (a commit, create, rename,
+# a cleanup that prunes commit rows) sets ``stamp`` to STAMP_SQL; a reader's
+# next ``since`` is WATERMARK_SQL, read in the same statement as the rows.
+#
+# * PostgreSQL: the stamp is the writer's transaction id (txid_current()), the
+#   watermark the xmin of the reader's snapshot: every transaction below it has
+#   ended, so it is visible now or never; a transaction at or above it may
+#   land later (ids are taken at a transaction's first write, not at its
+#   commit), and ``>=`` will still see it.
+# * SQLite: one writer at a time, so max(stamp) + 1 orders the writers; the
+#   watermark is the same expression, read in the reader's snapshot.
+#
+# Deleting a row (drop_table) can lower max(stamp) on SQLite and is invisible to
+# ``stamp >= since`` anyway: a drop bumps ``ls_topology.generation``, and a reader
+# that sees a new generation starts over from ``since = 0``.
+STAMP_SQL = {
+    "sqlite": "(SELECT COALESCE(max(stamp), 0) + 1 FROM ls_table)",
+    "postgresql": "txid_current()",
+}
+WATERMARK_SQL = {
+    "sqlite": STAMP_SQL["sqlite"],
+    "postgresql": "txid_snapshot_xmin(txid_current_snapshot())",
+}
+
+
+class NextStamp(ColumnElement[int]):
+    """The value a writer sets ``ls_table.stamp`` to (STAMP_SQL of the dialect)."""
+
+    type = sa.BigInteger()
+    inherit_cache = True
+
+
+@compiles(NextStamp)
+def _next_stamp(element: NextStamp, compiler: Any, **kw: Any) -> str:
+    return STAMP_SQL.get(compiler.dialect.name, STAMP_SQL["sqlite"])
+
+
+def _v9(conn: Connection) -> None:
+    if "stamp" not in {c["name"] for c in sa.inspect(conn).get_columns("ls_table")}:
+        conn.exec_driver_sql("ALTER TABLE ls_table ADD COLUMN stamp BIGINT NOT NULL DEFAULT 0")
+    if "ls_table_stamp" not in {i["name"] for i in sa.inspect(conn).get_indexes("ls_table")}:
+        conn.exec_driver_sql("CREATE INDEX ls_table_stamp ON ls_table (stamp)")
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
@@ -446,6 +499,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (6, _v6),
     (7, _v7),
     (8, _v8),
+    (9, _v9),
 ]
 LATEST = MIGRATIONS[-1][0]
 

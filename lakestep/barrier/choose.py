@@ -177,9 +177,9 @@ class Resolver:
         from ..catalog import parse_ident
 
         missing = [i for i in idents if i not in self.ids]
-        if missing:
-            t = S.tables.c
-            pairs = [parse_ident(i) for i in missing]
+        t = S.tables.c
+        for k in range(0, len(missing), 100):  # SQLite caps the depth of an expression (1000)
+            pairs = [parse_ident(i) for i in missing[k:k + 100]]
             cond = sa.or_(*[sa.and_(t.namespace == ns, t.name == n) for ns, n in pairs])
             for r in conn.execute(sa.select(t.table_id, t.namespace, t.name).where(cond)):
                 self.ids[f"{r[1]}.{r[2]}"] = int(r[0])
@@ -333,13 +333,19 @@ def _committed_wide(catalog: "Catalog", topology: Topology, resolver: Resolver, 
         if any(t not in fx or fx[t].ident != i for i, t in qids.items()):
             return None  # renamed or dropped since cached: the general path looks again
         q = set(qids.values())
-        scope_ids = _scope(graph, q, scope)
         open_ = known.open_epoch
-        e = e_star(graph, fx, scope_ids, open_, q)
-        at = versions_at(conn, [t for t in q if t in e.managed], e.barrier)
+        got = topology.facts_cache.wide_barrier(known, graph, q, scope)
+        if got is None:  # the full pass
+            e = e_star(graph, fx, _scope(graph, q, scope), open_, q)
+            barrier, managed_q, held, notes = e.barrier, set(e.managed) & q, e.held, e.notes
+        else:
+            barrier, managed_q, held_ids, any_managed = got
+            held = tuple(sorted(fx[t].ident for t in held_ids))
+            notes = _notes(held, any_managed, open_)
+        at = versions_at(conn, managed_q, barrier)
     versions = {t: (at[t].version if t in at else fx[t].head) for t in q}
-    return _answer(catalog, "read_committed", scope, e.barrier, idents, qids, versions, graph, fx, scope_ids, open_,
-                   e.held, e.notes)
+    return _answer(catalog, "read_committed", scope, barrier, idents, qids, versions, graph, fx,
+                   lambda: _scope(graph, q, scope), open_, held, notes)
 
 
 @dataclass(frozen=True)
@@ -375,9 +381,13 @@ def e_star(graph: Graph, fx: dict[int, Facts], scope_ids: set[int], open_: int,
         managed[t] = f
     barrier = min(managed.values()) if managed else sealed
     held = tuple(sorted(fx[t].ident for t, f in managed.items() if f == barrier and f < sealed))
-    notes = () if held or not managed else (
-        f"every table is precommitted up to the newest sealed barrier; epoch {open_} is still open",)
+    notes = _notes(held, bool(managed), open_)
     return EStar(barrier, managed, held, notes)
+
+
+def _notes(held: tuple[str, ...], any_managed: bool, open_: int) -> tuple[str, ...]:
+    return () if held or not any_managed else (
+        f"every table is precommitted up to the newest sealed barrier; epoch {open_} is still open",)
 
 
 def _scope(graph: Graph, q: set[int], scope: Scope) -> set[int]:
@@ -390,13 +400,14 @@ def _scope(graph: Graph, q: set[int], scope: Scope) -> set[int]:
 
 def _answer(catalog: "Catalog", level: Level, scope: Scope, barrier: int | None, idents: list[str],
             qids: dict[str, int], versions: dict[int, int], graph: Graph, fx: dict[int, Facts],
-            scope_ids: set[int], open_: int, held: tuple[str, ...], notes: tuple[str, ...],
+            scope_ids: "set[int] | Callable[[], set[int]]", open_: int, held: tuple[str, ...], notes: tuple[str, ...],
             locks: list[VersionLock] | None = None) -> Choice:
     q = set(qids.values())
 
     def build() -> dict[str, TableChoice]:
         info: dict[str, TableChoice] = {}
-        for tid in sorted(scope_ids | q, key=lambda t: fx[t].ident):
+        members = scope_ids() if callable(scope_ids) else scope_ids
+        for tid in sorted(members | q, key=lambda t: fx[t].ident):
             f = fx[tid]
             if tid not in q and catching_up(graph, f, open_):
                 continue  # left out of the scope (e_star)

@@ -123,6 +123,12 @@ class Graph:
                 rev.setdefault(k, set()).add(s)
         return _reach(rev, [table_id])
 
+    def component_of(self, table_id: int) -> frozenset[int] | None:
+        """The weakly connected component of a table of an active job (None: no job reads or writes it);
+        one object per component, so it can key a cache."""
+        self.component(())
+        return self._components.get(table_id)
+
     def component(self, table_ids: Iterable[int]) -> set[int]:
         """Every table connected to ``table_ids`` through jobs (the weakly connected component)."""
         if not self._components and self.jobs:

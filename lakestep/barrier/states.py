@@ -49,6 +49,7 @@ consistently at its frontier any more.
 
 from __future__ import annotations
 
+import collections
 import enum
 import threading
 import time
@@ -326,6 +327,7 @@ class Known:
     generation: int
     open_epoch: int
     facts: dict[int, Facts]  # never changed once published
+    seq: int = 0  # numbers the looks that changed a fact (FactsCache.changed_since)
 
 
 class FactsCache:
@@ -353,6 +355,9 @@ class FactsCache:
         self._lock = threading.Lock()
         self._known: Known | None = None
         self._since = 0
+        self._seq = 0
+        self._log: collections.deque[tuple[int, frozenset[int]]] = collections.deque(maxlen=256)
+        self._index: FrontierIndex | None = None
 
     def look(self, conn: Connection) -> Known:
         with self._lock:
@@ -365,22 +370,143 @@ class FactsCache:
                 old, since = None, 0
                 rows = query(conn, since=0).all()
                 gen = int(rows[0][1])
-            changed = [r for r in rows if r[3] is not None]
-            if old is not None and not changed and int(rows[0][0]) == old.open_epoch:
-                self._since = int(rows[0][2])
-                return old
-            fx = {} if old is None else dict(old.facts)
-            for r in changed:
+                self._log.clear()
+            new: dict[int, Facts] = {}
+            for r in rows:
+                if r[3] is None:
+                    continue
                 tid = int(r[3])
                 restore_v = None if r[7] is None else int(r[7])
                 tag = None if r[8] is None else int(r[8])
                 if tag is None and restore_v is not None:  # no barriered commit since a barrier-less RESTORE
                     row = conn.execute(_NEWEST_TAG, {"t": tid}).first()
                     tag = None if row is None else int(row[0])
-                fx[tid] = Facts(tid, f"{r[4]}.{r[5]}", int(r[6]), restore_v, tag)
-            self._known = Known(gen, int(rows[0][0]), fx)
+                f = Facts(tid, f"{r[4]}.{r[5]}", int(r[6]), restore_v, tag)
+                if old is None or old.facts.get(tid) != f:  # rows at the watermark come again, unchanged
+                    new[tid] = f
             self._since = int(rows[0][2])
+            if old is not None and not new and int(rows[0][0]) == old.open_epoch:
+                return old
+            self._seq += 1
+            if old is not None:
+                self._log.append((self._seq, frozenset(new)))
+            self._known = Known(gen, int(rows[0][0]), {**old.facts, **new} if old is not None else new, self._seq)
             return self._known
+
+    def changed_since(self, seq: int, upto: int) -> frozenset[int] | None:
+        """The tables whose facts changed between two looks (None: no longer known). Lock held."""
+        if seq == upto:
+            return frozenset()
+        if seq > upto or not self._log or self._log[0][0] > seq + 1 or self._log[-1][0] < upto:
+            return None
+        out: set[int] = set()
+        for s, ids in self._log:
+            if seq < s <= upto:
+                out |= ids
+        return frozenset(out)
+
+    def wide_barrier(self, known: Known, graph: Graph, queried: set[int], scope: str
+                     ) -> tuple[int, set[int], tuple[int, ...], bool] | None:
+        """e* of scope ``related`` or ``global`` from a :class:`FrontierIndex` kept up to date
+        with the looks (:meth:`FrontierIndex.e_star`).
+        None: the index cannot describe ``known`` (an older look); use the full pass."""
+        with self._lock:
+            ix = self._index
+            if ix is None or ix.graph is not graph or ix.seq > known.seq:
+                ix = None
+            elif ix.seq < known.seq:
+                ids = self.changed_since(ix.seq, known.seq)
+                if ids is None:
+                    ix = None
+                else:
+                    ix.update(known, ids)
+            if ix is None:
+                if self._known is not known:
+                    return None  # an older snapshot than the newest look: not worth an index
+                ix = self._index = FrontierIndex(graph, known)
+            return ix.e_star(known, queried, scope)
+
+
+class FrontierIndex:
+    """The tag frontiers of the derived tables of one graph that are not catching up,
+    grouped by value, over all tables and per weakly connected component: e* of a wide
+    scope is the lowest value of its groups (and of its queried tables), found without
+    a pass over the scope. A derived table is catching up while its newest tag is below
+    its joined barrier (the joined barrier is at most ``O - 1`` since it was registered,
+    so the open epoch does not enter). Updated in place by :meth:`FactsCache.wide_barrier`
+    under its lock."""
+
+    def __init__(self, graph: Graph, known: Known) -> None:
+        self.graph = graph
+        self.seq = known.seq
+        self.value: dict[int, int] = {}  # derived table -> its tag (0 if none), if not catching up
+        self.groups: dict[object, dict[int, set[int]]] = {None: {}}  # None: all; else a component
+        self.roots: dict[object, int] = {None: len(graph.roots)}
+        for t in graph.roots:
+            comp = graph.component_of(t)
+            self.roots[comp] = self.roots.get(comp, 0) + 1
+        for t in graph.kinds:
+            if graph.kinds[t] == "derived":
+                self._put(t, known.facts.get(t))
+
+    def _buckets(self, t: int) -> list[dict[int, set[int]]]:
+        return [self.groups[None], self.groups.setdefault(self.graph.component_of(t), {})]
+
+    def _put(self, t: int, f: Facts | None) -> None:
+        old = self.value.pop(t, None)
+        if old is not None:
+            for b in self._buckets(t):
+                members = b[old]
+                members.discard(t)
+                if not members:
+                    del b[old]
+        if f is None:
+            return
+        v = 0 if f.tag is None else f.tag
+        if v < self.graph.joined_barriers.get(t, 0):
+            return  # catching up
+        self.value[t] = v
+        for b in self._buckets(t):
+            b.setdefault(v, set()).add(t)
+
+    def update(self, known: Known, ids: frozenset[int]) -> None:
+        for t in ids:
+            if self.graph.kinds.get(t) == "derived":
+                self._put(t, known.facts.get(t))
+        self.seq = known.seq
+
+    def e_star(self, known: Known, queried: set[int], scope: str) -> tuple[int, set[int], tuple[int, ...], bool]:
+        """(e*, the managed queried tables, the ids holding e* back, whether the scope
+        holds a managed table): what choose.e_star finds with a pass over the scope."""
+        sealed = known.open_epoch - 1
+        keys: set[object] = {None}
+        if scope == "related":
+            keys = {c for c in (self.graph.component_of(t) for t in queried) if c is not None}
+        barrier, managed_q = sealed, set()
+        any_managed = False
+        low: list[dict[int, set[int]]] = []
+        for k in keys:
+            any_managed = any_managed or self.roots.get(k, 0) > 0
+            b = self.groups.get(k)
+            if b:
+                any_managed = True
+                low.append(b)
+                barrier = min(barrier, min(b))
+        fq: dict[int, int] = {}
+        for t in queried:
+            kind = self.graph.kinds.get(t)
+            if kind is None:
+                continue
+            managed_q.add(t)
+            f = known.facts[t]
+            fq[t] = sealed if kind == "root" else min(0 if f.tag is None else f.tag, sealed)
+            barrier = min(barrier, fq[t])
+        held: set[int] = set()
+        if barrier < sealed:
+            for b in low:
+                held |= b.get(barrier, set())
+            held |= {t for t, f in fq.items() if f == barrier}
+        return barrier, managed_q, tuple(held), any_managed or bool(managed_q)
 
 
 def frontier(graph: Graph, f: Facts, open_: int) -> int | None:

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 from lakestep import Catalog, _failpoints
+from lakestep.errors import TableNotFoundError
 from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
 from lakestep.barrier import choose as choose_mod
 from lakestep.barrier.errors import RollbackRefusedError
@@ -74,6 +75,7 @@ def test_a_wide_choice_from_kept_facts_equals_a_fresh_one(catalog: Catalog, writ
     dim = "s.dim"
     extra: list[str] = []  # jobs registered during the run
     done: dict[str, int] = {}
+    seen: set[str] = set()
     try:
         for i in range(120):
             step = rng.choice(["append", "append", "seal", "seal", "batch", "batch", "batch", "dim", "job"]
@@ -99,7 +101,11 @@ def test_a_wide_choice_from_kept_facts_equals_a_fresh_one(catalog: Catalog, writ
             elif step == "job":
                 if extra and rng.random() < 0.5:
                     wp.retire_job(extra.pop())
-                else:
+                else:  # joins at the committed barrier, so its table catches up for a while
+                    coord.seal()
+                    for job in ["j0", "j1", "j2"] + extra:
+                        while _copy_batch(wp, writer, job):
+                            pass
                     name = f"x{i}"
                     writer.create_table(f"s.{name}", KV)
                     wp.register_job(name, sources=[rng.choice(["s.r1", "s.d0"])], sinks=[f"s.{name}"])
@@ -111,13 +117,22 @@ def test_a_wide_choice_from_kept_facts_equals_a_fresh_one(catalog: Catalog, writ
                 except RollbackRefusedError:
                     pass
             done[step] = done.get(step, 0) + 1
+            lagging: set[str] = set()
             for scope in ("related", "global"):
-                for tables in (["s.d1"], ["s.r0", dim], ["s.d2"], [f"s.{extra[-1]}"] if extra else ["s.d0"]):
+                for tables in ([f"s.{extra[-1]}"] if extra else ["s.d0"], ["s.d1"], ["s.r0", dim], ["s.d2"]):
                     got = reader.choose(tables, scope=scope)  # type: ignore[arg-type]
                     want = _general(catalog, tables, scope, monkeypatch)
                     assert _view(got) == _view(want), (i, step, scope, tables)
+                    for t in got.explanation.tables.values():
+                        if t.catching_up:
+                            lagging.add(t.table)
+                            if t.table in got.explanation.held_by:
+                                seen.add("catching up, queried, holds the barrier back")
+                    if scope == "global" and lagging - set(tables) - set(got.explanation.tables):
+                        seen.add("catching up, not queried, left out")
         # every kind of step happened, the catching-up tables too
         assert set(done) == {"append", "seal", "batch", "dim", "job", "rollback"}, done
+        assert seen == {"catching up, queried, holds the barrier back", "catching up, not queried, left out"}, seen
     finally:
         coord.stop()
 
@@ -175,3 +190,21 @@ def test_a_commit_that_took_its_transaction_id_first_and_landed_last_is_seen(pg_
     finally:
         catalog.close()
         writer.close()
+
+
+
+@pytest.mark.parametrize("scope", ["query", "related", "global"])
+def test_a_choice_over_a_thousand_names_is_answered(catalog: Catalog, scope: str) -> None:
+    """Names are looked up in bounded statements: SQLite refuses an expression deeper than
+    1000, which one OR over 1,000 names was (an untyped OperationalError)."""
+    catalog.create_namespace("s")
+    for n in ("a", "b"):
+        catalog.create_table(f"s.{n}", KV)
+    p = Pipeline(catalog)
+    p.register_job("in", sinks=["s.a"], external_input=True)
+    names = ["s.a", "s.b"] + [f"s.missing{i}" for i in range(1200)]
+    with pytest.raises(TableNotFoundError) as e:
+        p.choose(names, scope=scope)  # type: ignore[arg-type]
+    assert "s.missing0" in str(e.value)
+    c = p.choose(["s.a", "s.b"], scope=scope)  # type: ignore[arg-type]
+    assert c.versions == {"s.a": 0, "s.b": 0}

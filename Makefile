@@ -42,8 +42,9 @@ bench: venv
 	$(BIN)/python -m benchmarks.barrier
 	$(BIN)/python -m benchmarks.streaming
 	$(BIN)/python -m benchmarks.query
-	$(BIN)/python -m benchmarks.scale
 	$(BIN)/python -m benchmarks.freshness
+	# last: it exits 1 when a scale target is missed (2 cores miss the 32-writer latencies)
+	$(BIN)/python -m benchmarks.scale
 
 clean:
 	rm -rf $(VENV) demo-warehouse .pytest_cache

@@ -255,14 +255,21 @@ def facts_ex(conn: Connection, ids: Iterable[int]) -> tuple[int | None, int | No
     for chunk in _chunks(list(ids)):
         for r in _FACTS(conn, ids=chunk):
             gen, open_ = int(r[6]), int(r[7])
-            tid = int(r[0])
-            tag = None if r[5] is None else int(r[5])
-            restore_v = None if r[4] is None else int(r[4])
-            if tag is None and restore_v is not None:  # no barriered commit since a barrier-less RESTORE
-                row = conn.execute(_NEWEST_TAG, {"t": tid}).first()
-                tag = None if row is None else int(row[0])
-            out[tid] = Facts(tid, f"{r[1]}.{r[2]}", int(r[3]), restore_v, tag)
+            f = _row_facts(conn, r[0:6])
+            out[f.table_id] = f
     return gen, open_, out
+
+
+def _row_facts(conn: Connection, r: Sequence) -> Facts:
+    """Facts from (table id, namespace, name, head, restore version, tag), as _FACTS and
+    _CHANGED return them; a tag is looked for before a barrier-less RESTORE if none follows it."""
+    tid = int(r[0])
+    restore_v = None if r[4] is None else int(r[4])
+    tag = None if r[5] is None else int(r[5])
+    if tag is None and restore_v is not None:  # no barriered commit since a barrier-less RESTORE
+        row = conn.execute(_NEWEST_TAG, {"t": tid}).first()
+        tag = None if row is None else int(row[0])
+    return Facts(tid, f"{r[1]}.{r[2]}", int(r[3]), restore_v, tag)
 
 
 @dataclass(frozen=True)
@@ -375,15 +382,9 @@ class FactsCache:
             for r in rows:
                 if r[3] is None:
                     continue
-                tid = int(r[3])
-                restore_v = None if r[7] is None else int(r[7])
-                tag = None if r[8] is None else int(r[8])
-                if tag is None and restore_v is not None:  # no barriered commit since a barrier-less RESTORE
-                    row = conn.execute(_NEWEST_TAG, {"t": tid}).first()
-                    tag = None if row is None else int(row[0])
-                f = Facts(tid, f"{r[4]}.{r[5]}", int(r[6]), restore_v, tag)
-                if old is None or old.facts.get(tid) != f:  # rows at the watermark come again, unchanged
-                    new[tid] = f
+                f = _row_facts(conn, r[3:9])
+                if old is None or old.facts.get(f.table_id) != f:  # rows at the watermark come again, unchanged
+                    new[f.table_id] = f
             self._since = int(rows[0][2])
             if old is not None and not new and int(rows[0][0]) == old.open_epoch:
                 return old
@@ -498,8 +499,7 @@ class FrontierIndex:
             if kind is None:
                 continue
             managed_q.add(t)
-            f = known.facts[t]
-            fq[t] = sealed if kind == "root" else min(0 if f.tag is None else f.tag, sealed)
+            fq[t] = sealed if kind == "root" else tag_frontier(known.facts[t], known.open_epoch)
             barrier = min(barrier, fq[t])
         held: set[int] = set()
         if barrier < sealed:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from pyspark.sql.datasource import DataSource
 
 from ..catalog.files import Storage
+from ..errors import InvalidArgumentError
 from . import progress
 
 
@@ -98,7 +99,8 @@ def register_job(url: str, job: str, *, sources: Sequence[str], sinks: Sequence[
 
 def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "append",
                   dead_letter_table: str | None = None, merge_schema: bool = False,
-                  storage_options: Mapping[str, Any] | None = None) -> Callable[[Any, int], None]:
+                  storage_options: Mapping[str, Any] | None = None,
+                  writer: str = "arrow") -> Callable[[Any, int], None]:
     """A ``foreachBatch`` function with the sink's guarantees, for existing foreachBatch pipelines.
 
     Each micro-batch is written by the executors (``mapInArrow``: Parquet files
@@ -118,6 +120,12 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
     :class:`~lakestep.errors.SchemaMismatchError` before anything is written).
     ``storage_options``: how the driver and the executors reach an object-store
     warehouse (as ``Catalog(storage_options=...)``; default: the AWS environment).
+    ``writer``: ``"arrow"`` (default: the rows go to Python workers, which
+    write the files, as in the ``lakestep`` sink) or ``"spark"`` (Spark's own
+    Parquet writer writes them and the driver reads their footers: no Python
+    worker sees the rows, about 1.3x the rows/s on this project's benchmark;
+    for tables without a primary key or dead-letter table, on a file-system
+    location: :mod:`lakestep.streaming.native`).
     Files of a batch whose Spark job fails midway are orphans that cleanup
     removes after the retention window.
 
@@ -130,14 +138,26 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
 
     mode = {"overwrite": "complete", "upsert": "update"}.get(mode, mode)
     storage = Storage.of(storage_options)
+    if writer not in ("arrow", "spark"):
+        raise InvalidArgumentError(f"writer must be 'arrow' or 'spark', got {writer!r}", argument="writer",
+                                   value=writer)
     target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table, storage=storage)
+    if writer == "spark":
+        from .native import check_target
+
+        check_target(target)
 
     def run(df: Any, batch_id: int) -> None:
         nonlocal target
         if target.lacks(df.columns):  # new columns: refused, or added (merge_schema)
             target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table,
                                      schema=df.schema, merge_schema=merge_schema, storage=storage)
-        messages = [pickle.loads(r[0]) for r in df.mapInArrow(_writer(target, batch_id), "m binary").collect()]
+        if writer == "spark":
+            from .native import write
+
+            messages = [write(df, target, batch_id)]
+        else:
+            messages = [pickle.loads(r[0]) for r in df.mapInArrow(_writer(target, batch_id), "m binary").collect()]
         target.commit(messages, batch_id)
 
     return run

@@ -1,0 +1,270 @@
+"""Micro-batches written by Spark's own Parquet writer: ``foreach_batch(..., writer="spark")``.
+
+The ``lakestep`` sink and ``foreach_batch``'s default writer (``"arrow"``)
+receive each micro-batch in Python workers: Spark converts its rows to Arrow
+in the JVM and streams them to Python, which costs as much as a Python sink
+that writes nothing (benchmarks.streaming (a)). This writer keeps the rows in
+the JVM: Spark's Parquet writer writes the files, and only their footers are
+read, on the driver, to describe them to the catalog.
+
+Protocol of one micro-batch (numbered as it runs):
+
+1. driver: the batch's columns are checked against the table by the rules of
+   the arrow writer (:func:`lakestep.catalog.writes.conform`: any column order,
+   lossless widening, a missing nullable column filled with nulls; anything
+   else raises :class:`~lakestep.errors.SchemaMismatchError` before a file is
+   written), and one ``select`` casts them to the table's types. A partitioned
+   table gets one copy of each partition column (``__ls_part_<i>``): Spark
+   splits the files by the copies, so every file holds one partition value and
+   keeps the partition column itself, as the arrow writer's files do;
+2. executors: Spark's Parquet writer (no Python worker) writes into a directory
+   of this attempt's own, ``data/spark-b<batch>-<uuid>/``: timestamps as
+   INT64 microseconds, at most 4,000,000 rows per file. Spark's commit
+   protocol moves a task's file there only when the task committed;
+3. driver: the directory is listed and each file's footer read: its row
+   count; per column ``[min, max, null_count]`` from the footer's statistics,
+   the values the arrow writer computes from the rows (where the footer cannot
+   say them exactly, a double column holding NaN or a value too long for
+   parquet-mr to keep, the bounds are left unknown, as the arrow writer does
+   for types without bounds; nested columns get no statistics); the partition
+   values. The commit protocol's side files (``_SUCCESS``, ``.crc``) and files
+   without rows are deleted. A non-nullable column holding a null fails the
+   batch with :class:`~lakestep.errors.SchemaMismatchError`, and its files
+   are deleted: nothing was committed;
+4. driver: the files are published exactly as by the arrow writer
+   (:meth:`lakestep.streaming.sink.SinkTarget.commit`): one catalog
+   transaction, idempotent per ``(job, batchId)``, a derived job's barrier.
+
+Limits (refused with :class:`~lakestep.errors.StreamingJobError` when the
+helper is made): tables without a primary key (an upsert needs the arrow
+writer's merge of keys), no dead-letter table, a location on a file system
+(a local or shared disk; Spark and the driver must see it at the same path).
+Not guaranteed: the files of a batch whose Spark job fails midway are orphans
+that cleanup removes after the table's retention window.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from ..catalog.files import NewFile, _encode, is_object_store, partition_key
+from ..catalog.writes import conform
+from ..errors import SchemaMismatchError, StreamingJobError
+from .sink import FilesWritten, SinkTarget
+
+log = logging.getLogger(__name__)
+
+MAX_ROWS_PER_FILE = 4_000_000
+_TS_CONF = "spark.sql.parquet.outputTimestampType"
+_PART = "__ls_part_"
+
+
+def check_target(target: SinkTarget) -> None:
+    """Refuse, before any batch runs, a target Spark's writer cannot serve (module docstring, Limits)."""
+    why = []
+    if target.shape.primary_key:
+        why.append(f"{target.shape.ident} has a primary key (upserts merge keys in the arrow writer)")
+    if target.dead is not None:
+        why.append("a dead-letter table is set (the arrow writer splits the rows)")
+    if is_object_store(target.shape.location):
+        why.append(f"the table's location {target.shape.location!r} is on an object store (this writer "
+                   "needs a file system path that Spark and the driver share)")
+    if why:
+        raise StreamingJobError(f"writer='spark' cannot write {target.shape.ident}: " + "; ".join(why)
+                                + ". Use writer='arrow'.")
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def conformed(df: Any, target: SinkTarget) -> tuple[Any, list[str]]:
+    """Step 1: ``df`` as the table's columns and types, with the partition copies; and their names."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+
+    schema, ident = target.shape.schema, target.shape.ident
+    try:
+        arrow = to_arrow_schema(df.schema, timezone="UTC")
+    except Exception as e:  # a Spark type Arrow has no form for
+        raise SchemaMismatchError(ident, [f"the batch's schema has no Arrow form: {e}"]) from e
+    conform(arrow.empty_table(), schema, ident)  # the arrow writer's rules, on the types alone
+    have = set(arrow.names)
+    cols = []
+    for f in schema:
+        if f.name not in have:
+            c = F.lit(None).cast(from_arrow_type(f.type))
+        else:
+            c = F.col(_quoted(f.name))
+            if not arrow.field(f.name).type.equals(f.type):
+                c = c.cast(from_arrow_type(f.type))
+            if not f.nullable and pa.types.is_nested(f.type) and arrow.field(f.name).nullable:
+                # a footer counts the nulls of a nested column's leaves, not of the column
+                raise SchemaMismatchError(ident, [
+                    f"column {f.name!r} is not nullable and nested: writer='spark' cannot check it for "
+                    "nulls (declare it non-nullable in the DataFrame, or use writer='arrow')"])
+        cols.append(c.alias(f.name))
+    parts = [f"{_PART}{i}" for i in range(len(target.shape.partition_by))]
+    cols += [F.col(_quoted(p)).alias(n) for p, n in zip(target.shape.partition_by, parts)]
+    return df.select(*cols), parts
+
+
+def write(df: Any, target: SinkTarget, batch_id: int) -> FilesWritten:
+    """Steps 1-3 of a micro-batch: Spark writes, the driver describes the files."""
+    out, parts = conformed(df, target)
+    store = target.shape.store()
+    rel_dir = f"data/spark-b{batch_id}-{uuid.uuid4().hex[:12]}"
+    full_dir = store.full_path(rel_dir)
+    session = df.sparkSession
+    before = session.conf.get(_TS_CONF, None)
+    session.conf.set(_TS_CONF, "TIMESTAMP_MICROS")  # Spark's default, INT96, is legacy
+    try:
+        w = (out.write.mode("errorifexists").option("maxRecordsPerFile", MAX_ROWS_PER_FILE)
+             .option("compression", store.compression)
+             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"))
+        if parts:
+            w = w.partitionBy(*parts)
+        w.parquet(_spark_path(full_dir))
+    finally:
+        if before is None:
+            session.conf.unset(_TS_CONF)
+        else:
+            session.conf.set(_TS_CONF, before)
+    msg = FilesWritten()
+    try:
+        describe(store, rel_dir, target, msg)
+    except BaseException:
+        for f in msg.files:
+            store.delete(f.path)
+        raise
+    return msg
+
+
+def _spark_path(full: str) -> str:
+    """A local path as a ``file:`` URI: a bare path means the cluster's default file system."""
+    from pathlib import Path
+
+    return Path(full).absolute().as_uri()
+
+
+def describe(store: Any, rel_dir: str, target: SinkTarget, msg: FilesWritten) -> None:
+    """Step 3: the files Spark left in ``rel_dir`` as NewFiles (side files and empty files deleted)."""
+    shape = target.shape
+    root = store.full_path("")
+    infos = store.fs.get_file_info(pafs.FileSelector(store.full_path(rel_dir), recursive=True,
+                                                     allow_not_found=True))
+    data, side = [], []
+    for i in infos:
+        if i.type != pafs.FileType.File:
+            continue
+        (data if i.base_name.endswith(".parquet") and not i.base_name.startswith(("_", ".")) else side).append(i)
+    for i in side:
+        store.fs.delete_file(i.path)
+    problems: list[str] = []
+    for i in sorted(data, key=lambda x: x.path):
+        rel = i.path[len(root):].lstrip("/")
+        with store.fs.open_input_file(i.path) as fh:
+            md = pq.read_metadata(fh)
+        if md.num_rows == 0:
+            store.fs.delete_file(i.path)
+            continue
+        stats = footer_stats(md, shape.schema)
+        msg.files.append(NewFile(path=rel, record_count=md.num_rows, file_size=int(i.size or 0),
+                                 partition_json=partition_key(_partition(store, i.path, md, stats, shape)),
+                                 stats_json=_json(stats)))
+        msg.rows += md.num_rows
+        for f in shape.schema:
+            n = stats.get(f.name, [None, None, 0])[2]
+            if not f.nullable and n:
+                problems.append(f"column {f.name!r} is not nullable but has {n} null(s)")
+    if problems:
+        raise SchemaMismatchError(shape.ident, sorted(set(problems)))
+
+
+def _json(stats: dict[str, list[Any]]) -> str:
+    import json
+
+    return json.dumps(stats, separators=(",", ":"))
+
+
+def _leaves(t: pa.DataType) -> int:
+    """How many Parquet leaf columns an Arrow type is stored as."""
+    if pa.types.is_struct(t):
+        return sum(_leaves(t.field(k).type) for k in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _leaves(t.key_type) + _leaves(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaves(t.value_type)
+    return 1
+
+
+_BOUNDED = (pa.types.is_integer, pa.types.is_boolean, pa.types.is_floating, pa.types.is_string,
+            pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary, pa.types.is_date32,
+            pa.types.is_timestamp, pa.types.is_decimal)
+
+
+def footer_stats(md: Any, schema: pa.Schema) -> dict[str, list[Any]]:
+    """Per top-level primitive column ``[min, max, null_count]`` of a file, from its footer, in
+    :func:`~lakestep.catalog.files.compute_stats`'s form; bounds None where the footer does not
+    know them exactly; nested columns (and columns whose null count is not in the footer) left out."""
+    arrow = md.schema.to_arrow_schema()
+    leaf, at = {}, 0
+    for f in arrow:
+        leaf[f.name] = at if _leaves(f.type) == 1 and not pa.types.is_nested(f.type) else None
+        at += _leaves(f.type)
+    out: dict[str, list[Any]] = {}
+    for f in schema:
+        j = leaf.get(f.name)
+        if j is None or pa.types.is_nested(f.type):
+            continue
+        lo = hi = None
+        nulls, exact = 0, any(is_(f.type) for is_ in _BOUNDED)
+        known = True
+        for r in range(md.num_row_groups):
+            cc = md.row_group(r).column(j)
+            st = cc.statistics
+            if st is None or not st.has_null_count:
+                known = False
+                break
+            nulls += st.null_count
+            if cc.num_values - st.null_count <= 0:
+                continue
+            if not st.has_min_max:
+                exact = False
+                continue
+            a, b = st.min, st.max
+            if isinstance(a, float) and (a != a or b != b):  # parquet-mr counts NaN into a bound
+                exact = False
+                continue
+            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+                a, b = (v.decode() if isinstance(v, bytes) else v for v in (a, b))
+            lo = a if lo is None or a < lo else lo
+            hi = b if hi is None or b > hi else hi
+        if not known:
+            continue
+        out[f.name] = [_encode(lo), _encode(hi), nulls] if exact and lo is not None else [None, None, nulls]
+    return out
+
+
+def _partition(store: Any, path: str, md: Any, stats: dict[str, list[Any]], shape: Any) -> dict[str, Any]:
+    """A file's partition values: the bounds of its partition columns (one value each, step 1), or
+    the first row's value where the footer has no bounds."""
+    from ..catalog.files import _decode
+
+    part: dict[str, Any] = {}
+    for name in shape.partition_by:
+        lo, hi, nulls = stats.get(name, [None, None, None])
+        if nulls == md.num_rows:
+            part[name] = None
+        elif lo is not None and lo == hi:
+            part[name] = _decode(lo)
+        else:
+            with store.fs.open_input_file(path) as fh:
+                part[name] = pq.read_table(fh, columns=[name]).column(0)[0].as_py()
+    return part

@@ -9,6 +9,9 @@ Measured, with targets (every ratio from this run, on this machine):
     batch is dropped).  rows/s = rows / sum(``durationMs.triggerExecution``) of the
     kept batches.  ``sink_rounds`` rounds, the order alternating.
     Target: median over rounds of lakestep / parquet >= 0.9.
+    In the same rounds, with the same target: ``lakestep-spark``,
+    ``foreachBatch(foreach_batch(..., writer="spark"))``: Spark's own Parquet
+    writer writes the files and the driver commits them from their footers.
     Informational, in the same rounds: ``python-null``, a Python sink that only
     receives the Arrow batches (benchmarks/formats.py ``lakestep-bench-null``):
     its ratio to parquet is the ceiling of any sink built on pyspark's Python
@@ -32,7 +35,8 @@ Measured, with targets (every ratio from this run, on this machine):
     Target: median over rounds of lakestep rows/s / rows/s of kafka-python in
     ``--kafka-processes`` processes >= 1.0 (the one-process ratio is reported
     as information); every round's table ends with exactly ``messages``
-    distinct rows.
+    distinct rows. The same rounds also run ``lakestep-spark``: the same
+    Kafka stream into the table through ``foreach_batch(..., writer="spark")``.
 (c) barrier latency: a root table appended with ``barrier=OPEN_EPOCH``, the epoch
     sealed by a Coordinator, a derived Spark job (lakestep source -> lakestep sink,
     trigger 200 ms); latency = derived commit tagged with the barrier
@@ -146,6 +150,13 @@ def run_sink(spark: Any, root: Path, fmt: str, rows_per_batch: int, batches: int
         cat.create_namespace("b")
         table = cat.create_table("b.t", BENCH_SCHEMA)
         w = w.format("lakestep").option("catalog", cat.url).option("table", "b.t").option("job", "bench")
+    elif fmt == "lakestep-spark":
+        from lakestep.streaming import foreach_batch
+
+        cat = Catalog(warehouse=str(root / "wh-sink-spark"))
+        cat.create_namespace("b")
+        table = cat.create_table("b.t", BENCH_SCHEMA)
+        w = w.foreachBatch(foreach_batch(cat.url, "b.t", job="bench", writer="spark"))
     elif fmt == "python-null":
         from .formats import NULL_NAME, NullSink
 
@@ -165,7 +176,7 @@ def run_sink(spark: Any, root: Path, fmt: str, rows_per_batch: int, batches: int
     finally:
         q.stop()
     stats = batch_stats([json.loads(p.json) for p in q.recentProgress], skip=1)
-    if fmt == "lakestep":
+    if fmt in ("lakestep", "lakestep-spark"):
         stats["table_rows"] = table.count()
         cat.close()
     return stats
@@ -177,20 +188,23 @@ def run_sinks(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
     rounds = []
     for i in range(params["sink_rounds"]):
         row: dict[str, Any] = {"load_1min": round(os.getloadavg()[0], 2)}
-        for fmt in (("parquet", "lakestep", "python-null") if i % 2 == 0 else ("python-null", "lakestep", "parquet")):
+        fmts = ("parquet", "lakestep", "lakestep-spark", "python-null")
+        for fmt in (fmts if i % 2 == 0 else fmts[::-1]):
             step(f"(a) round {i + 1}/{params['sink_rounds']}: sink {fmt}")
             (root / f"a{i}").mkdir(exist_ok=True)
             row[fmt] = _attempt(lambda: run_sink(spark, root / f"a{i}", fmt, params["rows_per_batch"],
                                                  params["batches"]))
         row["ratio"] = _ratio(row["lakestep"].get("rows_per_s"), row["parquet"].get("rows_per_s"))
         row["null_ratio"] = _ratio(row["python-null"].get("rows_per_s"), row["parquet"].get("rows_per_s"))
+        row["spark_writer_ratio"] = _ratio(row["lakestep-spark"].get("rows_per_s"), row["parquet"].get("rows_per_s"))
         rounds.append(row)
     ratios = [r["ratio"] for r in rounds]
     out: dict[str, Any] = {"rounds": rounds,
                            "ratio_median": round(statistics.median(ratios), 3) if None not in ratios else None}
-    nulls = [r["null_ratio"] for r in rounds]
-    out["null_ratio_median"] = round(statistics.median(nulls), 3) if None not in nulls else None
-    for fmt in ("parquet", "lakestep", "python-null"):
+    for key in ("null_ratio", "spark_writer_ratio"):
+        vals = [r[key] for r in rounds]
+        out[f"{key}_median"] = round(statistics.median(vals), 3) if None not in vals else None
+    for fmt in ("parquet", "lakestep", "lakestep-spark", "python-null"):
         rates = [r[fmt].get("rows_per_s") for r in rounds]
         out[f"{fmt}_rows_per_s_median"] = statistics.median(rates) if None not in rates else None
     return out
@@ -308,18 +322,25 @@ def await_available_now(q: Any) -> Any:
 
 
 def run_kafka_lakestep(spark: Any, root: Path, broker: Any, topic: str, n: int, max_per_trigger: int,
-                       name: str = "kafka") -> dict[str, Any]:
+                       name: str = "kafka", writer: str | None = None) -> dict[str, Any]:
     """``lakestep-kafka`` -> ``lakestep`` table, ``availableNow``; rows/s = rows / sum(triggerExecution)
     (from each trigger's offset lookup to its table commit; the query start before the first trigger
-    is in ``wall_s`` only)."""
+    is in ``wall_s`` only). ``writer``: None, the ``lakestep`` sink; ``"spark"``, foreach_batch with
+    Spark's Parquet writer."""
     cat = Catalog(warehouse=str(root / f"wh-{name}"))
     cat.create_namespace("k")
     table = cat.create_table("k.events", KAFKA_TABLE_SCHEMA)
     df = kafka_stream(spark, broker, topic, max_per_trigger)
     t0 = time.perf_counter()
-    q = (df.writeStream.format("lakestep").option("catalog", cat.url).option("table", "k.events")
-         .option("job", f"{name}-ingest").option("checkpointLocation", str(root / f"ck-{name}"))
-         .trigger(availableNow=True).queryName(f"{name}-ingest").start())
+    w = (df.writeStream.option("checkpointLocation", str(root / f"ck-{name}")).trigger(availableNow=True)
+         .queryName(f"{name}-ingest"))
+    if writer is None:
+        w = w.format("lakestep").option("catalog", cat.url).option("table", "k.events").option("job", f"{name}-ingest")
+    else:
+        from lakestep.streaming import foreach_batch
+
+        w = w.foreachBatch(foreach_batch(cat.url, "k.events", job=f"{name}-ingest", writer=writer))
+    q = w.start()
     await_available_now(q)
     wall = time.perf_counter() - t0
     stats = batch_stats([json.loads(p.json) for p in q.recentProgress])
@@ -353,7 +374,7 @@ def run_kafka(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
                                                           name="warmup"))
         _attempt(lambda: run_plain_consumer(broker, f"{topic}-warmup", warm_n))
         procs = params["kafka_processes"]
-        readers = ["kafka-python", "lakestep"] + (["kafka-python-processes"] if procs > 1 else [])
+        readers = ["kafka-python", "lakestep", "lakestep-spark"] + (["kafka-python-processes"] if procs > 1 else [])
         baseline = "kafka-python-processes" if procs > 1 else "kafka-python"
         for i in range(rounds):
             row: dict[str, Any] = {"load_1min": round(os.getloadavg()[0], 2)}
@@ -362,6 +383,9 @@ def run_kafka(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
                 if reader == "lakestep":
                     row[reader] = _attempt(lambda: run_kafka_lakestep(spark, root, broker, topic, n, mpt,
                                                                       name=f"round{i}"))
+                elif reader == "lakestep-spark":
+                    row[reader] = _attempt(lambda: run_kafka_lakestep(spark, root, broker, topic, n, mpt,
+                                                                      name=f"round{i}-spark", writer="spark"))
                 elif reader == "kafka-python":
                     row[reader] = _attempt(lambda: run_plain_consumer(broker, topic, n))
                 else:
@@ -369,17 +393,19 @@ def run_kafka(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
             row["ratio"] = _ratio(row["lakestep"].get("rows_per_s"), row[baseline].get("rows_per_s"))
             row["ratio_1_process"] = _ratio(row["lakestep"].get("rows_per_s"),
                                             row["kafka-python"].get("rows_per_s"))
+            row["spark_writer_ratio"] = _ratio(row["lakestep-spark"].get("rows_per_s"),
+                                               row[baseline].get("rows_per_s"))
             out["rounds"].append(row)
     out["baseline"] = baseline
-    for key in ("ratio", "ratio_1_process"):
+    for key in ("ratio", "ratio_1_process", "spark_writer_ratio"):
         ratios = [r[key] for r in out["rounds"]]
         out[f"{key}_median"] = round(statistics.median(ratios), 3) if ratios and None not in ratios else None
     for reader in readers:
         rates = [r[reader].get("rows_per_s") for r in out["rounds"]]
         out[f"{reader}_rows_per_s_median"] = statistics.median(rates) if None not in rates else None
-    landed = [r["lakestep"].get("table_rows") for r in out["rounds"]]
+    landed = [r[k].get("table_rows") for r in out["rounds"] for k in ("lakestep", "lakestep-spark")]
     out["table_rows"] = landed[0] if len(set(landed)) == 1 else None  # every round lands the same count
-    distinct = [r["lakestep"].get("distinct_offsets") for r in out["rounds"]]
+    distinct = [r[k].get("distinct_offsets") for r in out["rounds"] for k in ("lakestep", "lakestep-spark")]
     out["distinct_offsets"] = distinct[0] if len(set(distinct)) == 1 else None
     return out
 
@@ -582,8 +608,8 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
     p, m = r["params"], r["machine"]
     a, b, c, d = r["sink"], r["kafka"], r["barrier"], r.get("stages", {})
     sink_rows = [[f"{i}: {k}", v.get("batches"), v.get("rows"), v.get("seconds"), v.get("add_batch_s"),
-                  v.get("rows_per_s"), rnd.get("ratio") if k == "lakestep" else rnd.get("null_ratio")
-                  if k == "python-null" else None,
+                  v.get("rows_per_s"), {"lakestep": rnd.get("ratio"), "python-null": rnd.get("null_ratio"),
+                                        "lakestep-spark": rnd.get("spark_writer_ratio")}.get(k),
                   rnd.get("load_1min") if k == "lakestep" else None, v.get("error")]
                  for i, rnd in enumerate(a.get("rounds", []), 1) for k, v in rnd.items() if isinstance(v, dict)]
     kafka_rows = []
@@ -598,6 +624,11 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
                         kl.get("rows_per_s"), kl.get("wall_rows_per_s"),
                         f"{rnd.get('ratio')} ({rnd.get('ratio_1_process')})", rnd.get("load_1min"),
                         kl.get("error")],
+                       [f"{i}: lakestep-kafka -> lakestep, writer='spark'", rnd.get("lakestep-spark", {}).get("batches"),
+                        rnd.get("lakestep-spark", {}).get("rows"), rnd.get("lakestep-spark", {}).get("seconds"),
+                        rnd.get("lakestep-spark", {}).get("rows_per_s"),
+                        rnd.get("lakestep-spark", {}).get("wall_rows_per_s"), rnd.get("spark_writer_ratio"), None,
+                        rnd.get("lakestep-spark", {}).get("error")],
                        [f"{i}: kafka-python, 1 process", None, kp.get("rows"), kp.get("seconds"), kp.get("rows_per_s"),
                         kp.get("rows_per_s"), None, None, kp.get("error")]]
         if kpp is not None:
@@ -609,14 +640,16 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
         f"lakestep {m['lakestep']} streaming benchmark  {m['date']}  cpus={m['cpu_count']}  python {m['python']}"
         f"  pyspark {m['pyspark']}",
         text_table(f"\n(a) Sink: rate-micro-batch, {p['rows_per_batch']} rows/batch x {p['batches']} batches "
-                   f"(+1 warm-up); {p['sink_rounds']} rounds; median ratio {a.get('ratio_median')} (a Python sink that "
-                   f"writes nothing: {a.get('null_ratio_median')})",
+                   f"(+1 warm-up); {p['sink_rounds']} rounds; median ratio {a.get('ratio_median')} (writer='spark': "
+                   f"{a.get('spark_writer_ratio_median')}; a Python sink that writes nothing: "
+                   f"{a.get('null_ratio_median')})",
                    ["sink", "batches", "rows", "batch s", "addBatch s", "rows/s", "ratio", "load", "error"],
                    sink_rows),
         text_table(f"\n(b) Kafka: {p['messages']} msgs, {PARTITIONS} partitions, maxOffsetsPerTrigger "
                    f"{p['max_offsets_per_trigger']} (produced at {prod.get('msgs_per_s')} msg/s); "
                    f"{p['kafka_rounds']} rounds after a warm-up on {p['kafka_warmup_messages']} msgs; median ratio "
-                   f"{b.get('ratio_median')} vs {b.get('baseline')} ({b.get('ratio_1_process_median')} vs 1 process)",
+                   f"{b.get('ratio_median')} vs {b.get('baseline')} ({b.get('ratio_1_process_median')} vs 1 process; "
+                   f"writer='spark': {b.get('spark_writer_ratio_median')})",
                    ["reader", "batches", "rows", "seconds", "rows/s", "wall rows/s", "ratio (1 proc)", "load",
                     "error"],
                    kafka_rows),
@@ -684,12 +717,15 @@ def main(argv: list[str] | None = None) -> None:
     kb, kd = r["kafka"], r["stages"]
     checks: list[Check] = []
     if "a" in args.only:
-        checks.append(Check("(a) lakestep / parquet rows/s (median)", r["sink"].get("ratio_median"), ">=",
-                            SINK_TARGET))
+        checks += [Check("(a) lakestep / parquet rows/s (median)", r["sink"].get("ratio_median"), ">=", SINK_TARGET),
+                   Check("(a) foreach_batch(writer='spark') / parquet rows/s (median)",
+                         r["sink"].get("spark_writer_ratio_median"), ">=", SINK_TARGET)]
     if "b" in args.only:
         checks += [
             Check(f"(b) lakestep-kafka / {kb.get('baseline')} rows/s (median)", kb.get("ratio_median"), ">=",
                   KAFKA_TARGET),
+            Check(f"(b) lakestep-kafka, writer='spark' / {kb.get('baseline')} rows/s (median)",
+                  kb.get("spark_writer_ratio_median"), ">=", KAFKA_TARGET),
             Check("(b) lakestep table rows (every round)", kb.get("table_rows"), "==", params["messages"]),
             Check("(b) distinct (partition, offset) (every round)", kb.get("distinct_offsets"), "==",
                   params["messages"]),

@@ -70,14 +70,15 @@ def test_streaming_benchmark_runs(tmp_path: Path) -> None:
     exact = [name for name in checks if checks[name]["op"] == "=="]
     assert len(exact) == 3 and all(checks[name]["result"] == "PASS" for name in exact), checks
     for rnd in doc["sink"]["rounds"]:  # (a) every sink: whole batches, and the table has them all
-        for fmt in ("lakestep", "parquet", "python-null"):
+        for fmt in ("lakestep", "lakestep-spark", "parquet", "python-null"):
             got = rnd[fmt]
             assert "error" not in got and got["batches"] >= p["batches"], got
             assert got["rows"] == got["batches"] * p["rows_per_batch"], got
-        lake = rnd["lakestep"]
-        # (+ the warm-up batch; a batch the stop cut short of its progress report may have committed)
-        assert lake["table_rows"] % p["rows_per_batch"] == 0
-        assert lake["table_rows"] >= (lake["batches"] + 1) * p["rows_per_batch"]
+        for fmt in ("lakestep", "lakestep-spark"):
+            lake = rnd[fmt]
+            # (+ the warm-up batch; a batch the stop cut short of its progress report may have committed)
+            assert lake["table_rows"] % p["rows_per_batch"] == 0
+            assert lake["table_rows"] >= (lake["batches"] + 1) * p["rows_per_batch"]
     barrier = doc["barrier"]  # (c) every barrier's rows reached the derived table
     assert "error" not in barrier and barrier["barriers"] == p["barriers"], barrier
     assert barrier["derived_rows"] == barrier["expected_rows"]

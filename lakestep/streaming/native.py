@@ -20,7 +20,8 @@ Protocol of one micro-batch (numbered as it runs):
 2. executors: Spark's Parquet writer (no Python worker) writes into a directory
    of this attempt's own, ``data/spark-b<batch>-<uuid>/``: timestamps as
    INT64 microseconds, at most 4,000,000 rows per file. Spark's commit
-   protocol moves a task's file there only when the task committed;
+   protocol moves a task's file there only when the task committed. The rows
+   are counted on the way (an ``Observation``, in the same Spark job);
 3. driver: the directory is listed and each file's footer read: its row
    count; per column ``[min, max, null_count]`` from the footer's statistics,
    the values the arrow writer computes from the rows (where the footer cannot
@@ -30,7 +31,10 @@ Protocol of one micro-batch (numbered as it runs):
    values. The commit protocol's side files (``_SUCCESS``, ``.crc``) and files
    without rows are deleted. A non-nullable column holding a null fails the
    batch with :class:`~lakestep.errors.SchemaMismatchError`, and its files
-   are deleted: nothing was committed;
+   are deleted: nothing was committed. Files holding fewer rows than Spark
+   counted (executors that wrote to a disk the driver does not see) fail the
+   batch with :class:`~lakestep.errors.StreamingJobError`: nothing is
+   committed, rather than a batch missing rows;
 4. driver: the files are published exactly as by the arrow writer
    (:meth:`lakestep.streaming.sink.SinkTarget.commit`): one catalog
    transaction, idempotent per ``(job, batchId)``, a derived job's barrier.
@@ -53,6 +57,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from .. import _failpoints
 from ..catalog.files import NewFile, _encode, is_object_store, partition_key
 from ..catalog.writes import conform
 from ..errors import SchemaMismatchError, StreamingJobError
@@ -117,7 +122,12 @@ def conformed(df: Any, target: SinkTarget) -> tuple[Any, list[str]]:
 
 def write(df: Any, target: SinkTarget, batch_id: int) -> FilesWritten:
     """Steps 1-3 of a micro-batch: Spark writes, the driver describes the files."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
     out, parts = conformed(df, target)
+    counted = Observation(f"lakestep-b{batch_id}")
+    out = out.observe(counted, F.count(F.lit(1)).alias("rows"))
     store = target.shape.store()
     rel_dir = f"data/spark-b{batch_id}-{uuid.uuid4().hex[:12]}"
     full_dir = store.full_path(rel_dir)
@@ -136,9 +146,16 @@ def write(df: Any, target: SinkTarget, batch_id: int) -> FilesWritten:
             session.conf.unset(_TS_CONF)
         else:
             session.conf.set(_TS_CONF, before)
+    _failpoints.hit("native.after_spark_write")
     msg = FilesWritten()
     try:
         describe(store, rel_dir, target, msg)
+        rows = int(counted.get["rows"])
+        if msg.rows != rows:
+            raise StreamingJobError(
+                f"Spark wrote {rows} row(s) of batch {batch_id} for {target.shape.ident}, but the files the "
+                f"driver finds under {full_dir} hold {msg.rows}: the executors and the driver must see the "
+                "table's location at the same path (a shared file system); nothing was committed")
     except BaseException:
         for f in msg.files:
             store.delete(f.path)

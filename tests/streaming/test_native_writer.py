@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from lakestep import _failpoints
 from lakestep.catalog.files import _decode
 from lakestep.errors import InvalidArgumentError, SchemaMismatchError, StreamingJobError
 from lakestep.streaming import foreach_batch, register
@@ -159,6 +161,19 @@ def test_spark_writer_conforms_replays_and_refuses(spark, catalog_spec) -> None:
     assert on_disk == sorted(f.path for f in t.files())
     ingest(spark.createDataFrame([], "id long, amount long"), 3)  # an empty batch commits no file
     assert t.count() == 3
+
+    # a file the driver cannot see (an executor's own disk): the batch fails, nothing committed
+    def lose_a_file(_: str) -> None:
+        written = [f for f in Path(t.location).rglob("*.parquet") if "spark-b4-" in str(f)]
+        next(f for f in written if pq.read_metadata(f).num_rows).unlink()
+
+    _failpoints.arm("native.after_spark_write", lose_a_file)
+    try:
+        with pytest.raises(StreamingJobError, match="Spark wrote 2 row.*hold [01]:"):
+            ingest(spark.createDataFrame([(10, 1), (11, 2)], "amount long, id long").repartition(2), 4)
+    finally:
+        _failpoints.disarm("native.after_spark_write")
+    assert t.refresh().count() == 3
 
     pk = cat.create_table("n.pk", schema, primary_key=["id"])
     with pytest.raises(StreamingJobError, match="primary key"):

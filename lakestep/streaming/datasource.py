@@ -141,11 +141,11 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
     if writer not in ("arrow", "spark"):
         raise InvalidArgumentError(f"writer must be 'arrow' or 'spark', got {writer!r}", argument="writer",
                                    value=writer)
-    target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table, storage=storage)
     if writer == "spark":
         from .native import check_target
 
-        check_target(target)
+        check_target(progress.open_catalog(url, storage).load_table(table), dead_letter_table)
+    target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table, storage=storage)
 
     def run(df: Any, batch_id: int) -> None:
         nonlocal target

@@ -70,18 +70,19 @@ _TS_CONF = "spark.sql.parquet.outputTimestampType"
 _PART = "__ls_part_"
 
 
-def check_target(target: SinkTarget) -> None:
-    """Refuse, before any batch runs, a target Spark's writer cannot serve (module docstring, Limits)."""
+def check_target(table: Any, dead_letter: str | None) -> None:
+    """Refuse, before the job is registered or any batch runs, a table Spark's writer cannot serve
+    (module docstring, Limits)."""
     why = []
-    if target.shape.primary_key:
-        why.append(f"{target.shape.ident} has a primary key (upserts merge keys in the arrow writer)")
-    if target.dead is not None:
+    if table.primary_key:
+        why.append(f"{table.ident} has a primary key (upserts merge keys in the arrow writer)")
+    if dead_letter:
         why.append("a dead-letter table is set (the arrow writer splits the rows)")
-    if is_object_store(target.shape.location):
-        why.append(f"the table's location {target.shape.location!r} is on an object store (this writer "
+    if is_object_store(table.location):
+        why.append(f"the table's location {table.location!r} is on an object store (this writer "
                    "needs a file system path that Spark and the driver share)")
     if why:
-        raise StreamingJobError(f"writer='spark' cannot write {target.shape.ident}: " + "; ".join(why)
+        raise StreamingJobError(f"writer='spark' cannot write {table.ident}: " + "; ".join(why)
                                 + ". Use writer='arrow'.")
 
 

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakestep import _failpoints
+from lakestep.barrier import JobNotFoundError, Pipeline
 from lakestep.catalog.files import _decode
 from lakestep.errors import InvalidArgumentError, SchemaMismatchError, StreamingJobError
 from lakestep.streaming import foreach_batch, register
@@ -178,6 +179,8 @@ def test_spark_writer_conforms_replays_and_refuses(spark, catalog_spec) -> None:
     pk = cat.create_table("n.pk", schema, primary_key=["id"])
     with pytest.raises(StreamingJobError, match="primary key"):
         foreach_batch(url, pk.ident, job="pk", writer="spark")
+    with pytest.raises(JobNotFoundError):  # refused before the job was registered
+        Pipeline(cat).topology.job("pk")
     cat.create_table("n.dead", pa.schema([("id", pa.int64()), ("_ls_error", pa.string())]))
     with pytest.raises(StreamingJobError, match="dead-letter"):
         foreach_batch(url, "n.t", job="feed", dead_letter_table="n.dead", writer="spark")

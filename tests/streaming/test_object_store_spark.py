@@ -19,8 +19,9 @@ import pyarrow as pa
 import pytest
 
 from lakestep.barrier import OPEN_EPOCH, Pipeline
+from lakestep.errors import StreamingJobError
 from lakestep.query import spark_sql
-from lakestep.streaming import register, register_job
+from lakestep.streaming import foreach_batch, register, register_job
 from tests.s3server import S3Server, summary
 
 pytestmark = pytest.mark.spark
@@ -54,6 +55,9 @@ def test_spark_on_an_s3_warehouse(spark, catalog_spec, s3_server: S3Server, tmp_
         df = (spark.read.format("lakestep").option("catalog", url).option("table", table).options(**opts)
               .options(**extra).load())
         return sorted(tuple(r) for r in df.collect())
+
+    with pytest.raises(StreamingJobError, match="object store"):  # Spark's own writer: file systems only
+        foreach_batch(url, "s.orders", job="feed", writer="spark", storage_options=dict(catalog_spec.storage))
 
     start = s3_server.mark()
     # executors write; the driver commits (root job feed: the open epoch)

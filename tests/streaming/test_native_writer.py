@@ -221,3 +221,50 @@ def test_spark_writer_in_a_streaming_query(spark, catalog_spec, tmp_path) -> Non
     assert min(r["at"] for r in rows) == dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
     assert [h.batch_id for h in t.history() if h.version > 0] == [3, 2, 1, 0]  # newest first
     cat.close()
+
+
+def test_spark_writer_for_a_derived_job_and_complete_mode(spark, catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A derived job (lakestep source -> writer="spark") commits each barrier's batch tagged with
+    it, the empty barrier too; complete mode replaces the table's rows with the batch's."""
+    from lakestep.barrier import OPEN_EPOCH
+    from lakestep.streaming import register_job
+
+    cat = catalog_spec.open()
+    cat.create_namespace("n")
+    schema = pa.schema([("id", pa.int64()), ("cents", pa.int64())])
+    src, copy, last = (cat.create_table(f"n.{x}", schema) for x in ("src", "copy", "last"))
+    p = Pipeline(cat)
+    p.register_job("feed", sinks=["n.src"], external_input=True)
+    coord = p.coordinator(interval=3600)
+    assert coord.acquire()
+    try:
+        src.append({"id": [1, 2], "cents": [10, 20]}, barrier=OPEN_EPOCH)
+        coord.seal()  # barrier 1
+        src.append({"id": [3], "cents": [30]}, barrier=OPEN_EPOCH)
+        coord.seal()  # barrier 2
+        coord.seal()  # barrier 3: nothing in it
+        url = catalog_spec.url
+        register_job(url, "copy", sources=["n.src"], sinks=["n.copy"])
+        register(spark)
+        df = spark.readStream.format("lakestep").option("catalog", url).option("table", "n.src") \
+            .option("job", "copy").load()
+        q = (df.writeStream.option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
+             .foreachBatch(foreach_batch(url, "n.copy", job="copy", writer="spark")).start())
+        try:
+            assert q.awaitTermination(240), "an availableNow query did not stop by itself"
+        finally:
+            q.stop()
+        assert p.frontier("n.copy") == 3  # the empty batch precommitted barrier 3
+        assert sorted(h.barrier for h in copy.history() if h.version > 0) == [1, 2, 3]
+        for e in (1, 2, 3):
+            assert sorted(copy.to_arrow(version=p.version_at("n.copy", e)).to_pylist(), key=lambda r: r["id"]) == \
+                sorted(src.to_arrow(version=p.version_at("n.src", e)).to_pylist(), key=lambda r: r["id"])
+    finally:
+        coord.release()
+
+    replace = foreach_batch(url, "n.last", job="last", mode="complete", writer="spark")
+    replace(spark.createDataFrame([(1, 5), (2, 6)], "id long, cents long"), 0)
+    replace(spark.createDataFrame([(7, 70)], "id long, cents long"), 1)
+    assert last.to_arrow().to_pylist() == [{"id": 7, "cents": 70}]
+    assert [h.operation for h in last.history()[:1]] == ["OVERWRITE"]
+    cat.close()

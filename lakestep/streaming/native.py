@@ -61,7 +61,7 @@ from .. import _failpoints
 from ..catalog.files import NewFile, _encode, is_object_store, partition_key
 from ..catalog.writes import conform
 from ..errors import SchemaMismatchError, StreamingJobError
-from .sink import FilesWritten, SinkTarget
+from .sink import ERROR_COL, FilesWritten, SinkTarget
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,10 @@ def conformed(df: Any, target: SinkTarget) -> tuple[Any, list[str]]:
     from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 
     schema, ident = target.shape.schema, target.shape.ident
+    if ERROR_COL in df.columns:
+        raise SchemaMismatchError(ident, [
+            f"the batch has a {ERROR_COL} column: rows marked as errors go to a dead-letter table, which "
+            "writer='spark' does not write (use writer='arrow' with dead_letter_table=...)"])
     try:
         arrow = to_arrow_schema(df.schema, timezone="UTC")
     except Exception as e:  # a Spark type Arrow has no form for

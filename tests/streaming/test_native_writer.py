@@ -160,6 +160,8 @@ def test_spark_writer_conforms_replays_and_refuses(spark, catalog_spec) -> None:
     assert t.refresh().version == version  # nothing committed, and no file of either batch left
     on_disk = sorted(str(f.relative_to(t.location)) for f in Path(t.location).rglob("*") if f.is_file())
     assert on_disk == sorted(f.path for f in t.files())
+    with pytest.raises(SchemaMismatchError, match="_ls_error.*dead-letter"):
+        ingest(spark.createDataFrame([(1, None)], "id long, _ls_error string"), 2)
     ingest(spark.createDataFrame([], "id long, amount long"), 3)  # an empty batch commits no file
     assert t.count() == 3
 
@@ -175,6 +177,13 @@ def test_spark_writer_conforms_replays_and_refuses(spark, catalog_spec) -> None:
     finally:
         _failpoints.disarm("native.after_spark_write")
     assert t.refresh().count() == 3
+
+    # merge_schema: a new column is added to the table (nullable) before Spark writes
+    foreach_batch(url, "n.t", job="feed", writer="spark", merge_schema=True)(
+        spark.createDataFrame([(20, 5, "vip")], "id long, amount long, tier string"), 5)
+    t = cat.load_table("n.t")
+    assert t.schema.field("tier").nullable
+    assert t.to_arrow(where=[("tier", "=", "vip")]).column("id").to_pylist() == [20]
 
     pk = cat.create_table("n.pk", schema, primary_key=["id"])
     with pytest.raises(StreamingJobError, match="primary key"):

@@ -49,7 +49,6 @@ that cleanup removes after the table's retention window.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import Any
 
@@ -58,12 +57,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .. import _failpoints
-from ..catalog.files import NewFile, _encode, is_object_store, partition_key
+from ..catalog.files import NewFile, _encode, _leaf_count, is_object_store, partition_key
 from ..catalog.writes import conform
 from ..errors import SchemaMismatchError, StreamingJobError
 from .sink import ERROR_COL, FilesWritten, SinkTarget
-
-log = logging.getLogger(__name__)
 
 MAX_ROWS_PER_FILE = 4_000_000
 _TS_CONF = "spark.sql.parquet.outputTimestampType"
@@ -215,17 +212,6 @@ def _json(stats: dict[str, list[Any]]) -> str:
     return json.dumps(stats, separators=(",", ":"))
 
 
-def _leaves(t: pa.DataType) -> int:
-    """How many Parquet leaf columns an Arrow type is stored as."""
-    if pa.types.is_struct(t):
-        return sum(_leaves(t.field(k).type) for k in range(t.num_fields))
-    if pa.types.is_map(t):
-        return _leaves(t.key_type) + _leaves(t.item_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _leaves(t.value_type)
-    return 1
-
-
 _BOUNDED = (pa.types.is_integer, pa.types.is_boolean, pa.types.is_floating, pa.types.is_string,
             pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary, pa.types.is_date32,
             pa.types.is_timestamp, pa.types.is_decimal)
@@ -238,8 +224,8 @@ def footer_stats(md: Any, schema: pa.Schema) -> dict[str, list[Any]]:
     arrow = md.schema.to_arrow_schema()
     leaf, at = {}, 0
     for f in arrow:
-        leaf[f.name] = at if _leaves(f.type) == 1 and not pa.types.is_nested(f.type) else None
-        at += _leaves(f.type)
+        leaf[f.name] = at if not pa.types.is_nested(f.type) else None
+        at += _leaf_count(f.type)
     out: dict[str, list[Any]] = {}
     for f in schema:
         j = leaf.get(f.name)

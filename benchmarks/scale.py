@@ -10,9 +10,10 @@ smallest``), per backend (SQLite and PostgreSQL):
    ``choose()`` at each scope (query: 3 tables; related: 3 tables and every
    table connected to them; global: every table queried, and 3 tables queried
    with every table in the scope), the
-   coordinator's seal, ``next_batch`` planning for a job with 8 sources, and
-   the topology load of a restarted process (a new ``Pipeline``'s first
-   ``choose()``).
+   coordinator's seal, ``next_batch`` planning for a job with 8 sources, the
+   topology load of a restarted process (a new ``Pipeline``'s first
+   ``choose()``), and ``choose()`` over every table when, before each call, a
+   root committed and the coordinator sealed.
 2. **history**: 10^4 / 10^5 / 10^6 sealed barriers over a 12-table topology:
    ``version_at`` at random barriers, ``choose()`` (query and global scope),
    and the states behind the CLI's barrier grid (``Pipeline.status(last=50)``,
@@ -111,6 +112,17 @@ def _timed(fn: Callable[[], Any], runs: int, warmup: int = 1) -> dict[str, float
     return _ms(times)
 
 
+def _timed_after(setup: Callable[[int], Any], fn: Callable[[], Any], runs: int) -> dict[str, float]:
+    """``fn`` timed, each run after an untimed ``setup(run)``."""
+    times = []
+    for i in range(runs):
+        setup(i)
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return _ms(times)
+
+
 def build_topology(cat: Catalog, n_tables: int, barriers: int, seed: int = 7) -> dict[str, Any]:
     """A layered topology of ``n_tables`` tables with ``barriers`` barriers of bulk-loaded history.
 
@@ -164,6 +176,19 @@ def curve_topology(cat: Catalog, n_tables: int, barriers: int, runs: int) -> dic
     coord.release()
     out["next_batch (8 sources)"] = _timed(lambda: p.next_batch("probe"), runs)
     out["restart: new Pipeline's first choose"] = _timed(lambda: Pipeline(cat).choose(q3), max(5, runs // 4), 0)
+    # A live pipeline: between two choices a root commits and the coordinator seals (the kept
+    # answers of the other tables still hold; the committed table's are asked again).
+    coord = Coordinator(cat, snapshot_every=None)
+    roots = topo["roots"]
+
+    def commit_and_seal(i: int) -> None:
+        cat.load_table(roots[i % len(roots)]).append(
+            pa.table({"k": [i], "v": [i]}, schema=SCHEMA), barrier=OPEN_EPOCH)
+        coord.seal()
+
+    out["choose global after a commit and a seal"] = _timed_after(
+        commit_and_seal, lambda: p.choose(every, scope="global"), max(5, runs // 4))
+    coord.release()
     return out
 
 
@@ -578,7 +603,8 @@ def report(results: dict[str, Any], sizes: dict[str, tuple[int, ...]]) -> tuple[
         for curve_name, key_targets in (
             ("topology", {"choose query (3 tables)": True, "choose related": True, "choose global": True,
                           "choose global (3 tables queried)": True, "seal": True, "next_batch (8 sources)": True,
-                          "restart: new Pipeline's first choose": False}),
+                          "restart: new Pipeline's first choose": False,
+                          "choose global after a commit and a seal": True}),
             ("history", {"version_at (random barrier)": True, "choose query (3 tables)": True,
                          "choose global": True, "barrier grid (status, last 50)": False}),
             ("files", {"cold Table.files()": False, "cold read plan, partition filter (day = d)": False,

@@ -342,7 +342,7 @@ def _committed_wide(catalog: "Catalog", topology: Topology, resolver: Resolver, 
             barrier, managed_q, held_ids, any_managed = got
             held = tuple(sorted(fx[t].ident for t in held_ids))
             notes = _notes(held, any_managed, open_)
-        at = versions_at(conn, managed_q, barrier)
+        at = topology.facts_cache.versions_at(conn, known, managed_q, barrier)
     versions = {t: (at[t].version if t in at else fx[t].head) for t in q}
     return _answer(catalog, "read_committed", scope, barrier, idents, qids, versions, graph, fx,
                    lambda: _scope(graph, q, scope), open_, held, notes)

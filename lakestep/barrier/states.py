@@ -53,7 +53,7 @@ import collections
 import enum
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 import sqlalchemy as sa
@@ -87,7 +87,7 @@ SELECT w.table_id, w.namespace, w.name, w.head, w.restore_v,
 # Per table at barrier :e: m (newest era; NULL means "look in older eras"),
 # its data version, the first later version that changes data, and whether
 # the commit after m is still recorded. MATERIALIZED: each subquery runs once.
-_VERSIONS = Query("versions", """
+_VERSIONS_SQL = """
 WITH w AS MATERIALIZED (
     SELECT t.table_id, t.version AS head,
            (SELECT max(r.version) FROM ls_commit r
@@ -104,11 +104,19 @@ SELECT x.table_id, x.head, x.restore_v, x.m, d.data_version AS dv,
        (SELECT n.version FROM ls_commit n
          WHERE n.table_id = x.table_id AND n.version > x.m AND n.data_version > d.data_version
          ORDER BY n.version LIMIT 1) AS nxt,
-       s.version AS succ
+       s.version AS succ{span}
   FROM x
   LEFT JOIN ls_commit d ON d.table_id = x.table_id AND d.version = x.m
   LEFT JOIN ls_commit s ON s.table_id = x.table_id AND s.version = x.m + 1
-""", {"ids": "bigint[]", "e": "bigint"})
+"""
+_VERSIONS = Query("versions", _VERSIONS_SQL.format(span=""), {"ids": "bigint[]", "e": "bigint"})
+# The same, with the barriers over which each answer holds (FactsCache.versions_at):
+# from the barrier of m (0 if none) up to the lowest barrier above :e of the newest era (NULL: none).
+_VERSIONS_SPAN = Query("versions_span", _VERSIONS_SQL.format(span=""",
+       d.barrier AS lo,
+       (SELECT min(h.barrier) FROM ls_commit h
+         WHERE h.table_id = x.table_id AND h.barrier > :e AND h.version >= COALESCE(x.restore_v, 0)) AS hi"""),
+                        {"ids": "bigint[]", "e": "bigint"})
 
 # The whole read_committed choice in ONE statement (one round trip, one
 # snapshot): facts of the scope tables, kinds and joined barriers from the
@@ -335,6 +343,7 @@ class Known:
     open_epoch: int
     facts: dict[int, Facts]  # never changed once published
     seq: int = 0  # numbers the looks that changed a fact (FactsCache.changed_since)
+    look: int = 0  # numbers every look (FactsCache.versions_at: kept answers serve the newest look only)
 
 
 class FactsCache:
@@ -353,6 +362,13 @@ class FactsCache:
        the cache in order; each look publishes a new :class:`Known` (copy on write),
        which callers may keep and share.
 
+    3. :meth:`versions_at` keeps each queried table's version at a barrier with the
+       span of barriers over which that answer holds, and serves it again while the
+       table's stamp is unchanged: every look drops the answers of the tables its
+       rows name (a commit, a cleanup that pruned commit rows, a rename), and a new
+       generation drops them all. Kept answers are read and written only by a call
+       whose look is the newest, so each describes the caller's snapshot.
+
     Not guaranteed: a transaction left open anywhere on a PostgreSQL server holds
     the watermark back (its xmin), so every look re-reads the tables changed since
     it began: correct, but as slow as the changes that piled up.
@@ -363,6 +379,11 @@ class FactsCache:
         self._known: Known | None = None
         self._since = 0
         self._seq = 0
+        self._looks = 0
+        self._spans: dict[int, tuple[int, int | None, At]] = {}  # table -> (lo, hi or None, answer)
+        #: answers served from ``_spans`` and asked of the database (tests read them)
+        self.kept_hits = 0
+        self.kept_misses = 0
         self._log: collections.deque[tuple[int, frozenset[int]]] = collections.deque(maxlen=256)
         self._index: FrontierIndex | None = None
 
@@ -378,21 +399,54 @@ class FactsCache:
                 rows = query(conn, since=0).all()
                 gen = int(rows[0][1])
                 self._log.clear()
+            self._looks += 1
+            if old is None:
+                self._spans.clear()
             new: dict[int, Facts] = {}
             for r in rows:
                 if r[3] is None:
                     continue
+                self._spans.pop(int(r[3]), None)  # stamped since the last look: its answers may have changed
                 f = _row_facts(conn, r[3:9])
                 if old is None or old.facts.get(f.table_id) != f:  # rows at the watermark come again, unchanged
                     new[f.table_id] = f
             self._since = int(rows[0][2])
             if old is not None and not new and int(rows[0][0]) == old.open_epoch:
-                return old
+                self._known = replace(old, look=self._looks)
+                return self._known
             self._seq += 1
             if old is not None:
                 self._log.append((self._seq, frozenset(new)))
-            self._known = Known(gen, int(rows[0][0]), {**old.facts, **new} if old is not None else new, self._seq)
+            self._known = Known(gen, int(rows[0][0]), {**old.facts, **new} if old is not None else new, self._seq,
+                                self._looks)
             return self._known
+
+    def versions_at(self, conn: Connection, known: Known, ids: Iterable[int], barrier: int) -> dict[int, At]:
+        """:func:`versions_at` in the snapshot of ``known``'s look, from the kept answers where
+        they hold (3.); the others are asked of the database, and kept if no look came since."""
+        ids = list(ids)
+        out: dict[int, At] = {}
+        with self._lock:
+            newest = known.look == self._looks
+            if newest:
+                for t in ids:
+                    kept = self._spans.get(t)
+                    if kept is not None and kept[0] <= barrier and (kept[1] is None or barrier < kept[1]):
+                        out[t] = kept[2]
+                self.kept_hits += len(out)
+        ask = [t for t in ids if t not in out]
+        if not ask:
+            return out
+        if not newest:
+            out.update(versions_at(conn, ask, barrier))
+            return out
+        got, spans = _versions_spans(conn, ask, barrier)
+        out.update(got)
+        with self._lock:
+            self.kept_misses += len(ask)
+            if known.look == self._looks:
+                self._spans.update(spans)
+        return out
 
     def changed_since(self, seq: int, upto: int) -> frozenset[int] | None:
         """The tables whose facts changed between two looks (None: no longer known). Lock held."""
@@ -607,6 +661,28 @@ def versions_at(conn: Connection, ids: Iterable[int], barrier: int) -> dict[int,
                 raise BarrierNotRetainedError(str(tid), barrier, None)
             out[tid] = At(int(head) if nxt is None else int(nxt) - 1, int(dv))
     return out
+
+
+def _versions_spans(conn: Connection, ids: list[int], barrier: int
+                    ) -> tuple[dict[int, At], dict[int, tuple[int, int | None, At]]]:
+    """:func:`versions_at`, and for the answers of the newest era the span of barriers
+    ``[lo, hi)`` over which each holds: no commit of the era has a barrier in it but
+    at ``lo`` (``hi`` None: none above ``barrier``), so any barrier in it picks the same
+    ``m``. Answers of the era loop are not given a span."""
+    out: dict[int, At] = {}
+    spans: dict[int, tuple[int, int | None, At]] = {}
+    for chunk in _chunks(ids):
+        for r in _VERSIONS_SPAN(conn, ids=chunk, e=barrier):
+            tid, head, m, dv, nxt = int(r[0]), int(r[1]), r[3], r[4], r[5]
+            if m is None or dv is None:
+                out[tid] = _version_at_slow(conn, tid, barrier)
+                continue
+            if int(m) < head and r[6] is None:
+                raise BarrierNotRetainedError(str(tid), barrier, None)
+            out[tid] = At(int(head) if nxt is None else int(nxt) - 1, int(dv))
+            lo = 0 if r[7] is None or int(r[7]) > barrier else int(r[7])  # (m = 0: no commit at or below)
+            spans[tid] = (lo, None if r[8] is None else int(r[8]), out[tid])
+    return out, spans
 
 
 def version_at(conn: Connection, table_id: int, barrier: int) -> At:

@@ -20,6 +20,8 @@ from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
 from lakestep.barrier import choose as choose_mod
 from lakestep.barrier.errors import RollbackRefusedError
 from lakestep.barrier.choose import Choice
+from lakestep.barrier.errors import BarrierNotRetainedError
+from lakestep.barrier import states
 
 from .conftest import KV, kv, rows
 
@@ -132,6 +134,9 @@ def test_a_wide_choice_from_kept_facts_equals_a_fresh_one(catalog: Catalog, writ
                         seen.add("catching up, not queried, left out")
         # every kind of step happened, the catching-up tables too
         assert set(done) == {"append", "seal", "batch", "dim", "job", "rollback"}, done
+        # versions were both served from kept answers and asked again (FactsCache.versions_at)
+        kept = reader.topology.facts_cache
+        assert kept.kept_hits > 0 and kept.kept_misses > 0, (kept.kept_hits, kept.kept_misses)
         assert seen == {"catching up, queried, holds the barrier back", "catching up, not queried, left out"}, seen
     finally:
         coord.stop()
@@ -191,6 +196,70 @@ def test_a_commit_that_took_its_transaction_id_first_and_landed_last_is_seen(pg_
         catalog.close()
         writer.close()
 
+
+
+def test_kept_versions_equal_fresh_ones_at_every_barrier(catalog: Catalog, writer: Catalog) -> None:
+    """FactsCache.versions_at against states.versions_at in the same snapshot, at barriers
+    asked in random order, through barriered and barrier-less commits, compactions,
+    rollbacks (RESTORE eras) and cleanups that prune commit rows (a change of stamp only)."""
+    catalog.create_namespace("s")
+    names = ["s.r0", "s.r1", "s.d0", "s.u"]
+    for n in names:
+        writer.create_table(n, KV)
+    wp = Pipeline(writer)
+    wp.register_job("in0", sinks=["s.r0"], external_input=True)
+    wp.register_job("in1", sinks=["s.r1"], external_input=True)
+    wp.register_job("j0", sources=["s.r0"], sinks=["s.d0"])
+    coord = Coordinator(writer, interval=0.01, lease_seconds=30.0)
+    ids = [catalog.load_table(n).table_id for n in names]
+    cache = states.FactsCache()
+    rng = random.Random(20261124)
+    done: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    try:
+        for i in range(140):
+            step = rng.choice(["append", "append", "plain", "seal", "seal", "batch", "compact", "cleanup"]
+                              + (["rollback"] if i >= 40 else []))
+            if step == "append":
+                writer.load_table(rng.choice(["s.r0", "s.r1", "s.u"])).append(kv((i, i)), barrier=OPEN_EPOCH)
+            elif step == "plain":  # no barrier: belongs to the next barriered commit's barrier
+                writer.load_table(rng.choice(["s.r1", "s.u"])).append(kv((i, -i)))
+            elif step == "seal":
+                coord.seal()
+            elif step == "batch":
+                _copy_batch(wp, writer, "j0")
+            elif step == "compact":
+                writer.load_table(rng.choice(names)).compact(min_files=2)
+            elif step == "cleanup":
+                # (not s.r0: the derived job reads it at its older barriers)
+                writer.load_table(rng.choice(["s.r1", "s.d0", "s.u"])).cleanup(retention_seconds=0, force=True,
+                                                                               orphans=False)
+            else:
+                try:
+                    wp.rollback(to=max(0, wp.choose(["s.d0"], scope="global").barrier - rng.randrange(3)))
+                except (RollbackRefusedError, BarrierNotRetainedError):  # (a cleanup pruned the barrier)
+                    pass
+            done[step] = done.get(step, 0) + 1
+            for _ in range(2):
+                with catalog.backend.read() as conn:
+                    known = cache.look(conn)
+                    for e in rng.sample(range(known.open_epoch + 1), min(4, known.open_epoch + 1)):
+                        try:
+                            want: Any = states.versions_at(conn, ids, e)
+                        except BarrierNotRetainedError:
+                            want = "not retained"
+                        try:
+                            got: Any = cache.versions_at(conn, known, ids, e)
+                        except BarrierNotRetainedError:
+                            got = "not retained"
+                        assert got == want, (i, step, e)
+                        key = "not retained" if want == "not retained" else "answered"
+                        outcomes[key] = outcomes.get(key, 0) + 1
+        assert set(done) == {"append", "plain", "seal", "batch", "compact", "cleanup", "rollback"}, done
+        assert outcomes.get("answered", 0) > 100, outcomes
+        assert cache.kept_hits > 100 and cache.kept_misses > 100, (cache.kept_hits, cache.kept_misses)
+    finally:
+        coord.stop()
 
 
 @pytest.mark.parametrize("scope", ["query", "related", "global"])

@@ -54,7 +54,7 @@ import enum
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -648,19 +648,24 @@ def heads(conn: Connection, ids: Sequence[int]) -> dict[int, At]:
     return {int(r[0]): At(int(r[1]), int(r[2])) for r in rows}
 
 
-def versions_at(conn: Connection, ids: Iterable[int], barrier: int) -> dict[int, At]:
-    """``version_at`` of several tables at one barrier, in one statement (plus rare fallbacks)."""
-    out: dict[int, At] = {}
+def _answers(conn: Connection, query: Query, ids: Iterable[int], barrier: int
+             ) -> Iterator[tuple[int, At, Sequence[Any] | None]]:
+    """Per table: its version at ``barrier``, and the row of ``query`` (_VERSIONS or
+    _VERSIONS_SPAN) it was read from (None: an answer of the era loop)."""
     for chunk in _chunks(list(ids)):
-        for r in _VERSIONS(conn, ids=chunk, e=barrier):
+        for r in query(conn, ids=chunk, e=barrier):
             tid, head, m, dv, nxt = int(r[0]), int(r[1]), r[3], r[4], r[5]
             if m is None or dv is None:  # older era, or pruned records
-                out[tid] = _version_at_slow(conn, tid, barrier)
+                yield tid, _version_at_slow(conn, tid, barrier), None
                 continue
             if int(m) < head and r[6] is None:
                 raise BarrierNotRetainedError(str(tid), barrier, None)
-            out[tid] = At(int(head) if nxt is None else int(nxt) - 1, int(dv))
-    return out
+            yield tid, At(int(head) if nxt is None else int(nxt) - 1, int(dv)), r
+
+
+def versions_at(conn: Connection, ids: Iterable[int], barrier: int) -> dict[int, At]:
+    """``version_at`` of several tables at one barrier, in one statement (plus rare fallbacks)."""
+    return {tid: at for tid, at, _ in _answers(conn, _VERSIONS, ids, barrier)}
 
 
 def _versions_spans(conn: Connection, ids: list[int], barrier: int
@@ -671,17 +676,11 @@ def _versions_spans(conn: Connection, ids: list[int], barrier: int
     ``m``. Answers of the era loop are not given a span."""
     out: dict[int, At] = {}
     spans: dict[int, tuple[int, int | None, At]] = {}
-    for chunk in _chunks(ids):
-        for r in _VERSIONS_SPAN(conn, ids=chunk, e=barrier):
-            tid, head, m, dv, nxt = int(r[0]), int(r[1]), r[3], r[4], r[5]
-            if m is None or dv is None:
-                out[tid] = _version_at_slow(conn, tid, barrier)
-                continue
-            if int(m) < head and r[6] is None:
-                raise BarrierNotRetainedError(str(tid), barrier, None)
-            out[tid] = At(int(head) if nxt is None else int(nxt) - 1, int(dv))
+    for tid, at, r in _answers(conn, _VERSIONS_SPAN, ids, barrier):
+        out[tid] = at
+        if r is not None:
             lo = 0 if r[7] is None or int(r[7]) > barrier else int(r[7])  # (m = 0: no commit at or below)
-            spans[tid] = (lo, None if r[8] is None else int(r[8]), out[tid])
+            spans[tid] = (lo, None if r[8] is None else int(r[8]), at)
     return out, spans
 
 

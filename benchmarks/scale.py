@@ -101,22 +101,16 @@ def _ms(xs: list[float]) -> dict[str, float]:
             "runs": len(xs)}
 
 
-def _timed(fn: Callable[[], Any], runs: int, warmup: int = 1) -> dict[str, float]:
+def _timed(fn: Callable[[], Any], runs: int, warmup: int = 1,
+           setup: Callable[[int], Any] | None = None) -> dict[str, float]:
+    """``fn`` timed ``runs`` times after ``warmup`` untimed calls; ``setup(run)``, if given, runs
+    untimed before each timed call."""
     for _ in range(warmup):
         fn()
     times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return _ms(times)
-
-
-def _timed_after(setup: Callable[[int], Any], fn: Callable[[], Any], runs: int) -> dict[str, float]:
-    """``fn`` timed, each run after an untimed ``setup(run)``."""
-    times = []
     for i in range(runs):
-        setup(i)
+        if setup is not None:
+            setup(i)
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
@@ -186,8 +180,8 @@ def curve_topology(cat: Catalog, n_tables: int, barriers: int, runs: int) -> dic
             pa.table({"k": [i], "v": [i]}, schema=SCHEMA), barrier=OPEN_EPOCH)
         coord.seal()
 
-    out["choose global after a commit and a seal"] = _timed_after(
-        commit_and_seal, lambda: p.choose(every, scope="global"), max(5, runs // 4))
+    out["choose global after a commit and a seal"] = _timed(
+        lambda: p.choose(every, scope="global"), max(5, runs // 4), 0, setup=commit_and_seal)
     coord.release()
     return out
 

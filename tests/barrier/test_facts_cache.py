@@ -18,10 +18,9 @@ from lakestep import Catalog, _failpoints
 from lakestep.errors import TableNotFoundError
 from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
 from lakestep.barrier import choose as choose_mod
-from lakestep.barrier.errors import RollbackRefusedError
-from lakestep.barrier.choose import Choice
-from lakestep.barrier.errors import BarrierNotRetainedError
 from lakestep.barrier import states
+from lakestep.barrier.errors import BarrierNotRetainedError, RollbackRefusedError
+from lakestep.barrier.choose import Choice
 
 from .conftest import KV, kv, rows
 

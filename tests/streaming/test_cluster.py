@@ -1,5 +1,6 @@
 """lakestep on a real Spark standalone cluster (tests/sparkcluster.py): README "On a cluster" as written,
-and exactly once when the cluster loses a worker in the middle of a micro-batch.
+exactly once when the cluster loses a worker in the middle of a micro-batch, and
+``foreach_batch(..., writer="spark")`` counting the rows the executors wrote.
 
 The README test runs first, while both workers are up; the crash test kills one.
 
@@ -32,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from lakestep.barrier import Pipeline
@@ -95,6 +97,35 @@ def test_readme_cluster_commands_run(catalog_spec, spark_cluster, tmp_path: Path
     assert proc.returncode != 0 and "SparkSetupError" in out and "lakestep cannot run on Spark's executors" in out \
         and "No module named 'lakestep'" in out, f"{broken}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     assert spark_cluster.db_attempts() == "", spark_cluster.db_attempts()
+
+
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
+def test_spark_writer_counts_rows_on_a_cluster(catalog_spec, spark_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``foreach_batch(..., writer="spark")`` on the cluster (tests/streaming/native_cluster_app.py, submitted
+    with the zip): the executors write the files, the driver commits them; a batch whose files hold fewer
+    rows than Spark counted on the executors (a file lost before the driver listed it, as when executors
+    write to a disk the driver does not see) is refused and nothing of it is committed. Local mode does
+    not count (its executors are the driver's threads): this is where the count is tested."""
+    cat = catalog_spec.open()
+    cat.create_namespace("n")
+    t = cat.create_table("n.t", pa.schema([pa.field("id", pa.int64(), nullable=False), ("amount", pa.int64())]))
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    cmd = spark_cluster.submit_command(
+        [str(REPO_ROOT / "tests" / "streaming" / "native_cluster_app.py"), catalog_spec.url, "n.t", t.location],
+        lakestep_zip(dist / "lakestep.zip"))
+    proc = subprocess.run(cmd, cwd=dist, env=spark_cluster.driver_env(), capture_output=True, text=True, timeout=600)
+    out = proc.stdout
+    assert proc.returncode == 0 and "BATCH 0 committed" in out, f"{out}\n{proc.stderr[-4000:]}"
+    assert f"MASTER {spark_cluster.url}" in out, out
+    assert re.search(r"BATCH 1 refused: Spark wrote 2 row\(s\) of batch 1 for n\.t, but the files the driver "
+                     r"finds under \S+ hold [01]", out), f"{out}\n{proc.stderr[-4000:]}"
+    t = t.refresh()
+    assert (t.count(), [(h.job_id, h.batch_id) for h in t.history() if h.version > 0]) == (3, [("feed", 0)])
+    on_disk = sorted(str(f.relative_to(t.location)) for f in Path(t.location).rglob("*") if f.is_file())
+    assert on_disk == sorted(f.path for f in t.files())  # batch 1's remaining file was deleted too
+    assert spark_cluster.db_attempts() == "", spark_cluster.db_attempts()
+    cat.close()
 
 
 @pytest.mark.parametrize("catalog_spec", ["postgres-s3"], indirect=True)

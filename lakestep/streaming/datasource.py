@@ -123,7 +123,7 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
     ``writer``: ``"arrow"`` (default: the rows go to Python workers, which
     write the files, as in the ``lakestep`` sink) or ``"spark"`` (Spark's own
     Parquet writer writes them and the driver reads their footers: no Python
-    worker sees the rows: 1.1-1.2x the arrow writer's rows/s in
+    worker sees the rows: 1.3-1.4x the arrow writer's rows/s in
     ``benchmarks.streaming`` (a);
     for tables without a primary key or dead-letter table, on a file-system
     location: :mod:`lakestep.streaming.native`).

@@ -537,7 +537,7 @@ class FrontierIndex:
         keys: set[object] = {None}
         if scope == "related":
             keys = {c for c in (self.graph.component_of(t) for t in queried) if c is not None}
-        barrier, managed_q = sealed, set()
+        barrier = sealed
         any_managed = False
         low: list[dict[int, set[int]]] = []
         for k in keys:
@@ -547,14 +547,16 @@ class FrontierIndex:
                 any_managed = True
                 low.append(b)
                 barrier = min(barrier, min(b))
+        kinds = self.graph.kinds
+        managed_q = queried & kinds.keys()
+        # The queried derived tables that are not catching up are in the groups above already
+        # (their frontier is their tag, capped at O - 1 by ``sealed``); a root's frontier is
+        # O - 1, which neither lowers e* nor holds it back. Left: the derived ones catching up.
         fq: dict[int, int] = {}
-        for t in queried:
-            kind = self.graph.kinds.get(t)
-            if kind is None:
-                continue
-            managed_q.add(t)
-            fq[t] = sealed if kind == "root" else tag_frontier(known.facts[t], known.open_epoch)
-            barrier = min(barrier, fq[t])
+        for t in managed_q - self.value.keys():
+            if kinds[t] != "root":
+                fq[t] = f = tag_frontier(known.facts[t], known.open_epoch)
+                barrier = min(barrier, f)
         held: set[int] = set()
         if barrier < sealed:
             for b in low:

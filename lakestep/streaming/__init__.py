@@ -1,7 +1,9 @@
 """Spark Structured Streaming integration: the only part of lakestep that imports pyspark.
 
 * ``format("lakestep")``: the sink (sink.py) and the source (source.py);
-* ``format("lakestep-kafka")``: a Kafka source on kafka-python (the kafka package);
+* ``format("lakestep-kafka")``: a Kafka source on kafka-python (the kafka package), and
+  :func:`lakestep.streaming.kafka.ingest`, a root job whose tasks write the table's files
+  themselves (kafka/ingestion.py);
 * :func:`register`, :func:`register_job`, :func:`foreach_batch` (datasource.py).
 
 Names are imported lazily, so ``import lakestep`` works without a JVM.

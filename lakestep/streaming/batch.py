@@ -51,6 +51,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceReader, Inpu
 
 from ..errors import LakestepError, QueryError, StreamingJobError
 from . import progress
+from .executors import freeze_worker_heap
 from .sink import BatchFiles, FilesWritten, TableShape, evolve_schema, parse_flag, task_prefix
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class LakestepBatchReader(DataSourceReader):
         return [PlanPartition(p) for p in self.plan.split(self.max_partitions)]
 
     def read(self, partition: PlanPartition) -> Iterator[pa.RecordBatch]:  # executors
+        freeze_worker_heap()
         rows = partition.plan.to_arrow()
         yield from rows.to_batches()
 
@@ -167,6 +169,8 @@ class LakestepBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:  # executors
         from pyspark import TaskContext
+
+        freeze_worker_heap()
 
         ctx = TaskContext.get()
         prefix = f"w{self.write_id}-" + task_prefix(ctx, self.batch if self.batch is not None else 0)

@@ -169,8 +169,10 @@ def _writer(target: Any, batch_id: int) -> Callable[[Iterator[Any]], Iterator[An
         import pyarrow as pa
         from pyspark import TaskContext
 
+        from .executors import freeze_worker_heap
         from .sink import task_prefix
 
+        freeze_worker_heap()
         msg = target.files().write(batches, task_prefix(TaskContext.get(), batch_id))
         yield pa.RecordBatch.from_pydict({"m": [pickle.dumps(msg)]}, pa.schema([("m", pa.binary())]))
 

@@ -69,6 +69,7 @@ from ..catalog.files import FileWriter, NewFile, Storage
 from ..catalog.plan import SerializedSchemas
 from ..catalog.writes import conform
 from . import progress
+from .executors import freeze_worker_heap
 
 log = logging.getLogger(__name__)
 
@@ -294,11 +295,16 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Any, overwrite: bool, schema: Any = None) -> None:
         # Runs on the driver side: the only place that reads the catalog. Spark makes a new writer for
         # micro-batches of a running query too, so it waits out an unavailable database like a commit.
+        from .kafka.ingestion import is_staged
+
         url, table, policy = progress.required(options, "catalog"), progress.required(options, "table"), \
             wait_policy(options)
+        #: the rows are lists of files already written (lakestep.streaming.kafka.ingest), not the table's rows
+        self.staged = is_staged(schema)
         self.target = _retry.retrying(
             lambda: SinkTarget.open(url, table, job=options.get("job"), mode=options.get("mode"),
-                                    overwrite=overwrite, dead_letter=options.get("deadLetterTable"), schema=schema,
+                                    overwrite=overwrite, dead_letter=options.get("deadLetterTable"),
+                                    schema=None if self.staged else schema,
                                     merge_schema=parse_flag(options.get("mergeSchema")),
                                     storage=progress.storage_of(options), retry=policy),
             policy=policy, what=f"sink of {table} (writer)")
@@ -306,6 +312,11 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:  # executors
         from pyspark import TaskContext
 
+        freeze_worker_heap()
+        if self.staged:
+            from .kafka.ingestion import gather
+
+            return gather(iterator, self.target.shape.ident)
         return self.target.files().write(iterator, task_prefix(TaskContext.get()))
 
     def commit(self, messages: list[FilesWritten | None], batchId: int) -> None:  # driver

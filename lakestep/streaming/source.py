@@ -51,6 +51,7 @@ from ..catalog import reader
 from ..errors import CatalogUnavailableError
 from . import progress
 from .sink import TableShape, wait_policy
+from .executors import freeze_worker_heap
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._waiting(files, "partitions")
 
     def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:  # executors
+        freeze_worker_heap()
         data = reader.read(self.shape.ident, self.shape.store(), partition.files,
                            self.shape.physical_schema)
         if self.shape.primary_key:  # upserted rows; tombstones are not rows

@@ -127,7 +127,9 @@ decoded by kafka-python as before. Installing the ``crc32c`` package
 (``kafka-python[crc32c]``) makes CRC checks native; ``kafka.check.crcs=false``
 skips them. Each micro-batch also costs the Spark scheduling overhead of a few
 hundred milliseconds to a second in local mode, so larger
-``maxOffsetsPerTrigger`` values amortize it better.
+``maxOffsetsPerTrigger`` values amortize it better. Into a lakestep table,
+:func:`ingest` (:mod:`.ingestion`) skips Spark's two row hand-offs (source
+worker to JVM to sink worker): each task writes its range as the table's files.
 
 Needs pyspark >= 4.2 (admission control: ``latestOffset(start, limit)``).
 
@@ -154,6 +156,7 @@ if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
         KafkaTimestampNotFoundError,
         KafkaTopicNotFoundError,
     )
+    from .ingestion import ingest
     from .options import FORMAT_NAME, KafkaSourceOptions, kafka_consumer_config, parse_starting_offsets
     from .schema import arrow_schema, kafka_schema
     from .source import KafkaBatchReader, KafkaDataSource, KafkaInputPartition, KafkaStreamReader, register_kafka_source
@@ -166,6 +169,7 @@ _PUBLIC: dict[str, str] = {
     **dict.fromkeys(["FORMAT_NAME", "KafkaSourceOptions", "kafka_consumer_config", "parse_starting_offsets"],
                     "options"),
     **dict.fromkeys(["kafka_schema", "arrow_schema"], "schema"),
+    "ingest": "ingestion",
     **dict.fromkeys(["KafkaBatchReader", "KafkaDataSource", "KafkaInputPartition", "KafkaStreamReader",
                      "register_kafka_source"],
                     "source"),

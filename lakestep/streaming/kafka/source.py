@@ -25,6 +25,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed pyspa
         f"import failed: {_exc}"
     ) from _exc
 
+from ..executors import freeze_worker_heap
 from .errors import KafkaDataLossError, KafkaTimestampNotFoundError, KafkaTopicNotFoundError
 from .offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from .options import (
@@ -353,6 +354,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
         assert isinstance(partition, KafkaInputPartition), partition
+        freeze_worker_heap()
         return read_partition_range(
             self.options, partition.topic, partition.partition, partition.start, partition.end
         )
@@ -533,6 +535,7 @@ class KafkaBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
         assert isinstance(partition, KafkaInputPartition), partition
+        freeze_worker_heap()
         return read_partition_range(
             self.options, partition.topic, partition.partition, partition.start, partition.end
         )
@@ -575,5 +578,8 @@ def _check_schema(schema: StructType, options: KafkaSourceOptions) -> None:
 
 
 def register_kafka_source(spark: SparkSession) -> None:
-    """Register ``lakestep-kafka`` with ``spark`` (idempotent)."""
+    """Register ``lakestep-kafka`` (and ``lakestep-kafka-ingest``, :mod:`.ingest`) with ``spark`` (idempotent)."""
+    from .ingestion import KafkaIngestSource
+
     spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(KafkaIngestSource)

@@ -36,7 +36,11 @@ Measured, with targets (every ratio from this run, on this machine):
     ``--kafka-processes`` processes >= 1.0 (the one-process ratio is reported
     as information); every round's table ends with exactly ``messages``
     distinct rows. The same rounds also run ``lakestep-spark``: the same
-    Kafka stream into the table through ``foreach_batch(..., writer="spark")``.
+    Kafka stream into the table through ``foreach_batch(..., writer="spark")``,
+    and ``lakestep-ingest``: :func:`lakestep.streaming.kafka.ingest`, where each
+    task writes its offset range as the table's files and only the file lists
+    cross Spark (rows/s counted from the table, as every batch's input rows are
+    file lists there), with the same target.
 (c) barrier latency: a root table appended with ``barrier=OPEN_EPOCH``, the epoch
     sealed by a Coordinator, a derived Spark job (lakestep source -> lakestep sink,
     trigger 200 ms); latency = derived commit tagged with the barrier
@@ -330,13 +334,19 @@ def run_kafka_lakestep(spark: Any, root: Path, broker: Any, topic: str, n: int, 
     cat = Catalog(warehouse=str(root / f"wh-{name}"))
     cat.create_namespace("k")
     table = cat.create_table("k.events", KAFKA_TABLE_SCHEMA)
-    df = kafka_stream(spark, broker, topic, max_per_trigger)
     t0 = time.perf_counter()
-    w = (df.writeStream.option("checkpointLocation", str(root / f"ck-{name}")).trigger(availableNow=True)
-         .queryName(f"{name}-ingest"))
+    if writer == "ingest":
+        from lakestep.streaming.kafka import ingest
+
+        w = ingest(spark, cat.url, "k.events", {"kafka.bootstrap.servers": broker.bootstrap_servers,
+                                                "subscribe": topic, "startingOffsets": "earliest",
+                                                "maxOffsetsPerTrigger": max_per_trigger}, job=f"{name}-ingest")
+    else:
+        w = kafka_stream(spark, broker, topic, max_per_trigger).writeStream
+    w = w.option("checkpointLocation", str(root / f"ck-{name}")).trigger(availableNow=True).queryName(f"{name}-ingest")
     if writer is None:
         w = w.format("lakestep").option("catalog", cat.url).option("table", "k.events").option("job", f"{name}-ingest")
-    else:
+    elif writer != "ingest":
         from lakestep.streaming import foreach_batch
 
         w = w.foreachBatch(foreach_batch(cat.url, "k.events", job=f"{name}-ingest", writer=writer))
@@ -347,6 +357,10 @@ def run_kafka_lakestep(spark: Any, root: Path, broker: Any, topic: str, n: int, 
     stats["wall_s"] = round(wall, 3)
     stats["wall_rows_per_s"] = round(stats["rows"] / wall, 1)
     stats["table_rows"] = table.count()
+    if writer == "ingest":  # its input rows are the tasks' file lists: count what landed
+        stats["rows"] = stats["table_rows"]
+        stats["rows_per_s"] = round(stats["rows"] / stats["seconds"], 1) if stats.get("seconds") else None
+        stats["wall_rows_per_s"] = round(stats["rows"] / wall, 1)
     offs = table.to_arrow(columns=["partition", "offset"]) if stats["table_rows"] <= 5_000_000 else None
     if offs is not None:
         stats["distinct_offsets"] = len(set(zip(offs.column("partition").to_pylist(),
@@ -374,7 +388,8 @@ def run_kafka(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
                                                           name="warmup"))
         _attempt(lambda: run_plain_consumer(broker, f"{topic}-warmup", warm_n))
         procs = params["kafka_processes"]
-        readers = ["kafka-python", "lakestep", "lakestep-spark"] + (["kafka-python-processes"] if procs > 1 else [])
+        readers = ["kafka-python", "lakestep", "lakestep-spark", "lakestep-ingest"] + (
+            ["kafka-python-processes"] if procs > 1 else [])
         baseline = "kafka-python-processes" if procs > 1 else "kafka-python"
         for i in range(rounds):
             row: dict[str, Any] = {"load_1min": round(os.getloadavg()[0], 2)}
@@ -386,6 +401,9 @@ def run_kafka(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
                 elif reader == "lakestep-spark":
                     row[reader] = _attempt(lambda: run_kafka_lakestep(spark, root, broker, topic, n, mpt,
                                                                       name=f"round{i}-spark", writer="spark"))
+                elif reader == "lakestep-ingest":
+                    row[reader] = _attempt(lambda: run_kafka_lakestep(spark, root, broker, topic, n, mpt,
+                                                                      name=f"round{i}-ingest", writer="ingest"))
                 elif reader == "kafka-python":
                     row[reader] = _attempt(lambda: run_plain_consumer(broker, topic, n))
                 else:
@@ -395,38 +413,53 @@ def run_kafka(spark: Any, root: Path, params: dict[str, Any]) -> dict[str, Any]:
                                             row["kafka-python"].get("rows_per_s"))
             row["spark_writer_ratio"] = _ratio(row["lakestep-spark"].get("rows_per_s"),
                                                row[baseline].get("rows_per_s"))
+            row["ingest_ratio"] = _ratio(row["lakestep-ingest"].get("rows_per_s"), row[baseline].get("rows_per_s"))
             out["rounds"].append(row)
     out["baseline"] = baseline
-    for key in ("ratio", "ratio_1_process", "spark_writer_ratio"):
+    for key in ("ratio", "ratio_1_process", "spark_writer_ratio", "ingest_ratio"):
         ratios = [r[key] for r in out["rounds"]]
         out[f"{key}_median"] = round(statistics.median(ratios), 3) if ratios and None not in ratios else None
     for reader in readers:
         rates = [r[reader].get("rows_per_s") for r in out["rounds"]]
         out[f"{reader}_rows_per_s_median"] = statistics.median(rates) if None not in rates else None
-    landed = [r[k].get("table_rows") for r in out["rounds"] for k in ("lakestep", "lakestep-spark")]
+    tables = ("lakestep", "lakestep-spark", "lakestep-ingest")
+    landed = [r[k].get("table_rows") for r in out["rounds"] for k in tables]
     out["table_rows"] = landed[0] if len(set(landed)) == 1 else None  # every round lands the same count
-    distinct = [r[k].get("distinct_offsets") for r in out["rounds"] for k in ("lakestep", "lakestep-spark")]
+    distinct = [r[k].get("distinct_offsets") for r in out["rounds"] for k in tables]
     out["distinct_offsets"] = distinct[0] if len(set(distinct)) == 1 else None
     return out
 
 
 # --------------------------------------------------------------------------- (d)
-STAGE_SINKS = ("noop", "python-null", "lakestep")
+STAGE_SINKS = ("noop", "python-null", "lakestep", "ingest")
 
 
 def run_kafka_one_trigger(spark: Any, root: Path, broker: Any, topic: str, n: int, sink: str,
                           name: str) -> dict[str, Any]:
     """All ``n`` records of ``topic`` in ONE trigger (``availableNow``, ``maxOffsetsPerTrigger=n``)
     into ``sink``: Spark's ``noop`` (nothing leaves the JVM), ``python-null`` (the Arrow batches
-    are handed to a Python sink that only counts them) or ``lakestep`` (the real sink, its driver
-    commit timed by benchmarks/formats.py ``lakestep-bench-timed``)."""
+    are handed to a Python sink that only counts them), ``lakestep`` (the real sink, its driver
+    commit timed by benchmarks/formats.py ``lakestep-bench-timed``) or ``ingest``
+    (:func:`lakestep.streaming.kafka.ingest`: the tasks write the files, the sink commits lists)."""
     from .formats import NULL_NAME, TIMED_NAME, NullSink, TimedSink
 
-    w = (kafka_stream(spark, broker, topic, n).writeStream.option("checkpointLocation", str(root / f"ck-{name}"))
-         .trigger(availableNow=True).queryName(name))
     cat = table = None
+    if sink == "ingest":
+        from lakestep.streaming.kafka import ingest
+
+        cat = Catalog(warehouse=str(root / f"wh-{name}"))
+        cat.create_namespace("k")
+        table = cat.create_table("k.events", KAFKA_TABLE_SCHEMA)
+        w = ingest(spark, cat.url, "k.events", {"kafka.bootstrap.servers": broker.bootstrap_servers,
+                                                "subscribe": topic, "startingOffsets": "earliest",
+                                                "maxOffsetsPerTrigger": n}, job=f"{name}-ingest")
+    else:
+        w = kafka_stream(spark, broker, topic, n).writeStream
+    w = w.option("checkpointLocation", str(root / f"ck-{name}")).trigger(availableNow=True).queryName(name)
     timing = root / f"timing-{name}.jsonl"
-    if sink == "noop":
+    if sink == "ingest":
+        pass
+    elif sink == "noop":
         w = w.format("noop")
     elif sink == "python-null":
         spark.dataSource.register(NullSink)
@@ -441,8 +474,9 @@ def run_kafka_one_trigger(spark: Any, root: Path, broker: Any, topic: str, n: in
     q = await_available_now(w.start())
     stats = batch_stats([json.loads(p.json) for p in q.recentProgress])
     if table is not None and cat is not None:
-        commits = [json.loads(line) for line in timing.read_text().splitlines() if line.strip()]
-        stats["commit_ms"] = round(sum(c["end"] - c["start"] for c in commits) * 1000, 1)
+        if sink == "lakestep":
+            commits = [json.loads(line) for line in timing.read_text().splitlines() if line.strip()]
+            stats["commit_ms"] = round(sum(c["end"] - c["start"] for c in commits) * 1000, 1)
         stats["table_rows"] = table.count()
         cat.close()
     return stats
@@ -476,6 +510,8 @@ def run_kafka_stages(spark: Any, root: Path, params: dict[str, Any]) -> dict[str
     * JVM -> Python sink hand-off: addBatch of ``python-null`` - addBatch of ``noop``;
     * Parquet encoding and writing: addBatch of ``lakestep`` - addBatch of ``python-null`` - commit;
     * catalog commit on the driver (timed);
+    * ``kafka.ingest``: its trigger and its addBatch (read and Parquet in the same worker; the
+      lists of files cross Spark, not the rows);
     * and, for scale, the same read in this process without Spark (per core, and halved: the two
       cores Spark's tasks share)."""
     from lakestep.testing import TansuBroker
@@ -531,6 +567,8 @@ def run_kafka_stages(spark: Any, root: Path, params: dict[str, Any]) -> dict[str
         "Parquet encoding and writing (lakestep - python-null - commit)":
             minus(add["lakestep"], add["python-null"], commit),
         "catalog commit (driver)": commit,
+        "kafka.ingest: trigger": trig["ingest"],
+        "kafka.ingest: addBatch (read and Parquet in each task, file lists to the sink)": add["ingest"],
         "for scale: the read without Spark, 1 core": read_1core,
         "for scale: the same, over 2 cores": None if read_1core is None else round(read_1core / 2, 1),
     }
@@ -629,6 +667,11 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
                         rnd.get("lakestep-spark", {}).get("rows_per_s"),
                         rnd.get("lakestep-spark", {}).get("wall_rows_per_s"), rnd.get("spark_writer_ratio"), None,
                         rnd.get("lakestep-spark", {}).get("error")],
+                       [f"{i}: kafka.ingest() -> lakestep", rnd.get("lakestep-ingest", {}).get("batches"),
+                        rnd.get("lakestep-ingest", {}).get("rows"), rnd.get("lakestep-ingest", {}).get("seconds"),
+                        rnd.get("lakestep-ingest", {}).get("rows_per_s"),
+                        rnd.get("lakestep-ingest", {}).get("wall_rows_per_s"), rnd.get("ingest_ratio"), None,
+                        rnd.get("lakestep-ingest", {}).get("error")],
                        [f"{i}: kafka-python, 1 process", None, kp.get("rows"), kp.get("seconds"), kp.get("rows_per_s"),
                         kp.get("rows_per_s"), None, None, kp.get("error")]]
         if kpp is not None:
@@ -649,7 +692,8 @@ def report(r: dict[str, Any], checks: list[Check]) -> str:
                    f"{p['max_offsets_per_trigger']} (produced at {prod.get('msgs_per_s')} msg/s); "
                    f"{p['kafka_rounds']} rounds after a warm-up on {p['kafka_warmup_messages']} msgs; median ratio "
                    f"{b.get('ratio_median')} vs {b.get('baseline')} ({b.get('ratio_1_process_median')} vs 1 process; "
-                   f"writer='spark': {b.get('spark_writer_ratio_median')})",
+                   f"writer='spark': {b.get('spark_writer_ratio_median')}; kafka.ingest(): "
+                   f"{b.get('ingest_ratio_median')})",
                    ["reader", "batches", "rows", "seconds", "rows/s", "wall rows/s", "ratio (1 proc)", "load",
                     "error"],
                    kafka_rows),
@@ -726,13 +770,15 @@ def main(argv: list[str] | None = None) -> None:
                   KAFKA_TARGET),
             Check(f"(b) lakestep-kafka, writer='spark' / {kb.get('baseline')} rows/s (median)",
                   kb.get("spark_writer_ratio_median"), ">=", KAFKA_TARGET),
+            Check(f"(b) kafka.ingest() / {kb.get('baseline')} rows/s (median)",
+                  kb.get("ingest_ratio_median"), ">=", KAFKA_TARGET),
             Check("(b) lakestep table rows (every round)", kb.get("table_rows"), "==", params["messages"]),
             Check("(b) distinct (partition, offset) (every round)", kb.get("distinct_offsets"), "==",
                   params["messages"]),
         ]
     if "d" in args.only:
-        landed = {rnd.get(k, {}).get("table_rows" if k == "lakestep" else "rows")
-                  for rnd in kd.get("rounds", []) for k in ("noop", "python-null", "lakestep", "in-process")}
+        landed = {rnd.get(k, {}).get("table_rows" if k in ("lakestep", "ingest") else "rows")
+                  for rnd in kd.get("rounds", []) for k in ("noop", "python-null", "lakestep", "ingest", "in-process")}
         checks.append(Check("(d) rows read by every reader, every round", landed.pop() if len(landed) == 1 else None,
                             "==", params["stage_messages"]))
     r["checks"] = [c.to_json() for c in checks]

@@ -10,6 +10,7 @@ for one call: it must return, and the limit only catches a hang.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any, Callable, TypeVar
@@ -62,3 +63,21 @@ def in_thread(fn: Callable[[], Any], limit: float = 300.0) -> Any:
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def query_failure(query: Any) -> str | None:
+    """``None`` while a streaming ``query`` has not died; else what killed it, cause first.
+
+    Spark's message starts with the query's ids and ends with a long JVM stack, and CI keeps
+    only the tail of a failing run's output: the summary puts the error itself, every
+    ``Caused by`` line and the Python error lines first, then the whole message.
+    """
+    exc = query.exception()
+    if exc is None:
+        return None
+    text = str(exc)
+    head = re.sub(r"^\[STREAM_FAILED\] Query \[[^]]*\] terminated with exception: ", "", text.splitlines()[0])
+    causes = [ln.strip() for ln in text.splitlines()[1:]
+              if ln.strip().startswith("Caused by") or re.match(r"\s*\w+(\.\w+)*(Error|Exception): ", ln)]
+    summary = " | ".join(dict.fromkeys([head[:400], *(c[:300] for c in causes)]))
+    return f"{summary}\n--- the whole message ---\n{text}"

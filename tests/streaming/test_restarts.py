@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog import schema as S
 from lakestep.streaming import register, register_job
-from tests.waiting import wait_until
+from tests.waiting import query_failure, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -66,7 +66,8 @@ class JoinJob:
         """Stop the query; it must not have died on its own."""
         q, self.query = self.query, None
         q.stop()
-        assert q.exception() is None, q.exception()
+        why = query_failure(q)
+        assert why is None, f"the join query died: {why}"
 
     def feed(self) -> int:
         """Root rows for the open epoch, then seal it: ``s.a`` precommits it, ``s.b`` lags."""
@@ -99,9 +100,8 @@ class JoinJob:
     def wait(self, cond: Callable[[], bool], what: str, timeout: float = 180.0) -> None:
         """Wait for ``cond``; fail at once if the query died."""
         def died() -> str | None:
-            if self.query is not None and self.query.exception() is not None:
-                return f"the join query died ({self.query.exception()})"
-            return None
+            why = None if self.query is None else query_failure(self.query)
+            return None if why is None else f"the join query died ({why})"
 
         wait_until(cond, what, timeout=timeout, failed=died)
 

@@ -444,33 +444,31 @@ def run_kafka_one_trigger(spark: Any, root: Path, broker: Any, topic: str, n: in
     from .formats import NULL_NAME, TIMED_NAME, NullSink, TimedSink
 
     cat = table = None
-    if sink == "ingest":
-        from lakestep.streaming.kafka import ingest
-
+    if sink in ("ingest", "lakestep"):
         cat = Catalog(warehouse=str(root / f"wh-{name}"))
         cat.create_namespace("k")
         table = cat.create_table("k.events", KAFKA_TABLE_SCHEMA)
+    timing = root / f"timing-{name}.jsonl"
+    if sink == "ingest":
+        from lakestep.streaming.kafka import ingest
+
+        assert cat is not None
         w = ingest(spark, cat.url, "k.events", {"kafka.bootstrap.servers": broker.bootstrap_servers,
                                                 "subscribe": topic, "startingOffsets": "earliest",
                                                 "maxOffsetsPerTrigger": n}, job=f"{name}-ingest")
     else:
         w = kafka_stream(spark, broker, topic, n).writeStream
+        if sink == "noop":
+            w = w.format("noop")
+        elif sink == "python-null":
+            spark.dataSource.register(NullSink)
+            w = w.format(NULL_NAME)
+        else:
+            assert cat is not None
+            spark.dataSource.register(TimedSink)
+            w = (w.format(TIMED_NAME).option("catalog", cat.url).option("table", "k.events")
+                 .option("job", f"{name}-ingest").option("timingFile", str(timing)))
     w = w.option("checkpointLocation", str(root / f"ck-{name}")).trigger(availableNow=True).queryName(name)
-    timing = root / f"timing-{name}.jsonl"
-    if sink == "ingest":
-        pass
-    elif sink == "noop":
-        w = w.format("noop")
-    elif sink == "python-null":
-        spark.dataSource.register(NullSink)
-        w = w.format(NULL_NAME)
-    else:
-        spark.dataSource.register(TimedSink)
-        cat = Catalog(warehouse=str(root / f"wh-{name}"))
-        cat.create_namespace("k")
-        table = cat.create_table("k.events", KAFKA_TABLE_SCHEMA)
-        w = (w.format(TIMED_NAME).option("catalog", cat.url).option("table", "k.events")
-             .option("job", f"{name}-ingest").option("timingFile", str(timing)))
     q = await_available_now(w.start())
     stats = batch_stats([json.loads(p.json) for p in q.recentProgress])
     if table is not None and cat is not None:

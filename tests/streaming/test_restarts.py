@@ -65,9 +65,12 @@ class JoinJob:
     def stop(self) -> None:
         """Stop the query; it must not have died on its own."""
         q, self.query = self.query, None
+        before = query_failure(q)
         q.stop()
-        why = query_failure(q)
-        assert why is None, f"the join query died: {why}"
+        why = before or query_failure(q)
+        # which one tells a lakestep error apart from a stop Spark did not recognise as one
+        when = "before the stop" if before else "during the stop (Spark did not take the error for the stop)"
+        assert why is None, f"the join query died {when}: {why}"
 
     def feed(self) -> int:
         """Root rows for the open epoch, then seal it: ``s.a`` precommits it, ``s.b`` lags."""

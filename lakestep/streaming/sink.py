@@ -74,6 +74,8 @@ from .executors import freeze_worker_heap
 log = logging.getLogger(__name__)
 
 ERROR_COL = "_ls_error"
+#: The one column of a query whose rows are file lists already written (lakestep.streaming.kafka.ingest).
+STAGED_COLUMN = "_ls_files"
 #: What a sink does with a micro-batch: append rows, upsert them by key, or replace the table.
 SinkMode = Literal["append", "update", "complete"]
 _FLUSH_ROWS = 1_000_000
@@ -295,12 +297,10 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Any, overwrite: bool, schema: Any = None) -> None:
         # Runs on the driver side: the only place that reads the catalog. Spark makes a new writer for
         # micro-batches of a running query too, so it waits out an unavailable database like a commit.
-        from .kafka.ingestion import is_staged
-
         url, table, policy = progress.required(options, "catalog"), progress.required(options, "table"), \
             wait_policy(options)
         #: the rows are lists of files already written (lakestep.streaming.kafka.ingest), not the table's rows
-        self.staged = is_staged(schema)
+        self.staged = schema is not None and list(schema.fieldNames()) == [STAGED_COLUMN]
         self.target = _retry.retrying(
             lambda: SinkTarget.open(url, table, job=options.get("job"), mode=options.get("mode"),
                                     overwrite=overwrite, dead_letter=options.get("deadLetterTable"),

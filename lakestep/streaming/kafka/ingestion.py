@@ -61,15 +61,13 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from ...catalog.writes import conform
 from ...errors import SchemaMismatchError
 from .. import progress
-from ..sink import FilesWritten, TableShape, task_prefix
+from ..sink import STAGED_COLUMN, FilesWritten, TableShape, task_prefix  # STAGED_COLUMN: a task's row
 from .options import KafkaSourceOptions
 from .schema import arrow_schema
 from .source import KafkaDataSource, KafkaInputPartition, KafkaStreamReader
 
 #: The format :func:`ingest` reads with.
 INGEST_FORMAT = "lakestep-kafka-ingest"
-#: The one column of its rows: a pickled :class:`StagedFiles` per task.
-STAGED_COLUMN = "_ls_files"
 STAGED_SCHEMA = StructType([StructField(STAGED_COLUMN, BinaryType())])
 _STAGED_ARROW = pa.schema([pa.field(STAGED_COLUMN, pa.binary())])
 #: The options of the table side (the rest are ``lakestep-kafka``'s).
@@ -81,11 +79,6 @@ class StagedFiles(FilesWritten):
     """The files one task wrote, and the table they were written for."""
 
     table: str = ""
-
-
-def is_staged(schema: Any) -> bool:
-    """Whether a sink's input ``schema`` (Spark's) is the file lists of :func:`ingest`."""
-    return schema is not None and list(getattr(schema, "fieldNames", lambda: [])()) == [STAGED_COLUMN]
 
 
 def gather(batches: Iterator[pa.RecordBatch], table: str) -> FilesWritten:

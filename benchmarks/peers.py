@@ -15,8 +15,7 @@ Peers:
 DuckDB extensions: the sandbox has no access to the extension repository, so
 DuckDB is opened with ``autoinstall_known_extensions`` and
 ``autoload_known_extensions`` disabled and the extensions are ``LOAD``-ed by
-full path from the ``duckdb-ext-*`` wheels, which put them under
-``<site-packages>/duckdb_ext/extensions/v<duckdb version>/<platform>/``.
+full path from the ``duckdb-extension-*`` wheels (lakestep.query.duck.load_extensions).
 
 For the PostgreSQL backends a fresh, uniquely named database is created per
 run (through ``pg_dsn``, which must point at an existing database such as
@@ -30,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import importlib.util
 import json
 import statistics
 import time
@@ -47,7 +45,7 @@ if TYPE_CHECKING:
 
 Backend = Literal["sqlite", "postgres"]
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-DUCKDB_EXTENSIONS = ("parquet", "sqlite_scanner", "postgres_scanner", "ducklake")
+DUCKDB_EXTENSIONS = ("sqlite", "postgres", "ducklake")  # the duckdb-extension-<name> wheels (parquet is built in)
 _EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
 SCHEMA = pa.schema(
@@ -154,31 +152,15 @@ def run_deltalake(n: int, workdir: Path) -> list[float]:
 
 
 # ---------------------------------------------------------------------- ducklake
-def duckdb_extension_dir() -> Path:
-    """Directory where the duckdb-ext-* wheels install the extension binaries."""
-    import duckdb
-
-    spec = importlib.util.find_spec("duckdb_ext")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("duckdb_ext not installed (pip install duckdb-ext-ducklake ...)")
-    version = duckdb.__version__.lstrip("v")
-    for root in spec.submodule_search_locations:
-        versioned = Path(root, "extensions", f"v{version}")
-        candidates = sorted(versioned.glob("*/ducklake.duckdb_extension"))
-        if candidates:
-            return candidates[0].parent
-    raise RuntimeError(f"no DuckDB v{version} extensions in {spec.submodule_search_locations}")
-
-
 def _duckdb_offline_connection() -> duckdb.DuckDBPyConnection:
     import duckdb
 
     con = duckdb.connect(
         config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
     )
-    ext_dir = duckdb_extension_dir()
-    for name in DUCKDB_EXTENSIONS:
-        con.execute(f"LOAD '{ext_dir / f'{name}.duckdb_extension'}'")
+    from lakestep.query.duck import load_extensions
+
+    load_extensions(con, *DUCKDB_EXTENSIONS)
     return con
 
 

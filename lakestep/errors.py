@@ -432,6 +432,29 @@ class SparkSetupError(StreamingJobError):
         self.problems = problems
 
 
+# --------------------------------------------------------------------- iceberg
+class IcebergError(LakestepError):
+    """Publishing lakestep tables as Iceberg tables failed (lakestep/iceberg)."""
+
+
+class IcebergSchemaError(IcebergError, ValueError):
+    """A table cannot be published to Iceberg as it is: ``column`` has a type Iceberg
+    readers would read differently. The table is left out of publishing; the others go on."""
+
+    def __init__(self, message: str, *, column: str | None = None) -> None:
+        super().__init__(message)
+        self.column = column
+
+
+class IcebergConflictError(IcebergError):
+    """The Iceberg metadata of ``table`` changed under the publisher (another writer
+    committed to it): nothing of this publish was made visible; the next round reloads it."""
+
+    def __init__(self, message: str, *, table: str) -> None:
+        super().__init__(message)
+        self.table = table
+
+
 class QueryError(LakestepError, ValueError):
     """A query lakestep cannot run as written: unparseable SQL, an unknown level or scope,
     time travel it cannot honour. The message says what to change."""

@@ -5,7 +5,10 @@ Which versions are *retained* at time ``now`` with retention window ``R``:
 * every version committed after ``now - R`` and the version that was current
   at ``now - R`` (``floor``): time travel within the window always works;
 * every version named by a snapshot that has not expired;
-* every version pinned by a version lock in force.
+* every version pinned by a version lock in force;
+* every version an Iceberg snapshot published from the table still shows
+  (``ls_published_snapshot``, lakestep/iceberg): the publisher deletes that
+  row only after the snapshot left the Iceberg metadata.
 
 A data file (a row of ``ls_file``) is live in versions ``[added, removed)``.
 It *expires* when it was removed at or before ``floor`` and no pinned version
@@ -99,7 +102,11 @@ def _pinned(conn: sa.Connection, table_id: int, now: float) -> list[int]:
     locks = conn.execute(sa.select(S.locks.c.version).where(
         S.locks.c.table_id == table_id,
         sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > now))).scalars().all()
-    return sorted({int(v) for v in (*snaps, *locks)})
+    # the versions retained Iceberg snapshots show (lakestep/iceberg): an engine reading
+    # a tag or main through Iceberg's metadata must find every file it names
+    published = conn.execute(sa.select(S.published_snapshots.c.version).where(
+        S.published_snapshots.c.table_id == table_id)).scalars().all()
+    return sorted({int(v) for v in (*snaps, *locks, *published)})
 
 
 def cleanup(

@@ -35,6 +35,7 @@ RETENTION = "lakestep.retention-seconds"
 ISOLATION = "lakestep.isolation"
 TTL_COLUMN = "lakestep.ttl.column"
 TTL_SECONDS = "lakestep.ttl.seconds"
+ICEBERG_PUBLISH = "lakestep.iceberg.publish"
 
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 ISOLATIONS = ("snapshot", "serializable")
@@ -56,6 +57,12 @@ def _isolation(v: str) -> str:
     if v not in ISOLATIONS:
         raise ValueError(f"must be one of {', '.join(ISOLATIONS)}")
     return v
+
+
+def _bool(v: str) -> bool:
+    if v.lower() not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return v.lower() == "true"
 
 
 def _column_name(v: str) -> str:
@@ -82,6 +89,9 @@ KNOWN: dict[str, Spec] = {
     TTL_SECONDS: Spec(lambda v: _seconds(v, zero=False), None, None,
                       "rows older than this many seconds are removed by maintenance.apply_ttl "
                       "(with lakestep.ttl.column)"),
+    ICEBERG_PUBLISH: Spec(_bool, True, True,
+                          "false keeps the table out of Iceberg publishing when the catalog publishes "
+                          "(lakestep.iceberg; default true)"),
 }
 
 

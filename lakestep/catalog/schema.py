@@ -490,6 +490,67 @@ def _v9(conn: Connection) -> None:
         conn.exec_driver_sql("CREATE INDEX ls_table_stamp ON ls_table (stamp)")
 
 
+# --- version 10: Iceberg publishing (lakestep/iceberg) ------------------------------
+# ``ls_publisher`` (one row): whether the catalog publishes its tables as Iceberg
+# tables, the publisher's lease (a fencing token, as the coordinator's) and its
+# progress: ``complete_barrier``, the newest barrier whose tag every published
+# table has (``main`` never moves past it), and the newest rollback it handled.
+# ``ls_published_table``: per lakestep table, what was published (the Iceberg
+# identifier, the metadata file, the newest version and barrier, the last error).
+# ``ls_published_snapshot``: every Iceberg snapshot a publisher made or is about
+# to make, with the lakestep version it shows. A row is written before the
+# snapshot becomes visible and deleted after the snapshot expired, so cleanup
+# (cleanup.py ``_pinned``) keeps every file a retained Iceberg snapshot names.
+publisher = sa.Table(
+    "ls_publisher",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("enabled", sa.Boolean, nullable=False, default=False),
+    sa.Column("holder", sa.String(256), nullable=True),
+    sa.Column("token", sa.BigInteger, nullable=False, default=0),
+    sa.Column("acquired_at", sa.Float, nullable=True),
+    sa.Column("expires_at", sa.Float, nullable=False, default=0.0),
+    sa.Column("complete_barrier", sa.BigInteger, nullable=True),
+    sa.Column("rollback_id", sa.BigInteger, nullable=False, default=0),
+    sa.Column("round_at", sa.Float, nullable=True),  # when the last round ended (catalog clock)
+    sa.Column("error", sa.Text, nullable=True),  # the last round's error, None when it succeeded
+)
+
+published_tables = sa.Table(
+    "ls_published_table",
+    metadata,
+    sa.Column("table_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("namespace", sa.String(128), nullable=False),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("metadata_location", sa.Text, nullable=True),
+    sa.Column("version", sa.BigInteger, nullable=True),  # the newest version a snapshot shows
+    sa.Column("barrier", sa.BigInteger, nullable=True),  # the newest barrier tagged
+    sa.Column("main_version", sa.BigInteger, nullable=True),  # the version main shows
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("error_at", sa.Float, nullable=True),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+published_snapshots = sa.Table(
+    "ls_published_snapshot",
+    metadata,
+    sa.Column("table_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("snapshot_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("barrier", sa.BigInteger, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ls_published_snapshot_version", "table_id", "version"),
+)
+
+
+def _v10(conn: Connection) -> None:
+    for t in (publisher, published_tables, published_snapshots):
+        t.create(conn, checkfirst=True)
+    if conn.execute(sa.select(publisher.c.id)).first() is None:
+        conn.execute(sa.insert(publisher).values(id=1, enabled=False, holder=None, token=0, expires_at=0.0,
+                                                 complete_barrier=None, rollback_id=0))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
@@ -500,6 +561,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (7, _v7),
     (8, _v8),
     (9, _v9),
+    (10, _v10),
 ]
 LATEST = MIGRATIONS[-1][0]
 

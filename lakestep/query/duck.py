@@ -47,6 +47,36 @@ def _duckdb():  # type: ignore[no-untyped-def]
     return duckdb
 
 
+def load_extensions(con: Any, *names: str) -> None:
+    """``LOAD`` DuckDB extensions from their PyPI wheels (``duckdb-extension-<name>``, pinned to the
+    installed duckdb's version), for machines that cannot download them. Load ``avro`` before
+    ``iceberg``.
+
+    Example::
+
+        con = duckdb.connect()
+        load_extensions(con, "avro", "iceberg")
+        con.sql("SELECT * FROM iceberg_scan('.../metadata/00003-....metadata.json', version => 'barrier-42')")
+    """
+    import importlib
+    from pathlib import Path
+
+    version = _duckdb().__version__.lstrip("v")
+    for name in names:
+        try:
+            mod = importlib.import_module(f"duckdb_extension_{name}")
+        except ImportError:
+            raise QueryError(f"the DuckDB extension {name!r} is not installed: "
+                             f"pip install duckdb-extension-{name}=={version}") from None
+        folder = Path(mod.__file__).parent / "extensions"
+        found = sorted(folder.glob(f"v{version}/**/*.duckdb_extension"))
+        if not found:
+            have = sorted(p.name for p in folder.glob("v*"))
+            raise QueryError(f"the installed duckdb-extension-{name} is built for DuckDB {have}, not {version}: "
+                             f"pip install duckdb-extension-{name}=={version}")
+        con.execute(f"LOAD '{found[0]}'")
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 

@@ -1,0 +1,796 @@
+"""The publisher: lakestep tables kept in step with Iceberg tables, one tag per consistent barrier.
+
+Every lakestep table is published as an Iceberg table of the same name in an
+Iceberg SQL catalog (sqlcat.py), as metadata only: its snapshots list
+lakestep's own Parquet files. One **round** (:meth:`Publisher.publish`):
+
+1. **Lease.** Take or extend the publisher lease (``ls_publisher``, a fencing
+   token, the database's clock, as the coordinator's). A publisher that does
+   not hold it does nothing this round: two publishers never interleave
+   their work, and a lapsed one cannot move the cut (step 6 is fenced).
+2. **Plan, in one database snapshot.** The barriers to publish are those
+   ``read_committed`` at scope ``global`` could choose that have no tag yet:
+   every barrier above the *complete cut* ``C`` (the newest barrier every
+   published table has a tag for) up to the COMMIT barrier ``P`` (a first
+   round: ``P`` alone); barriers the coordinator's snapshot retention has
+   already dropped are skipped. For each, every table of the COMMIT set has a
+   version (``version_at``, docs/design.md §3.4). Unmanaged tables (no active
+   job) publish their newest version; derived tables still catching up wait
+   until they have joined the COMMIT set. A rollback seen since the last
+   round lowers ``C`` to its target and removes the tags above it (their
+   barriers now hold other rows).
+3. **Per table, one Iceberg commit** (metadata.py): a snapshot per barrier at
+   which the table's version changed (the table's newest snapshot is reused
+   when its version did not), the tag ``barrier-B`` for every barrier ``B``
+   of the plan (a tag that exists is never made again: a rerun after a crash
+   makes each tag once), ``main`` moved to the tag of ``C``, and expiry
+   (step 5). Before the commit, a row per new snapshot goes into
+   ``ls_published_snapshot``: cleanup keeps the files of every version a row
+   names (catalog/cleanup.py), so no retained Iceberg snapshot ever names a
+   deleted file.
+4. **Errors stay with their table.** A table Iceberg cannot represent
+   (:class:`IcebergSchemaError`) is left out and reported (``lakestep
+   doctor``); another failure of one table is recorded on it and the round goes
+   on with the others, but ``C`` does not advance. An unavailable catalog
+   database stops the round.
+5. **Retention.** A tag is kept while lakestep keeps its barrier: from the
+   oldest barrier the coordinator's snapshots retain on, or, without
+   coordinator snapshots, while the tag's version is within the table's
+   retention window; ``main``'s and newer tags are always kept. Snapshots no
+   kept ref names expire (unmanaged tables keep the newest
+   ``unmanaged_history`` within the window); their rows in
+   ``ls_published_snapshot`` are deleted after the commit that removed them.
+6. **Advance the cut.** When every table succeeded, ``C`` becomes ``P`` (fenced
+   by the lease token). ``main`` of each table moves to it in the next round;
+   ``settle=True`` (:meth:`publish_once`, ``lakestep publish --once``) does it
+   in the same call, in a second commit per table.
+
+**Crash safety.** Killed at any point, nothing half-written is visible: each
+table's commit is one compare-and-swap of its catalog row, ``C`` moves only
+after every table has its tags, and ``main`` only ever points at a barrier at
+or below ``C``: at a complete cut. A rerun finds the tags that exist and makes
+the missing ones. Files written by a commit that never swapped are swept by
+:meth:`Publisher.sweep` (each table's first round, then every
+``sweep_every`` rounds), once older than :data:`ORPHAN_SECONDS`.
+
+Not guaranteed: readers of ``main`` across several tables can straddle a round
+(each table's ``main`` moves on its own); a tag never changes once made,
+except that a rollback removes the tags above its target.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import sqlalchemy as sa
+
+from .. import retry as _retry
+from ..barrier.epochs import open_epoch
+from ..barrier.states import commit_set, committed_from, facts, oldest_retained, versions_at
+from ..barrier.topology import Topology
+from ..catalog import properties as P
+from ..catalog import schema as S
+from ..catalog.changes import FILE_COLS, row_to_file
+from ..catalog.files import DataFile as LakestepFile
+from ..catalog.handle import TableHandle, TableMeta
+from ..errors import CatalogUnavailableError, IcebergError, IcebergSchemaError, LakestepError
+from . import deletes as D
+from .mapping import FileMapper, file_uri, ids_of, mapping_ids, shape
+from .metadata import NAME_MAPPING, Draft, IcebergTable, StorageFileIO, tag_barrier, tag_name
+from .sqlcat import DEFAULT_NAME, SqlCatalogRows
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
+    from ..catalog.backend import Backend
+
+from pyiceberg.manifest import ManifestContent
+from pyiceberg.table.snapshots import Operation
+
+log = logging.getLogger(__name__)
+
+#: A file under a table's ``metadata/`` that no metadata names is deleted once this old.
+ORPHAN_SECONDS = 600.0
+#: Barriers one round tags at most (a publisher far behind catches up over several rounds).
+MAX_BARRIERS_PER_ROUND = 500
+
+
+@dataclass
+class TableReport:
+    """What one round did to one table."""
+
+    snapshots: int = 0
+    tags: list[int] = field(default_factory=list)
+    removed_tags: list[int] = field(default_factory=list)
+    main: int | None = None  # the version main shows after the round
+    expired: int = 0
+    error: str | None = None
+
+
+@dataclass
+class PublishReport:
+    """One round (module docstring)."""
+
+    leader: bool
+    holder: str | None = None  # who holds the lease when this publisher did not
+    barriers: list[int] = field(default_factory=list)
+    complete: int | None = None  # the complete cut after the round
+    tables: dict[str, TableReport] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def errors(self) -> dict[str, str]:
+        return {t: r.error for t, r in self.tables.items() if r.error}
+
+
+@dataclass(frozen=True)
+class PublisherStatus:
+    """What ``lakestep doctor`` and ``describe`` show of publishing."""
+
+    enabled: bool
+    holder: str | None
+    expires_at: float
+    complete: int | None
+    committed: int
+    round_at: float | None
+    error: str | None
+    tables: dict[str, dict[str, Any]]
+
+    @property
+    def lag(self) -> int | None:
+        """Barriers committed but not yet complete in Iceberg (None: nothing published yet)."""
+        return None if self.complete is None else max(0, self.committed - self.complete)
+
+
+def enable(catalog: "Catalog", on: bool = True) -> None:
+    """Turn publishing on (or off) for the catalog: the maintenance loop publishes while it is on."""
+    with catalog.backend.write() as conn:
+        conn.execute(sa.update(S.publisher).where(S.publisher.c.id == 1).values(enabled=bool(on)))
+
+
+def enabled(catalog: "Catalog") -> bool:
+    with catalog.backend.read() as conn:
+        return bool(conn.execute(sa.select(S.publisher.c.enabled).where(S.publisher.c.id == 1)).scalar())
+
+
+def _holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class _Row:
+    """A lakestep table as the plan reads it."""
+
+    meta: TableMeta
+    version: int
+
+    @property
+    def ident(self) -> str:
+        return f"{self.meta.namespace}.{self.meta.name}"
+
+
+class Publisher:
+    """Publishes a catalog's tables as Iceberg tables (module docstring).
+
+    Example::
+
+        from lakestep.iceberg import Publisher
+        pub = Publisher(catalog)          # Iceberg catalog 'lakestep' in the same database
+        pub.publish_once()                # tags every committed barrier, moves main
+        pub.start(interval=1.0)           # or keep publishing in a thread
+    """
+
+    def __init__(
+        self,
+        catalog: "Catalog",
+        *,
+        iceberg_url: str | None = None,
+        name: str = DEFAULT_NAME,
+        holder: str | None = None,
+        lease_seconds: float = 30.0,
+        unmanaged_history: int = 100,
+        sweep_every: int = 100,
+        retry: "_retry.RetryPolicy" = _retry.SERVICE,
+    ) -> None:
+        self.catalog = catalog
+        self.topology = Topology(catalog)
+        self._own_backend: "Backend | None" = None
+        if iceberg_url is not None:
+            from ..catalog.backend import create_backend
+
+            self._own_backend = create_backend(iceberg_url)
+        self.rows = SqlCatalogRows(self._own_backend or catalog.backend, name)
+        self.io = StorageFileIO(catalog.storage)
+        self.holder = holder or _holder()
+        self.lease_seconds = float(lease_seconds)
+        self.unmanaged_history = int(unmanaged_history)
+        self.sweep_every = int(sweep_every)
+        self.retry = retry
+        self.keys = D.KeyCache()
+        self.rounds = 0
+        self._token: int | None = None
+        self._tables: dict[int, IcebergTable] = {}  # by lakestep table id
+        self._pk: dict[int, dict[str, tuple[str, str]]] = {}  # table id -> data uri -> (delete uri, digest)
+        self._swept: set[int] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_backend is not None:
+            self._own_backend.dispose()
+
+    # ------------------------------------------------------------------ lease
+    def _acquire(self) -> tuple[bool, str | None]:
+        p = S.publisher.c
+        with self.catalog.backend.write() as conn:
+            row = conn.execute(sa.select(S.publisher).where(p.id == 1).with_for_update()).mappings().one()
+            now = self.catalog.clock.shared_now(conn)
+            mine = row["holder"] == self.holder and row["token"] == self._token
+            if not mine and row["holder"] is not None and row["expires_at"] > now:
+                self._token = None
+                return False, row["holder"]
+            token = int(row["token"]) if mine else int(row["token"]) + 1
+            conn.execute(sa.update(S.publisher).where(p.id == 1, p.token == row["token"]).values(
+                holder=self.holder, token=token, expires_at=now + self.lease_seconds,
+                **({} if mine else {"acquired_at": now})))
+            self._token = token
+            return True, self.holder
+
+    def release(self) -> None:
+        """Give the lease up (a standby publisher takes over without waiting for it to expire)."""
+        if self._token is None:
+            return
+        p = S.publisher.c
+        with self.catalog.backend.write() as conn:
+            conn.execute(sa.update(S.publisher).where(p.id == 1, p.holder == self.holder, p.token == self._token)
+                         .values(holder=None, expires_at=0.0))
+        self._token = None
+
+    # ------------------------------------------------------------------ round
+    def publish_once(self) -> PublishReport:
+        """One round that also moves ``main`` to the cut it completes (step 6's ``settle``)."""
+        return self.publish(settle=True)
+
+    def publish(self, *, settle: bool = False) -> PublishReport:
+        """One round (module docstring, steps 1-6)."""
+        started = time.perf_counter()
+        leader, holder = self._acquire()
+        if not leader:
+            return PublishReport(False, holder)
+        self.rows.ensure()
+        plan = self._plan()
+        report = PublishReport(True, self.holder, plan.barriers, plan.complete)
+        ok = True
+        for tid in sorted(plan.rows):
+            row = plan.rows[tid]
+            if not _wanted(row):
+                continue
+            tr = report.tables.setdefault(row.ident, TableReport())
+            try:
+                self._table_round(plan, row, tr)
+            except CatalogUnavailableError:
+                raise
+            except IcebergSchemaError as e:
+                tr.error = f"{type(e).__name__}: {e}"
+                self._record_error(row, tr.error)
+            except Exception as e:  # noqa: BLE001 - one table's trouble must not stop the others
+                if not isinstance(e, (LakestepError, OSError)):
+                    log.exception("publishing %s failed", row.ident)
+                else:
+                    log.warning("publishing %s failed: %s", row.ident, e)
+                tr.error = f"{type(e).__name__}: {e}"
+                self._record_error(row, tr.error)
+                ok = False
+        self._drop_gone(plan)
+        if ok and plan.barriers:
+            report.complete = plan.barriers[-1]
+        self._finish(plan, report.complete, None if ok else "; ".join(f"{t}: {e}" for t, e in report.errors.items()))
+        if settle and ok and report.complete is not None and report.complete != plan.complete:
+            for tid in sorted(plan.rows):
+                row = plan.rows[tid]
+                tr = report.tables.get(row.ident)
+                if tr is None or tr.error or tid not in plan.members:
+                    continue
+                self._settle(row, report.complete, tr)
+        self.rounds += 1
+        report.seconds = time.perf_counter() - started
+        log.info("publish round %d: barriers %s, complete %s, %d table(s) in %.3fs%s", self.rounds,
+                 _span(report.barriers), report.complete, len(report.tables), report.seconds,
+                 f"; errors: {report.errors}" if report.errors else "")
+        return report
+
+    # ------------------------------------------------------------------- plan
+    @dataclass
+    class _Plan:
+        complete: int | None
+        barriers: list[int]
+        rows: dict[int, _Row]
+        members: set[int]  # managed tables of the COMMIT set
+        kinds: dict[int, str]  # root / derived (unmanaged tables are missing)
+        versions: dict[int, dict[int, tuple[int, int]]]  # barrier -> table -> (version, data version)
+        published: dict[int, Mapping[str, Any]]
+        rollback_to: int | None
+        rollback_id: int
+        since: int | None  # the oldest barrier the coordinator's snapshots retain
+        now: float
+
+    def _plan(self) -> "Publisher._Plan":
+        p, t = S.publisher.c, S.tables
+        now = self.catalog.clock.now()
+        with self.catalog.backend.read() as conn:
+            st = conn.execute(sa.select(S.publisher).where(p.id == 1)).mappings().one()
+            graph = self.topology.graph(conn)
+            open_ = open_epoch(conn)
+            fx = facts(conn, graph.derived)
+            committed = committed_from(graph, fx, open_)
+            members = set(commit_set(graph, fx, open_))
+            rows = {int(r["table_id"]): _Row(TableMeta.from_row(r), int(r["version"]))
+                    for r in conn.execute(t.select()).mappings()}
+            published = {int(r["table_id"]): r for r in conn.execute(S.published_tables.select()).mappings()}
+            rb = conn.execute(sa.select(sa.func.min(S.rollbacks.c.to_barrier), sa.func.max(S.rollbacks.c.rollback_id))
+                              .where(S.rollbacks.c.rollback_id > st["rollback_id"])).one()
+            since = oldest_retained(conn, now)
+            complete = st["complete_barrier"]
+            rollback_to = None if rb[0] is None else int(rb[0])
+            if rollback_to is not None and complete is not None and complete > rollback_to:
+                complete = rollback_to
+            if committed < 1:
+                barriers: list[int] = []
+            elif complete is None:
+                barriers = [committed]
+            else:
+                barriers = list(range(int(complete) + 1, committed + 1))
+            if since is not None:
+                barriers = [b for b in barriers if b >= since]
+            barriers = barriers[:MAX_BARRIERS_PER_ROUND]
+            ids = sorted(i for i in members if i in rows and _wanted(rows[i]))
+            versions: dict[int, dict[int, tuple[int, int]]] = {}
+            for b in barriers:
+                versions[b] = {tid: (a.version, a.data_version) for tid, a in versions_at(conn, ids, b).items()}
+        return Publisher._Plan(None if complete is None else int(complete), barriers, rows, members,
+                               dict(graph.kinds), versions,
+                               published, rollback_to, int(rb[1] or st["rollback_id"]), since, now)
+
+    # -------------------------------------------------------------- one table
+    def _open(self, row: _Row, published: Mapping[str, Any] | None) -> IcebergTable:
+        tid = row.meta.table_id
+        pub = self._tables.get(tid)
+        if pub is not None:
+            return pub
+        ns, name = row.meta.namespace, row.meta.name
+        location = None
+        if published is not None:
+            location = self.rows.location(published["namespace"], published["name"])
+            if location is not None and (published["namespace"], published["name"]) != (ns, name):
+                self.rows.rename((published["namespace"], published["name"]), (ns, name))
+        if location is None:
+            location = self.rows.location(ns, name)
+        if location is not None:
+            pub = IcebergTable.load(ns, name, location, self.io)
+            self._pk[tid] = self._pk_deletes(pub)
+        else:
+            sh = shape(row.meta.schema, row.meta.partition_by, row.meta.primary_key)
+            pub = IcebergTable.new(ns, name, row.meta.location, sh, self.io, {
+                "lakestep.table-id": str(tid), "format-version": "2",
+                "write.parquet.compression-codec": "snappy"})
+            self._pk[tid] = {}
+        self._tables[tid] = pub
+        return pub
+
+    @staticmethod
+    def _pk_deletes(pub: IcebergTable) -> dict[str, tuple[str, str]]:
+        from pyiceberg.conversions import from_bytes
+        from pyiceberg.types import StringType
+
+        from .metadata import FILE_PATH_ID
+
+        out = {}
+        for path, e in pub.state.live(ManifestContent.DELETES).items():
+            b = (e.file.lower_bounds or {}).get(FILE_PATH_ID)
+            if b is not None:
+                out[str(from_bytes(StringType(), b))] = (path, "")
+        return out
+
+    def _table_round(self, plan: "Publisher._Plan", row: _Row, tr: TableReport) -> None:
+        tid = row.meta.table_id
+        pub = self._open(row, plan.published.get(tid))
+        if (pub.namespace, pub.name) != (row.meta.namespace, row.meta.name):  # renamed since loaded
+            self.rows.rename((pub.namespace, pub.name), (row.meta.namespace, row.meta.name))
+            pub.namespace, pub.name = row.meta.namespace, row.meta.name
+        known = mapping_ids(pub.metadata.properties.get(NAME_MAPPING)) or ids_of(pub.metadata.schema())
+        sh = shape(row.meta.schema, row.meta.partition_by, row.meta.primary_key, known=known,
+                   last=pub.metadata.last_column_id, schema_id=pub.metadata.current_schema_id)
+        if tid not in self._swept:
+            self.sweep(row, pub)
+        draft = pub.draft()
+        draft.set_shape(sh)
+        handle = TableHandle(self.catalog, row.meta)
+        mapper = FileMapper(row.meta.location, draft.schema, draft.spec, row.meta.partition_by)
+        tags = pub.tags()
+        if plan.rollback_to is not None:
+            for b in sorted(tags):
+                if b > plan.rollback_to:
+                    draft.remove_ref(tag_name(b))
+                    tr.removed_tags.append(b)
+                    del tags[b]
+        head = [pub.state.head, pub.head_version()]  # the draft's newest snapshot and its version
+        new: list[tuple[int, int, int | None]] = []  # (snapshot id, version, barrier)
+
+        def snapshot_at(version: int, barrier: int | None) -> int:
+            if head[0] is not None and head[1] == version:
+                return head[0]
+            sid = self._snapshot(draft, handle, mapper, head[1], version, barrier)
+            head[0], head[1] = sid, version
+            new.append((sid, version, barrier))
+            tr.snapshots += 1
+            return sid
+
+        if tid in plan.members:
+            for b in plan.barriers:
+                if b in tags:
+                    continue
+                v = plan.versions[b].get(tid)
+                if v is None:
+                    continue
+                tags[b] = snapshot_at(v[0], b)
+                draft.tag(b, tags[b])
+                tr.tags.append(b)
+            if plan.complete is not None and plan.complete in tags:
+                draft.main(tags[plan.complete])
+        elif plan.kinds.get(tid, "unmanaged") == "unmanaged":
+            draft.main(snapshot_at(row.version, None))
+        expired = self._retention(plan, row, pub, draft, tags, tr)
+        if not draft.changed:
+            tr.main = pub.version_of(pub.metadata.current_snapshot_id)
+            return
+        self._pin(tid, new, plan.now)
+        draft.commit(self.rows)
+        self._unpin(tid, expired)
+        tr.main = pub.version_of(pub.metadata.current_snapshot_id)
+        self._record(row, pub, tags)
+
+    def _snapshot(self, draft: Draft, handle: TableHandle, mapper: FileMapper, prev: int | None, version: int,
+                  barrier: int | None) -> int:
+        """A snapshot of ``handle`` at ``version`` on top of the draft's newest (at ``prev``)."""
+        added, removed, same_rows = self._delta(handle, prev, version)
+        add = [mapper.data_file(f) for f in added]
+        rm = {mapper.path(p) for p in removed}
+        add_del, rm_del = [], set()
+        if handle.primary_key:
+            add_del, rm_del = self._deletes(draft, handle, mapper, version, added, removed)
+        if same_rows and not add_del and not rm_del:
+            op = Operation.REPLACE
+        elif not rm and not rm_del and not add_del:
+            op = Operation.APPEND
+        elif not add and not add_del:
+            op = Operation.DELETE
+        else:
+            op = Operation.OVERWRITE
+        return draft.snapshot(version=version, barrier=barrier, operation=op, added=add, removed=rm,
+                              added_deletes=add_del, removed_deletes=rm_del)
+
+    def _delta(self, handle: TableHandle, a: int | None, b: int
+               ) -> tuple[list[LakestepFile], dict[str, LakestepFile], bool]:
+        """The files live at ``b`` and not at ``a``, the paths live at ``a`` and not at ``b``,
+        and whether ``a`` and ``b`` hold the same rows (same data version)."""
+        f, c = S.files.c, S.commits.c
+        tid = handle.table_id
+        with self.catalog.backend.read() as conn:
+            head = handle.head(conn)[0]
+            if a is None:
+                return handle.files_at(conn, b, head=head), {}, False
+            lo, hi = min(a, b), max(a, b)
+            q1 = sa.select(*FILE_COLS).where(f.table_id == tid, f.added_version > lo, f.added_version <= hi)
+            q2 = sa.select(*FILE_COLS).where(f.table_id == tid, f.removed_version > lo, f.removed_version <= hi)
+            rows = {r.file_id: row_to_file(r) for q in (q1, q2) for r in conn.execute(q)}
+            dvs = dict(conn.execute(sa.select(c.version, c.data_version).where(
+                c.table_id == tid, c.version.in_([a, b]))).all())
+        def live(d: LakestepFile, v: int) -> bool:
+            return d.added_version <= v and (d.removed_version is None or d.removed_version > v)
+        at_b = {d.path: d for d in rows.values() if live(d, b) and not live(d, a)}
+        at_a = {d.path: d for d in rows.values() if live(d, a) and not live(d, b)}
+        both = set(at_b) & set(at_a)  # a path removed and recorded again (a compaction undone): unchanged
+        added = [d for p, d in sorted(at_b.items()) if p not in both]
+        removed = {p: d for p, d in at_a.items() if p not in both}
+        same = a in dvs and b in dvs and dvs[a] == dvs[b]
+        return added, removed, same
+
+    def _deletes(self, draft: Draft, handle: TableHandle, mapper: FileMapper, version: int,
+                 added: Sequence[LakestepFile], removed: Mapping[str, LakestepFile]) -> tuple[list[Any], set[str]]:
+        """Position deletes (deletes.py) of the partitions ``added`` and ``removed`` touch."""
+        from .metadata import delete_file_entry
+
+        tid = handle.table_id
+        mine = self._pk.setdefault(tid, {})
+        touched = {f.partition_json for f in added} | {f.partition_json for f in removed.values()}
+        add_del: list[Any] = []
+        rm_del: set[str] = set()
+        for p in removed:  # a removed data file's deletes go with it
+            got = mine.pop(mapper.path(p), None)
+            if got is not None:
+                rm_del.add(got[0])
+        with self.catalog.backend.read() as conn:
+            head = handle.head(conn)[0]
+            live = handle.files_at(conn, version, head=head, partitions=frozenset(touched)) if touched else []
+        groups: dict[str, list[LakestepFile]] = {}
+        for f in live:
+            groups.setdefault(f.partition_json, []).append(f)
+        for part, files in groups.items():
+            pos = D.positions(handle, files, self.keys)
+            for f in files:
+                uri = mapper.path(f.path)
+                got = pos.get(f.path)
+                old = mine.get(uri)
+                dg = D.digest(got) if got is not None else None
+                if old is not None and (dg is None or old[1] != dg):
+                    rm_del.add(old[0])
+                    del mine[uri]
+                if got is not None and (old is None or old[1] != dg):
+                    w = D.write(self.io, draft.base.location, uri, got)
+                    draft.written.append(w.path)
+                    add_del.append(delete_file_entry(w.path, w.size, w.rows, mapper.partition(f.partition),
+                                                     mapper.spec.spec_id, uri))
+                    mine[uri] = (w.path, dg or "")
+        return add_del, rm_del
+
+    def _retention(self, plan: "Publisher._Plan", row: _Row, pub: IcebergTable, draft: Draft,
+                   tags: dict[int, int], tr: TableReport) -> list[int]:
+        """Step 5: drop tags lakestep no longer retains and snapshots no ref keeps."""
+        managed = row.meta.table_id in plan.members
+        floor = self._floor(row) if (plan.since is None or not managed) else None
+        keep_from = plan.complete if plan.complete is not None else (plan.barriers[-1] if plan.barriers else None)
+        for b in sorted(tags):
+            if keep_from is not None and b >= keep_from:
+                continue
+            v = _summary_version(draft, tags[b])
+            retained = (b >= plan.since) if plan.since is not None else (v is not None and floor is not None
+                                                                           and v >= floor)
+            if not retained:
+                draft.remove_ref(tag_name(b))
+                tr.removed_tags.append(b)
+                del tags[b]
+        keep = set(draft.refs.values())
+        if draft.state.head is not None:
+            keep.add(draft.state.head)
+        if not managed and floor is not None:
+            recent = sorted((s for s in draft.summaries if s not in draft.expired),
+                            key=lambda s: _summary_version(draft, s) or -1, reverse=True)[:self.unmanaged_history]
+            keep |= {s for s in recent if (_summary_version(draft, s) or -1) >= floor}
+        gone = [s for s in draft.summaries if s not in keep and s not in draft.expired]
+        draft.expire(gone)
+        tr.expired += len(gone)
+        return gone
+
+    def _floor(self, row: _Row) -> int:
+        """The table's cleanup floor: the version current ``retention`` seconds ago (cleanup.py)."""
+        c = S.commits.c
+        R = float(P.value(row.ident, row.meta.properties, P.RETENTION))
+        with self.catalog.backend.read() as conn:
+            v = conn.execute(sa.select(sa.func.max(c.version)).where(
+                c.table_id == row.meta.table_id, c.committed_at <= self.catalog.clock.now() - R)).scalar()
+        return -1 if v is None else int(v)
+
+    def _settle(self, row: _Row, complete: int, tr: TableReport) -> None:
+        """Step 6 at once: ``main`` to the tag of the cut this round completed."""
+        pub = self._tables.get(row.meta.table_id)
+        if pub is None:
+            return
+        tags = pub.tags()
+        sid = tags.get(complete)
+        if sid is None or pub.metadata.current_snapshot_id == sid:
+            return
+        draft = pub.draft()
+        draft.main(sid)
+        draft.commit(self.rows)
+        tr.main = pub.version_of(sid)
+        self._record(row, pub, tags)
+
+    # ------------------------------------------------------ catalog records
+    def _pin(self, tid: int, new: Iterable[tuple[int, int, int | None]], now: float) -> None:
+        rows = [{"table_id": tid, "snapshot_id": sid, "version": v, "barrier": b, "created_at": now}
+                for sid, v, b in new]
+        if rows:
+            with self.catalog.backend.write() as conn:
+                conn.execute(sa.insert(S.published_snapshots), rows)
+
+    def _unpin(self, tid: int, gone: Sequence[int]) -> None:
+        if not gone:
+            return
+        c = S.published_snapshots.c
+        with self.catalog.backend.write() as conn:
+            for i in range(0, len(gone), 500):
+                conn.execute(sa.delete(S.published_snapshots).where(c.table_id == tid,
+                                                                    c.snapshot_id.in_(list(gone[i:i + 500]))))
+
+    def _record(self, row: _Row, pub: IcebergTable, tags: Mapping[int, int]) -> None:
+        values = {"namespace": row.meta.namespace, "name": row.meta.name,
+                  "metadata_location": pub.metadata_location, "version": pub.head_version(),
+                  "barrier": max(tags) if tags else None,
+                  "main_version": pub.version_of(pub.metadata.current_snapshot_id),
+                  "error": None, "error_at": None, "updated_at": self.catalog.clock.now()}
+        self._upsert_state(row.meta.table_id, values)
+
+    def _record_error(self, row: _Row, error: str) -> None:
+        self._upsert_state(row.meta.table_id, {"namespace": row.meta.namespace, "name": row.meta.name,
+                                               "error": error[:2000], "error_at": self.catalog.clock.now(),
+                                               "updated_at": self.catalog.clock.now()})
+
+    def _upsert_state(self, tid: int, values: Mapping[str, Any]) -> None:
+        c = S.published_tables.c
+        with self.catalog.backend.write() as conn:
+            if conn.execute(sa.update(S.published_tables).where(c.table_id == tid).values(**values)).rowcount == 0:
+                conn.execute(sa.insert(S.published_tables).values(table_id=tid, **values))
+
+    def _finish(self, plan: "Publisher._Plan", complete: int | None, error: str | None) -> None:
+        p = S.publisher.c
+        with self.catalog.backend.write() as conn:
+            conn.execute(sa.update(S.publisher).where(p.id == 1, p.token == self._token).values(
+                complete_barrier=complete, rollback_id=plan.rollback_id, round_at=self.catalog.clock.now(),
+                error=None if error is None else error[:4000]))
+
+    # ----------------------------------------------------- dropped tables, orphans
+    def _drop_gone(self, plan: "Publisher._Plan") -> None:
+        """Iceberg tables whose lakestep table was dropped: their row, metadata files and records go."""
+        for tid, pubrow in plan.published.items():
+            if tid in plan.rows:
+                continue
+            ns, name = pubrow["namespace"], pubrow["name"]
+            loc = self.rows.location(ns, name)
+            self.rows.drop(ns, name)
+            if loc:
+                self._delete_metadata_dir(loc)
+            self._tables.pop(tid, None)
+            with self.catalog.backend.write() as conn:
+                conn.execute(sa.delete(S.published_snapshots).where(S.published_snapshots.c.table_id == tid))
+                conn.execute(sa.delete(S.published_tables).where(S.published_tables.c.table_id == tid))
+            log.info("dropped the Iceberg table %s.%s (its lakestep table is gone)", ns, name)
+
+    def _delete_metadata_dir(self, metadata_location: str) -> None:
+        base = metadata_location.rsplit("/", 1)[0]
+        fs, path = self.catalog.storage.filesystem(base[len("file://"):] if base.startswith("file://") else base)
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        except OSError:
+            return
+        for i in infos:
+            if i.type == pafs.FileType.File:
+                try:
+                    fs.delete_file(i.path)
+                except OSError:
+                    pass
+        if "://" not in base or base.startswith("file://"):
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+
+    def sweep(self, row: _Row, pub: IcebergTable) -> list[str]:
+        """Delete files under the table's ``metadata/`` that its metadata does not name and
+        that are older than :data:`ORPHAN_SECONDS` (left by commits that never swapped)."""
+        self._swept.add(row.meta.table_id)
+        if not pub.metadata_location:
+            return []
+        fs, root = self.catalog.storage.filesystem(row.meta.location)
+        base = f"{root.rstrip('/')}/metadata"
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        except OSError as e:
+            log.warning("could not list %s: %s", base, e)
+            return []
+        known = {_plain(p) for p in pub.referenced()}
+        cutoff = self.catalog.clock.now() - ORPHAN_SECONDS
+        gone = []
+        for i in infos:
+            if i.type != pafs.FileType.File:
+                continue
+            full = i.path if "://" not in row.meta.location else f"{row.meta.location.split('://', 1)[0]}://{i.path}"
+            mtime = i.mtime.timestamp() if isinstance(i.mtime, dt.datetime) else 0.0
+            if _plain(full) in known or mtime + 1.0 > cutoff:
+                continue
+            try:
+                fs.delete_file(i.path)
+                gone.append(i.path)
+            except OSError:
+                pass
+        if gone:
+            log.info("swept %d orphan metadata file(s) of %s", len(gone), row.ident)
+        return gone
+
+    # ------------------------------------------------------------------- loop
+    def run(self, *, interval: float = 1.0, max_rounds: int | None = None, duration: float | None = None,
+            on_round: Callable[[PublishReport], None] | None = None) -> list[PublishReport]:
+        """Rounds every ``interval`` seconds until :meth:`stop` (or ``max_rounds``, ``duration``).
+        While the catalog database is away the loop waits (``retry``); other errors are logged
+        and retried next round."""
+        reports = []
+        first = self.rounds
+        deadline = None if duration is None else time.monotonic() + duration
+        outage = _retry.Wait(self.retry, "publisher", stop=self._stop, logger=log)
+        try:
+            while not self._stop.is_set():
+                try:
+                    r = _retry.retrying(self.publish, policy=self.retry, what=outage.what, wait=outage,
+                                        redo_unknown=True)
+                    reports.append(r)
+                    if on_round is not None:
+                        on_round(r)
+                except CatalogUnavailableError:
+                    if self._stop.is_set():
+                        break
+                    raise
+                except Exception:  # noqa: BLE001
+                    self.rounds += 1
+                    log.exception("publish round %d failed", self.rounds)
+                if max_rounds is not None and self.rounds - first >= max_rounds:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                if self.sweep_every and self.rounds % self.sweep_every == 0:
+                    self._swept.clear()
+                self._stop.wait(interval)
+        finally:
+            try:
+                self.release()
+            except LakestepError:
+                pass
+        return reports
+
+    def start(self, *, interval: float = 1.0) -> threading.Thread:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self.run, kwargs={"interval": interval}, name="lakestep-publisher",
+                                        daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+
+def status(catalog: "Catalog") -> PublisherStatus:
+    """Where publishing stands (``lakestep doctor``, ``describe``)."""
+    topo = Topology(catalog)
+    with catalog.backend.read() as conn:
+        st = conn.execute(sa.select(S.publisher).where(S.publisher.c.id == 1)).mappings().one()
+        graph = topo.graph(conn)
+        o = open_epoch(conn)
+        committed = committed_from(graph, facts(conn, graph.derived), o)
+        t = S.published_tables.c
+        tables = {f"{r['namespace']}.{r['name']}": dict(r) for r in conn.execute(S.published_tables.select()).mappings()}
+    return PublisherStatus(bool(st["enabled"]), st["holder"], float(st["expires_at"]),
+                           None if st["complete_barrier"] is None else int(st["complete_barrier"]), committed,
+                           st["round_at"], st["error"], tables)
+
+
+def _wanted(row: _Row) -> bool:
+    return bool(P.value(row.ident, row.meta.properties, P.ICEBERG_PUBLISH))
+
+
+def _summary_version(draft: Draft, sid: int) -> int | None:
+    s = draft.summaries.get(sid)
+    if s is None:
+        return None
+    v = s.additional_properties.get("lakestep.version")
+    return None if v is None else int(v)
+
+
+def _plain(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri.split("://", 1)[-1]
+
+
+def _span(barriers: Sequence[int]) -> str:
+    if not barriers:
+        return "none"
+    return str(barriers[0]) if len(barriers) == 1 else f"{barriers[0]}..{barriers[-1]}"

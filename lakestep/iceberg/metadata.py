@@ -435,14 +435,15 @@ class Draft:
 
     @property
     def changed(self) -> bool:
-        return bool(self.updates)
+        """Anything to commit (a table never committed is created, empty, by its first commit)."""
+        return bool(self.updates) or not self.table.metadata_location
 
     # --------------------------------------------------------------- commit
     def commit(self, rows: "SqlCatalogRows") -> None:
         """Steps 2-4: write the metadata file, swap the catalog row, then delete what only
         expired snapshots and old metadata files named."""
         t = self.table
-        if not self.updates:
+        if not self.changed:
             return
         md = update_table_metadata(self.base, tuple(self.updates),
                                    metadata_location=t.metadata_location or None)

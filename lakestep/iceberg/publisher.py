@@ -76,6 +76,7 @@ import sqlalchemy as sa
 
 from .. import retry as _retry
 from ..barrier.epochs import open_epoch
+from ..barrier.errors import BarrierNotRetainedError
 from ..barrier.states import commit_set, committed_from, facts, oldest_retained, versions_at
 from ..barrier.topology import Topology
 from ..catalog import properties as P
@@ -344,19 +345,22 @@ class Publisher:
             rollback_to = None if rb[0] is None else int(rb[0])
             if rollback_to is not None and complete is not None and complete > rollback_to:
                 complete = rollback_to
-            if committed < 1:
-                barriers: list[int] = []
-            elif complete is None:
-                barriers = [committed]
+            if complete is None:  # the first round: the newest barriers lakestep still retains
+                first = max(1, since or 1, committed - MAX_BARRIERS_PER_ROUND + 1)
             else:
-                barriers = list(range(int(complete) + 1, committed + 1))
-            if since is not None:
-                barriers = [b for b in barriers if b >= since]
-            barriers = barriers[:MAX_BARRIERS_PER_ROUND]
+                first = max(int(complete) + 1, since or 1)
+            barriers = list(range(first, committed + 1))[:MAX_BARRIERS_PER_ROUND]
             ids = sorted(i for i in members if i in rows and _wanted(rows[i]))
             versions: dict[int, dict[int, tuple[int, int]]] = {}
-            for b in barriers:
-                versions[b] = {tid: (a.version, a.data_version) for tid, a in versions_at(conn, ids, b).items()}
+            for b in list(barriers):
+                try:
+                    at = versions_at(conn, ids, b)
+                except BarrierNotRetainedError:  # pruned by cleanup: no tag can show it any more
+                    if complete is None or b <= min(versions, default=b):
+                        barriers.remove(b)
+                        continue
+                    raise
+                versions[b] = {tid: (a.version, a.data_version) for tid, a in at.items()}
         return Publisher._Plan(None if complete is None else int(complete), barriers, rows, members,
                                dict(graph.kinds), versions,
                                published, rollback_to, int(rb[1] or st["rollback_id"]), since, now)

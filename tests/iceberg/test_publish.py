@@ -1,0 +1,126 @@
+"""Every published tag, read by PyIceberg, DuckDB and Polars, equals lakestep's rows at its barrier."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from lakestep.barrier import OPEN_EPOCH
+from lakestep.iceberg import tag_name
+from tests.iceberg.conftest import Shop, customers, orders
+from tests.iceberg.readers import assert_same
+
+
+def test_every_kind_of_change(shop: Shop) -> None:
+    cat = shop.cat
+    # appends to the root; the lagging job waits one round, so the first cut waits for it
+    shop.orders.append(orders((1, "eu", 10), (2, "us", 20), (3, "eu", 30)), barrier=OPEN_EPOCH)
+    shop.customers.upsert(customers((1, "ann", 1), (2, "bob", 1)), barrier=OPEN_EPOCH)
+    shop.regions.append(pa.table({"region": ["eu", "us"], "label": ["Europe", "USA"]}))
+    r = shop.step(lagging=False)
+    assert r.barriers == [] and r.complete is None  # counts has not precommitted barrier 1 yet
+    r = shop.step()
+    assert r.barriers == [1, 2] and r.complete == 2
+    assert sorted(r.tables["shop.orders"].tags) == [1, 2]
+    shop.orders.append(orders((4, "us", 40), (5, "apac", 50)), barrier=OPEN_EPOCH)
+    shop.step()
+    # a compaction: same rows, a REPLACE snapshot
+    assert shop.orders.compact(min_files=2).removed_files >= 2
+    r = shop.step()
+    snap = shop.engines.table("shop.orders").snapshot_by_name(tag_name(r.barriers[-1]))
+    assert snap.summary.operation.value == "replace", snap.summary
+    # copy-on-write delete and update (overwrite snapshots that remove the old files)
+    with cat.transaction() as tx:
+        tx.delete("shop.orders", [("id", "=", 2)], barrier=OPEN_EPOCH)
+    shop.step()
+    with cat.transaction() as tx:
+        tx.update("shop.orders", {"amount": 41}, [("id", "=", 4)], barrier=OPEN_EPOCH)
+    shop.step()
+    # overwrites: a partition of the root, and the whole unmanaged table
+    with cat.transaction() as tx:
+        tx.overwrite("shop.orders", orders((6, "us", 60)), partitions=[{"region": "us"}], barrier=OPEN_EPOCH)
+    shop.regions.overwrite(pa.table({"region": ["eu"], "label": ["EU"]}))
+    shop.step()
+    # a schema change: a column added, written by the next batches
+    shop.orders.add_columns(pa.field("coupon", pa.string()))
+    shop.orders.append(pa.table({**{c: orders((7, "eu", 70)).column(c) for c in orders().column_names},
+                                 "coupon": ["SPRING"]}), barrier=OPEN_EPOCH)
+    r = shop.step()
+    t = shop.engines.table("shop.orders")
+    assert "coupon" in [f.name for f in t.schema().fields]
+    assert [f.name for f in t.schemas()[t.snapshot_by_name(tag_name(1)).schema_id].fields] == \
+        ["id", "region", "amount", "price", "day"]  # an old tag keeps the schema it was published with
+    # upserts and deletes of a primary-key table, a multi-table transaction, a major compaction
+    with cat.transaction() as tx:
+        tx.upsert("shop.customers", customers((2, "bobby", 2), (3, "cy", 1)), barrier=OPEN_EPOCH)
+        tx.append("shop.orders", pa.table({**{c: orders((8, "apac", 80)).column(c) for c in orders().column_names},
+                                            "coupon": [None]}), barrier=OPEN_EPOCH)
+    shop.step()
+    with cat.transaction() as tx:
+        tx.delete("shop.customers", [("cid", "=", 1)], barrier=OPEN_EPOCH)
+    shop.customers.upsert(customers((3, "cyd", 3), (4, "dee", 1)), barrier=OPEN_EPOCH)
+    shop.step()
+    assert shop.customers.compact(major=True).removed_files >= 2
+    shop.step()
+    latest = shop.engines.table("shop.customers")
+    assert sorted(r["cid"] for r in latest.scan().to_arrow().to_pylist()) == [2, 3, 4]
+    # a rollback: the tags above its target are removed, and made again with the new rows
+    before = {b for b in shop.engines.table("shop.totals").metadata.refs if b.startswith("barrier-")}
+    target = shop.pub_complete() - 2
+    shop.p.rollback(to=target)
+    r = shop.step()
+    assert sorted(r.tables["shop.totals"].removed_tags) == [target + 1, target + 2]
+    shop.checked = {(i, b) for i, b in shop.checked if int(b.split("-")[1]) <= target}
+    after = {b for b in shop.engines.table("shop.totals").metadata.refs if b.startswith("barrier-")}
+    assert {tag_name(target + 1), tag_name(target + 2)} & before and not (after - before - {
+        tag_name(b) for b in r.barriers})
+    shop.orders.append(orders((9, "eu", 90)), barrier=OPEN_EPOCH)
+    shop.step()
+    assert shop.check(every_tag=True) > 0
+
+
+def test_cleanup_past_retention_keeps_what_tags_name(catalog_spec, clock) -> None:  # type: ignore[no-untyped-def]
+    """Tags expire with lakestep's version retention (no coordinator snapshots here); cleanup
+    deletes the files of expired tags only, and every remaining tag reads the same."""
+    cat = catalog_spec.open(clock=clock)
+    shop = Shop(cat, engines=("pyiceberg", "duckdb"))
+    try:
+        for t in (shop.orders, shop.totals, shop.counts, shop.customers):
+            t.set_properties({"lakestep.retention-seconds": "100"})
+        for i in range(4):
+            shop.orders.append(orders((10 * i + 1, "eu", i), (10 * i + 2, "us", i)), barrier=OPEN_EPOCH)
+            shop.customers.upsert(customers((1, f"v{i}", i)), barrier=OPEN_EPOCH)
+            shop.step()
+            clock.advance(60)
+        shop.orders.compact(min_files=2)
+        shop.customers.compact(major=True)
+        shop.step()
+        before = shop.engines.table("shop.orders").metadata.refs
+        clock.advance(1000)
+        shop.orders.append(orders((99, "eu", 9)), barrier=OPEN_EPOCH)
+        r = shop.step()
+        assert r.tables["shop.orders"].removed_tags, "tags past the retention window expire"
+        kept = shop.engines.table("shop.orders").metadata.refs
+        assert set(kept) < set(before) | {tag_name(b) for b in r.barriers}
+        for t in (shop.orders, shop.customers):
+            rep = t.cleanup()
+            assert rep.deleted_files, "the compacted files left the window and no tag names them"
+        shop.check(every_tag=True)  # every tag still there reads the same, in every engine
+    finally:
+        shop.pub.close()
+        cat.close()
+
+
+def test_main_of_an_unmanaged_table_is_its_newest_version(catalog) -> None:  # type: ignore[no-untyped-def]
+    shop = Shop(catalog, engines=("pyiceberg",))
+    try:
+        shop.regions.append(pa.table({"region": ["eu"], "label": ["Europe"]}))
+        shop.pub.publish_once()
+        assert_same(shop.engines, "shop.regions", "main", shop.regions.to_arrow())
+        shop.regions.append(pa.table({"region": ["us"], "label": ["USA"]}))
+        shop.pub.publish_once()
+        assert_same(shop.engines, "shop.regions", "main", shop.regions.to_arrow())
+        assert not [r for r in shop.engines.table("shop.regions").metadata.refs if r.startswith("barrier-")]
+    finally:
+        shop.pub.close()
+

@@ -8,6 +8,7 @@ unless a failpoint of that name is armed, either in the process with
 
 Actions:
     ``exit``        the process dies at once (``os._exit(137)``), like SIGKILL
+    ``exit@N``      the same at the N-th time the failpoint is reached (1 is the first)
     ``raise``       :class:`FailpointError` is raised
     ``sleep:SECS``  the step waits, widening a race window
     ``disconnect``  :class:`~lakestep.errors.CatalogUnavailableError` is raised, as
@@ -26,6 +27,7 @@ from typing import Callable, Union
 Action = Union[str, Callable[[str], None]]
 
 _armed: dict[str, Action] = {}
+_hits: dict[str, int] = {}
 
 
 class FailpointError(RuntimeError):
@@ -60,6 +62,10 @@ def hit(name: str) -> None:
         action(name)
     elif action == "exit":
         os._exit(137)
+    elif action.startswith("exit@"):
+        _hits[name] = _hits.get(name, 0) + 1
+        if _hits[name] >= int(action.split("@", 1)[1]):
+            os._exit(137)
     elif action == "raise":
         raise FailpointError(f"failpoint {name!r}")
     elif action == "disconnect":

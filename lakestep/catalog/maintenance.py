@@ -1,7 +1,9 @@
 """A long-running maintenance loop: compaction, TTL and cleanup beside live writers.
 
 Each round, for each table: (1) apply its TTL, (2) compact (minor; major every
-``major_every``-th round), (3) clean up. Every step is an ordinary commit or a
+``major_every``-th round), (3) clean up. When the catalog publishes its tables
+as Iceberg tables (``lakestep publish --enable``, lakestep/iceberg), the round
+publishes before its cleanups (a round of :class:`lakestep.iceberg.Publisher`). Every step is an ordinary commit or a
 retention-safe cleanup, so the loop can run while streaming jobs append and
 upsert and readers read: a compaction that loses a race is discarded, never
 an ingest (docs/design.md §2). A failing table (an invalid property, a corrupt
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
+import sqlalchemy as sa
 
 from .. import retry as _retry
 from ..errors import CatalogUnavailableError, LakestepError
@@ -82,6 +85,7 @@ class RoundReport:
     round: int
     seconds: float
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    publish: dict[str, Any] | None = None  # the Iceberg publishing round, when the catalog publishes
 
 
 class MaintenanceLoop:
@@ -118,6 +122,7 @@ class MaintenanceLoop:
         self.ttl = ttl
         self.retry = retry
         self.rounds = 0
+        self.publisher: Any = None  # made on first use, when publishing is on (lakestep.iceberg)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -128,7 +133,9 @@ class MaintenanceLoop:
         start = time.perf_counter()
         report = RoundReport(n, 0.0)
         major = self.major_every > 0 and n % self.major_every == 0
-        for ident in self.tables if self.tables is not None else self.catalog.list_tables():
+        idents = self.tables if self.tables is not None else self.catalog.list_tables()
+        cleanups: list[tuple[str, Table]] = []
+        for ident in idents:
             out: dict[str, Any] = {}
             try:
                 table = self.catalog.load_table(ident)
@@ -140,9 +147,7 @@ class MaintenanceLoop:
                 out["compaction"] = "noop" if c.summary.get("noop") else "discarded" if c.discarded else c.version
                 out["compacted_files"] = 0 if c.discarded else c.removed_files
                 if self.cleanup:
-                    cr = table.cleanup()
-                    out["deleted_files"] = len(cr.deleted_files) + len(cr.orphan_files)
-                    out["deleted_bytes"] = cr.deleted_bytes + cr.orphan_bytes
+                    cleanups.append((ident, table))
             except CatalogUnavailableError:  # not this table's trouble: the round waits for the database
                 raise
             except LakestepError as e:  # one table's trouble must not stop the others
@@ -152,10 +157,47 @@ class MaintenanceLoop:
                 log.exception("maintenance of %s failed this round", ident)
                 out["error"] = f"{type(e).__name__}: {e}"
             report.tables[ident] = out
+        self._publish(report)
+        for ident, table in cleanups:
+            out = report.tables[ident]
+            try:
+                cr = table.cleanup()
+                out["deleted_files"] = len(cr.deleted_files) + len(cr.orphan_files)
+                out["deleted_bytes"] = cr.deleted_bytes + cr.orphan_bytes
+            except CatalogUnavailableError:
+                raise
+            except LakestepError as e:
+                log.warning("cleanup of %s failed this round: %s", ident, e)
+                out["error"] = f"{type(e).__name__}: {e}"
+            except Exception as e:
+                log.exception("cleanup of %s failed this round", ident)
+                out["error"] = f"{type(e).__name__}: {e}"
         report.seconds = time.perf_counter() - start
         self.rounds = n
         log.info("maintenance round %d in %.2fs: %s", report.round, report.seconds, report.tables)
         return report
+
+    def _publish(self, report: RoundReport) -> None:
+        """A publishing round when the catalog publishes to Iceberg (its errors are reported, not raised)."""
+        from . import schema as S
+
+        with self.catalog.backend.read() as conn:
+            on = bool(conn.execute(sa.select(S.publisher.c.enabled).where(S.publisher.c.id == 1)).scalar())
+        if not on:
+            return
+        try:
+            if self.publisher is None:
+                from ..iceberg import Publisher
+
+                self.publisher = Publisher(self.catalog)
+            r = self.publisher.publish()
+            report.publish = {"leader": r.leader, "barriers": len(r.barriers), "complete": r.complete,
+                              "errors": r.errors}
+        except CatalogUnavailableError:
+            raise
+        except Exception as e:  # noqa: BLE001 - publishing must not stop compaction and cleanup
+            log.warning("publishing failed this round: %s", e)
+            report.publish = {"error": f"{type(e).__name__}: {e}"}
 
     def run(self, *, max_rounds: int | None = None, duration: float | None = None,
             on_round: Callable[[RoundReport], None] | None = None) -> list[RoundReport]:
@@ -194,6 +236,8 @@ class MaintenanceLoop:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self.publisher is not None:
+            self.publisher.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

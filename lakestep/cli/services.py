@@ -1,4 +1,4 @@
-"""``lakestep coordinator`` and ``lakestep maintenance``: the two long-running services.
+"""``lakestep coordinator``, ``lakestep maintenance`` and ``lakestep publish``: the long-running services.
 
 ``python -m lakestep.barrier.coordinator`` and ``python -m lakestep.catalog.maintenance``
 remain as aliases without the CLI's dependencies; both run the same code
@@ -142,4 +142,87 @@ def maintenance_cmd(out: Output, catalog_url: str, tables: tuple[str, ...], inte
     out.emit({"rounds": done})
 
 
-COMMANDS = [coordinator_cmd, maintenance_cmd]
+@click.command("publish")
+@click.option("--once", is_flag=True, help="one round (main moved to the cut it completes), then exit")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="seconds between rounds")
+@click.option("--rounds", type=click.IntRange(min=1), default=None, help="stop after this many rounds")
+@click.option("--duration", type=click.FloatRange(min=0), default=None, help="stop after this many seconds")
+@click.option("--iceberg-url", default=None, metavar="URL",
+              help="the Iceberg SQL catalog's database (default: the lakestep catalog's own)")
+@click.option("--name", default="lakestep", show_default=True, help="the Iceberg catalog name")
+@click.option("--lease", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="lease seconds: a standby publisher takes over this long after the holder dies")
+@click.option("--holder", default=None, help="this publisher's name (default host:pid:random)")
+@click.option("--enable/--disable", "switch", default=None,
+              help="turn publishing on or off for the catalog (the maintenance loop publishes while it is on), "
+                   "then exit")
+@LOG_LEVEL
+@common
+def publish_cmd(out: Output, catalog_url: str, once: bool, interval: float, rounds: int | None,
+                duration: float | None, iceberg_url: str | None, name: str, lease: float, holder: str | None,
+                switch: bool | None, log_level: str) -> int:
+    """Publish the catalog's tables as Iceberg tables, a tag per consistent barrier.
+
+    Each round gives every table an Iceberg snapshot per barrier at which it
+    changed, the tag barrier-N for every barrier read_committed could
+    choose, and moves main to the newest barrier every table has a tag for.
+    Metadata only: the snapshots list lakestep's own files. Runs until
+    SIGTERM/SIGINT (or --once, --rounds, --duration); one publisher holds the
+    lease at a time. Needs the iceberg extra. docs/iceberg.md shows how
+    engines read the result.
+
+    \b
+    Examples:
+      lakestep publish --catalog ./wh --once
+      lakestep publish --catalog postgresql://lake@db/lake --interval 1
+      lakestep publish --catalog ./wh --enable
+    """
+    _logging(log_level)
+    from ..iceberg import Publisher, enable
+
+    with open_catalog(catalog_url) as cat:
+        if switch is not None:
+            enable(cat, switch)
+            out.emit({"enabled": switch})
+            out.print(f"publishing to Iceberg is {'on' if switch else 'off'} for {cat.url}")
+            return 0
+        pub = Publisher(cat, iceberg_url=iceberg_url, name=name, holder=holder, lease_seconds=lease)
+        done: list[dict[str, Any]] = []
+        failed = False
+
+        def on_round(r: Any) -> None:
+            nonlocal failed
+            failed = failed or bool(r.errors)
+            done.append({"leader": r.leader, "holder": r.holder, "barriers": r.barriers, "complete": r.complete,
+                         "seconds": r.seconds, "tables": {t: vars(x) for t, x in r.tables.items()}})
+            if out.json:
+                return
+            if not r.leader:
+                out.print(f"another publisher holds the lease ({r.holder}): nothing done")
+                return
+            span = "none" if not r.barriers else f"{r.barriers[0]}..{r.barriers[-1]}"
+            grid = RichTable(title=f"publish: barriers {span}, complete cut {r.complete} ({r.seconds:.2f} s)",
+                             title_justify="left")
+            for col in ("table", "snapshots", "tags", "main (version)", "expired", "error"):
+                grid.add_column(col)
+            for t, x in r.tables.items():
+                tags = "-" if not x.tags else f"{x.tags[0]}..{x.tags[-1]}" if len(x.tags) > 1 else str(x.tags[0])
+                grid.add_row(t, str(x.snapshots), tags, "-" if x.main is None else str(x.main), str(x.expired),
+                             x.error or "", style="red" if x.error else None)
+            out.print(grid)
+
+        try:
+            if once:
+                on_round(pub.publish_once())
+                pub.release()
+            else:
+                with stopped_by_signals(pub.stop):
+                    pub.run(interval=interval, max_rounds=rounds, duration=duration, on_round=on_round)
+        finally:
+            pub.close()
+    out.emit({"rounds": done})
+    return 1 if failed else 0
+
+
+COMMANDS = [coordinator_cmd, maintenance_cmd, publish_cmd]

@@ -67,6 +67,7 @@ from pyiceberg.table.update import (
     update_table_metadata,
 )
 
+from .. import _failpoints
 from ..errors import IcebergConflictError
 from .mapping import TableShape, file_uri
 
@@ -454,6 +455,7 @@ class Draft:
         self.written.append(location)
         try:
             ToOutputFile.table_metadata(md, self.io.new_output(location))
+            _failpoints.hit("publish.table.written")  # every file written, nothing swapped
             if t.metadata_location:
                 rows.swap(t.namespace, t.name, t.metadata_location, location)
             else:
@@ -461,6 +463,7 @@ class Draft:
         except BaseException:
             self.discard()
             raise
+        _failpoints.hit("publish.table.swapped")  # visible; the old files not deleted yet
         before = t.referenced()
         for sid in self.expired:
             self.state.names.pop(sid, None)

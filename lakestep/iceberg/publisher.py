@@ -74,6 +74,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import sqlalchemy as sa
 
+from .. import _failpoints
 from .. import retry as _retry
 from ..barrier.epochs import open_epoch
 from ..barrier.errors import BarrierNotRetainedError
@@ -226,7 +227,12 @@ class Publisher:
         self._thread: threading.Thread | None = None
 
     def close(self) -> None:
+        """Stop the loop, give the lease up, close the Iceberg catalog's own database connection."""
         self.stop()
+        try:
+            self.release()
+        except LakestepError as e:  # the lease then lapses by itself
+            log.debug("could not release the publisher lease: %s", e)
         if self._own_backend is not None:
             self._own_backend.dispose()
 
@@ -237,7 +243,8 @@ class Publisher:
             row = conn.execute(sa.select(S.publisher).where(p.id == 1).with_for_update()).mappings().one()
             now = self.catalog.clock.shared_now(conn)
             mine = row["holder"] == self.holder and row["token"] == self._token
-            if not mine and row["holder"] is not None and row["expires_at"] > now:
+            # a publisher restarted under the same name (--holder) takes its own lease back at once
+            if not mine and row["holder"] not in (None, self.holder) and row["expires_at"] > now:
                 self._token = None
                 return False, row["holder"]
             token = int(row["token"]) if mine else int(row["token"]) + 1
@@ -270,6 +277,7 @@ class Publisher:
             return PublishReport(False, holder)
         self.rows.ensure()
         plan = self._plan()
+        _failpoints.hit("publish.planned")
         report = PublishReport(True, self.holder, plan.barriers, plan.complete)
         ok = True
         for tid in sorted(plan.rows):
@@ -293,9 +301,11 @@ class Publisher:
                 self._record_error(row, tr.error)
                 ok = False
         self._drop_gone(plan)
+        _failpoints.hit("publish.tables_done")  # every table has its tags; the cut has not moved
         if ok and plan.barriers:
             report.complete = plan.barriers[-1]
         self._finish(plan, report.complete, None if ok else "; ".join(f"{t}: {e}" for t, e in report.errors.items()))
+        _failpoints.hit("publish.cut_moved")
         if settle and ok and report.complete is not None and report.complete != plan.complete:
             for tid in sorted(plan.rows):
                 row = plan.rows[tid]
@@ -389,7 +399,22 @@ class Publisher:
                 "write.parquet.compression-codec": "snappy"})
             self._pk[tid] = {}
         self._tables[tid] = pub
+        self._reconcile_pins(tid, pub)
         return pub
+
+    def _reconcile_pins(self, tid: int, pub: IcebergTable) -> None:
+        """Pins of snapshots that never became visible (a publisher killed between step 3's pin
+        and its commit) go once they are older than :data:`ORPHAN_SECONDS`: a younger one may be
+        another publisher's, about to commit."""
+        c = S.published_snapshots.c
+        live = {s.snapshot_id for s in pub.metadata.snapshots}
+        cutoff = self.catalog.clock.now() - ORPHAN_SECONDS
+        with self.catalog.backend.read() as conn:
+            stale = [int(r[0]) for r in conn.execute(sa.select(c.snapshot_id).where(
+                c.table_id == tid, c.created_at < cutoff)) if int(r[0]) not in live]
+        if stale:
+            self._unpin(tid, stale)
+            log.info("%s: dropped %d pin(s) of snapshots that never landed", pub.ident, len(stale))
 
     @staticmethod
     def _pk_deletes(pub: IcebergTable) -> dict[str, tuple[str, str]]:
@@ -458,6 +483,7 @@ class Publisher:
             tr.main = pub.version_of(pub.metadata.current_snapshot_id)
             return
         self._pin(tid, new, plan.now)
+        _failpoints.hit("publish.table.pinned")
         draft.commit(self.rows)
         self._unpin(tid, expired)
         tr.main = pub.version_of(pub.metadata.current_snapshot_id)

@@ -62,6 +62,16 @@ class Engines:
             self._duck = con
         return self._duck
 
+    def polars_options(self) -> dict[str, str] | None:
+        """Polars reads the files itself (object_store): the S3 endpoint and keys, its way."""
+        opts = self.catalog.storage.as_dict()
+        if not opts:
+            return None
+        s3 = s3_properties(opts)
+        return {"aws_endpoint_url": s3["s3.endpoint"], "aws_access_key_id": s3["s3.access-key-id"],
+                "aws_secret_access_key": s3["s3.secret-access-key"], "aws_region": s3.get("s3.region", "us-east-1"),
+                "aws_allow_http": str(s3["s3.endpoint"].startswith("http://")).lower()}
+
     def table(self, ident: str) -> Any:
         return self.sql.load_table(ident)
 
@@ -82,7 +92,7 @@ class Engines:
         if engine == "polars":
             import polars as pl
 
-            df = pl.scan_iceberg(t, snapshot_id=snap.snapshot_id).collect()
+            df = pl.scan_iceberg(t, snapshot_id=snap.snapshot_id, storage_options=self.polars_options()).collect()
             return df.columns, _dicts(df.to_dicts(), df.columns)
         raise AssertionError(engine)
 

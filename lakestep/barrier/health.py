@@ -19,7 +19,11 @@
   would delete, and snapshots or locks that keep expired files
   (pins.py);
 * **retention**: barriers no longer retained (coordinator snapshot
-  retention), tables whose history cleanup pruned.
+  retention), tables whose history cleanup pruned;
+* **publishing** (when the catalog publishes its tables as Iceberg tables,
+  lakestep/iceberg): how many committed barriers have no complete cut of
+  tags yet and for how long, when the last round ran, the last round's error,
+  and each table left out of publishing with its reason.
 
 Each :class:`Finding` has a severity: ``ok``, ``info``, ``warning`` or
 ``error``; :attr:`Diagnosis.healthy` means no error.
@@ -98,12 +102,50 @@ def diagnose(catalog: "Catalog", *, stuck_after: float = 300.0, storage: bool = 
                            "cleanup prunes it",
                            {"locker": r.locker, "version": int(r.version), "expired_at": float(r.expires_at)}))
     out += _retention(st, oldest)
+    out += _publishing(catalog, st.now)
     if storage:
         for t in st.tables.values():
             if on_table is not None:
                 on_table(t.table)
             out += _storage(catalog, t)
     return Diagnosis(st, out)
+
+
+#: Barriers a publisher may be behind before the doctor warns.
+PUBLISH_LAG_WARNING = 10
+
+
+def _publishing(catalog: "Catalog", now: float) -> list[Finding]:
+    from ..iceberg.state import status as publishing
+
+    p = publishing(catalog)
+    if not p.published:
+        return []
+    facts = {"enabled": p.enabled, "complete": p.complete, "committed": p.committed, "lag": p.lag,
+             "holder": p.holder, "round_at": p.round_at}
+    out: list[Finding] = []
+    seconds = None if p.behind_since is None else now - p.behind_since
+    last = "never" if p.round_at is None else f"{duration_text(now - p.round_at)} ago"
+    if p.complete is None:
+        out.append(Finding("publishing", "warning", "publisher",
+                           f"no barrier published to Iceberg yet (committed barrier {p.committed}; last round {last})",
+                           facts))
+    elif p.lag:
+        sev: Severity = "warning" if p.lag > PUBLISH_LAG_WARNING else "info"
+        out.append(Finding("publishing", sev, "publisher",
+                           f"Iceberg tags reach barrier {p.complete}, {p.lag} barrier(s) behind the committed "
+                           f"{p.committed} for {duration_text(seconds)}; last round {last}",
+                           {**facts, "seconds_behind": seconds}))
+    else:
+        out.append(Finding("publishing", "ok", "publisher",
+                           f"every committed barrier up to {p.complete} has its Iceberg tags; last round {last}", facts))
+    if p.error:
+        out.append(Finding("publishing", "error", "publisher", f"the last publishing round failed: {p.error}", facts))
+    for name, row in sorted(p.tables.items()):
+        if row.get("error"):
+            out.append(Finding("publishing", "error", name, f"not published to Iceberg: {row['error']}",
+                               {"error_at": row.get("error_at")}))
+    return out
 
 
 def duration_text(seconds: float | None) -> str:

@@ -225,6 +225,11 @@ class MaintenanceLoop:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             self._stop.wait(self.interval)
+        if self.publisher is not None:  # a standby publisher need not wait for the lease to lapse
+            try:
+                self.publisher.release()
+            except LakestepError as e:
+                log.debug("could not release the publisher lease: %s", e)
         return reports
 
     def start(self) -> threading.Thread:

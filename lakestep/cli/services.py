@@ -125,7 +125,8 @@ def maintenance_cmd(out: Output, catalog_url: str, tables: tuple[str, ...], inte
         done: list[dict[str, Any]] = []
 
         def on_round(r: RoundReport) -> None:
-            done.append({"round": r.round, "seconds": r.seconds, "tables": r.tables})
+            done.append({"round": r.round, "seconds": r.seconds, "tables": r.tables,
+                         **({"publish": r.publish} if r.publish is not None else {})})
             if out.json:
                 return
             grid = RichTable(title=f"maintenance round {r.round} ({r.seconds:.2f} s)", title_justify="left")
@@ -173,7 +174,7 @@ def publish_cmd(out: Output, catalog_url: str, once: bool, interval: float, roun
     engines read the result.
 
     \b
-    Examples:
+    Example:
       lakestep publish --catalog ./wh --once
       lakestep publish --catalog postgresql://lake@db/lake --interval 1
       lakestep publish --catalog ./wh --enable

@@ -73,11 +73,17 @@ def describe_cmd(out: Output, catalog_url: str, table: str, history_limit: int) 
         hist = t.history(limit=history_limit or None)
         snaps = t.snapshots()
         locks = live_locks(cat, t.table_id)
+        from ..iceberg.state import status as publishing
+
+        iceberg = publishing(cat).tables.get(t.ident)
         doc: dict[str, Any] = {
             "table": t.ident, "location": t.location, "kind": st.kind, "job": st.job, "readers": list(st.readers),
             "version": st.version, "data_version": st.data_version, "frontier": st.frontier, "behind": st.behind,
             "primary_key": list(t.primary_key), "partition_by": list(t.partition_by),
             "properties": dict(t.properties), "retention_seconds": t.retention_seconds,
+            "iceberg": None if iceberg is None else {
+                "metadata_location": iceberg["metadata_location"], "version": iceberg["version"],
+                "barrier": iceberg["barrier"], "main_version": iceberg["main_version"], "error": iceberg["error"]},
             "files": len(files), "bytes": sum(f.file_size for f in files),
             "stored_rows": sum(f.record_count for f in files),
             "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in t.schema],
@@ -106,6 +112,10 @@ def describe_cmd(out: Output, catalog_url: str, table: str, history_limit: int) 
                      ("files", f"{doc['files']} ({size(doc['bytes'])}, {doc['stored_rows']} stored rows)"),
                      ("retention", duration(t.retention_seconds))):
             head.add_row(k, str(v))
+        if iceberg is not None:
+            head.add_row("iceberg", iceberg["error"] and f"not published: {iceberg['error']}" or (
+                f"{iceberg['metadata_location']} (main: version {iceberg['main_version']}, newest tag "
+                f"barrier-{iceberg['barrier']})"))
         out.print(head)
         schema = RichTable(title="schema", title_justify="left")
         for col in ("column", "type", "nullable", "key"):

@@ -24,31 +24,35 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..catalog import Catalog
 
-try:
-    import pyiceberg  # noqa: F401
-except ImportError as e:  # pragma: no cover - exercised without the extra
-    from ..errors import IcebergError
+from .state import PublisherStatus, enable, enabled, status  # noqa: E402  (no PyIceberg needed)
 
-    raise IcebergError("publishing to Iceberg needs the 'iceberg' extra (PyIceberg): "
-                       "pip install 'lakestep[iceberg]'") from e
-
-from .metadata import TAG_PREFIX, tag_name  # noqa: E402
-from .publisher import (  # noqa: E402
-    PublishReport,
-    Publisher,
-    PublisherStatus,
-    TableReport,
-    enable,
-    enabled,
-    status,
-)
-from .sqlcat import DEFAULT_NAME  # noqa: E402
+_NEEDS_PYICEBERG = {"Publisher": "publisher", "PublishReport": "publisher", "TableReport": "publisher",
+                    "TAG_PREFIX": "metadata", "tag_name": "metadata", "DEFAULT_NAME": "sqlcat"}
 
 __all__ = ["Publisher", "PublishReport", "PublisherStatus", "TableReport", "enable", "enabled", "status",
-           "sql_catalog", "pyiceberg_properties", "tag_name", "TAG_PREFIX", "DEFAULT_NAME"]
+           "sql_catalog", "pyiceberg_properties", "s3_properties", "tag_name", "TAG_PREFIX", "DEFAULT_NAME"]
 
 
-def pyiceberg_properties(catalog: "Catalog", *, iceberg_url: str | None = None, name: str = DEFAULT_NAME
+def _pyiceberg() -> None:
+    try:
+        import pyiceberg  # noqa: F401
+    except ImportError as e:
+        from ..errors import IcebergError
+
+        raise IcebergError("publishing to Iceberg needs the 'iceberg' extra (PyIceberg): "
+                           "pip install 'lakestep[iceberg]'") from e
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NEEDS_PYICEBERG:
+        _pyiceberg()
+        import importlib
+
+        return getattr(importlib.import_module(f".{_NEEDS_PYICEBERG[name]}", __name__), name)
+    raise AttributeError(f"module 'lakestep.iceberg' has no attribute {name!r}")
+
+
+def pyiceberg_properties(catalog: "Catalog", *, iceberg_url: str | None = None, name: str = "lakestep"
                          ) -> dict[str, str]:
     """The properties of a PyIceberg ``SqlCatalog`` that reads what ``catalog`` publishes:
     the SQL catalog's URI and, for an S3 warehouse, the endpoint and credentials of the
@@ -84,8 +88,9 @@ def s3_properties(options: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def sql_catalog(catalog: "Catalog", *, iceberg_url: str | None = None, name: str = DEFAULT_NAME) -> Any:
+def sql_catalog(catalog: "Catalog", *, iceberg_url: str | None = None, name: str = "lakestep") -> Any:
     """PyIceberg's ``SqlCatalog`` over what ``catalog`` publishes (for scripts and tests)."""
+    _pyiceberg()
     from pyiceberg.catalog.sql import SqlCatalog
 
     return SqlCatalog(name, **pyiceberg_properties(catalog, iceberg_url=iceberg_url, name=name))

@@ -38,7 +38,7 @@ import datetime as dt
 import decimal
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 from pyiceberg.conversions import to_bytes

@@ -68,7 +68,6 @@ from pyiceberg.table.update import (
 )
 
 from .. import _failpoints
-from ..errors import IcebergConflictError
 from .mapping import TableShape, file_uri
 
 if TYPE_CHECKING:

@@ -70,9 +70,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 import sqlalchemy as sa
+from pyiceberg.manifest import ManifestContent
+from pyiceberg.table.snapshots import Operation
 
 from .. import _failpoints
 from .. import retry as _retry
@@ -85,18 +86,15 @@ from ..catalog import schema as S
 from ..catalog.changes import FILE_COLS, row_to_file
 from ..catalog.files import DataFile as LakestepFile
 from ..catalog.handle import TableHandle, TableMeta
-from ..errors import CatalogUnavailableError, IcebergError, IcebergSchemaError, LakestepError
+from ..errors import CatalogUnavailableError, IcebergSchemaError, LakestepError
 from . import deletes as D
-from .mapping import FileMapper, file_uri, ids_of, mapping_ids, shape
-from .metadata import NAME_MAPPING, Draft, IcebergTable, StorageFileIO, tag_barrier, tag_name
+from .mapping import FileMapper, ids_of, mapping_ids, shape
+from .metadata import NAME_MAPPING, Draft, IcebergTable, StorageFileIO, tag_name
 from .sqlcat import DEFAULT_NAME, SqlCatalogRows
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..catalog.backend import Backend
-
-from pyiceberg.manifest import ManifestContent
-from pyiceberg.table.snapshots import Operation
 
 log = logging.getLogger(__name__)
 
@@ -132,36 +130,6 @@ class PublishReport:
     @property
     def errors(self) -> dict[str, str]:
         return {t: r.error for t, r in self.tables.items() if r.error}
-
-
-@dataclass(frozen=True)
-class PublisherStatus:
-    """What ``lakestep doctor`` and ``describe`` show of publishing."""
-
-    enabled: bool
-    holder: str | None
-    expires_at: float
-    complete: int | None
-    committed: int
-    round_at: float | None
-    error: str | None
-    tables: dict[str, dict[str, Any]]
-
-    @property
-    def lag(self) -> int | None:
-        """Barriers committed but not yet complete in Iceberg (None: nothing published yet)."""
-        return None if self.complete is None else max(0, self.committed - self.complete)
-
-
-def enable(catalog: "Catalog", on: bool = True) -> None:
-    """Turn publishing on (or off) for the catalog: the maintenance loop publishes while it is on."""
-    with catalog.backend.write() as conn:
-        conn.execute(sa.update(S.publisher).where(S.publisher.c.id == 1).values(enabled=bool(on)))
-
-
-def enabled(catalog: "Catalog") -> bool:
-    with catalog.backend.read() as conn:
-        return bool(conn.execute(sa.select(S.publisher.c.enabled).where(S.publisher.c.id == 1)).scalar())
 
 
 def _holder() -> str:
@@ -787,21 +755,6 @@ class Publisher:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
-
-
-def status(catalog: "Catalog") -> PublisherStatus:
-    """Where publishing stands (``lakestep doctor``, ``describe``)."""
-    topo = Topology(catalog)
-    with catalog.backend.read() as conn:
-        st = conn.execute(sa.select(S.publisher).where(S.publisher.c.id == 1)).mappings().one()
-        graph = topo.graph(conn)
-        o = open_epoch(conn)
-        committed = committed_from(graph, facts(conn, graph.derived), o)
-        t = S.published_tables.c
-        tables = {f"{r['namespace']}.{r['name']}": dict(r) for r in conn.execute(S.published_tables.select()).mappings()}
-    return PublisherStatus(bool(st["enabled"]), st["holder"], float(st["expires_at"]),
-                           None if st["complete_barrier"] is None else int(st["complete_barrier"]), committed,
-                           st["round_at"], st["error"], tables)
 
 
 def _wanted(row: _Row) -> bool:

@@ -24,7 +24,7 @@ from ..conftest import CatalogSpec
 from .conftest import ORPHAN, ROOT, SCRIPT, Shop, lakestep, lakestep_process
 
 COMMANDS = ["tables", "describe", "barriers", "lineage", "compact", "cleanup", "rollback", "coordinator",
-            "maintenance", "doctor", "report"]
+            "maintenance", "publish", "doctor", "report"]
 
 
 def test_compact(shop: Shop) -> None:
@@ -148,6 +148,35 @@ def test_maintenance(shop: Shop) -> None:
                            env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
     assert alias.returncode == 0, alias.stderr
     assert customers.history(limit=1)[0].operation == "COMPACT" and len(customers.files()) == 1
+
+
+def test_publish_doctor_and_describe(shop: Shop) -> None:
+    """``lakestep publish``: one round tags the committed barrier and moves main; the doctor then
+    reports the publishing lag, describe the Iceberg metadata; ``--enable`` makes the
+    maintenance loop publish."""
+    from lakestep.iceberg import sql_catalog
+
+    assert not [f for f in lakestep("doctor", "--no-storage", "--json", catalog=shop.url).json()["findings"]
+                if f["check"] == "publishing"]  # nothing published, publishing off: nothing to say
+    doc = lakestep("publish", "--once", "--json", catalog=shop.url).json()
+    (r,) = doc["rounds"]
+    assert r["leader"] and r["complete"] == 2 and r["barriers"] == [1, 2]
+    assert r["tables"]["shop.daily"]["tags"] == [1, 2] and not r["tables"]["shop.daily"]["error"]
+    ice = sql_catalog(shop.catalog).load_table("shop.daily")
+    assert ice.metadata.current_snapshot_id == ice.snapshot_by_name("barrier-2").snapshot_id
+    pub = [f for f in lakestep("doctor", "--no-storage", "--json", catalog=shop.url).json()["findings"]
+           if f["check"] == "publishing"]
+    assert [(f["severity"], f["facts"]["complete"], f["facts"]["lag"]) for f in pub] == [("ok", 2, 0)]
+    desc = lakestep("describe", "shop.daily", "--json", catalog=shop.url).json()
+    assert desc["iceberg"]["metadata_location"] == ice.metadata_location and desc["iceberg"]["main_version"] is not None
+    text = lakestep("describe", "shop.daily", catalog=shop.url)
+    assert "iceberg" in text.out and "metadata.json" in text.out
+    assert lakestep("publish", "--disable", "--json", catalog=shop.url).json() == {"enabled": False}
+    assert lakestep("publish", "--enable", catalog=shop.url).out.startswith("publishing to Iceberg is on for ")
+    m = lakestep("maintenance", "--rounds", "1", "--json", catalog=shop.url).json()
+    assert m["rounds"][0]["publish"] == {"leader": True, "barriers": 0, "complete": 2, "errors": {}}
+    again = lakestep("publish", "--once", "--json", catalog=shop.url).json()["rounds"][0]
+    assert again["leader"] and again["barriers"] == []  # nothing new since
 
 
 # ----------------------------------------------------------- what every command shares

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, Pipeline, epochs
+from lakestep.barrier import Pipeline, epochs
 from lakestep.iceberg import Publisher, PublishReport, tag_name
 from tests.iceberg.readers import Engines, assert_same, lakestep_rows
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")  # the planner plugin is not installed
 
 from lakestep import Catalog  # noqa: E402
-from lakestep.iceberg import pyiceberg_properties, s3_properties, sql_catalog  # noqa: E402
+from lakestep.iceberg import s3_properties, sql_catalog  # noqa: E402
 
 Rows = collections.Counter
 

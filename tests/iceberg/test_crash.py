@@ -15,10 +15,9 @@ import sys
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
 from lakestep.barrier import OPEN_EPOCH
-from lakestep.iceberg import status, tag_name
+from lakestep.iceberg import status
 from tests.iceberg.conftest import TABLES, Shop, customers, orders
 from tests.waiting import wait_until
 

@@ -68,7 +68,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pyarrow.fs as pafs
 import sqlalchemy as sa
@@ -86,7 +86,7 @@ from ..catalog import schema as S
 from ..catalog.changes import FILE_COLS, row_to_file
 from ..catalog.files import DataFile as LakestepFile
 from ..catalog.handle import TableHandle, TableMeta
-from ..errors import CatalogUnavailableError, IcebergSchemaError, LakestepError
+from ..errors import CatalogUnavailableError, IcebergConflictError, IcebergSchemaError, LakestepError
 from . import deletes as D
 from .mapping import FileMapper, ids_of, mapping_ids, shape
 from .metadata import NAME_MAPPING, Draft, IcebergTable, StorageFileIO, tag_name
@@ -134,6 +134,19 @@ class PublishReport:
 
 def _holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class _Prepared:
+    """A table's draft, written and waiting for the round's batched commit."""
+
+    row: "_Row"
+    pub: IcebergTable
+    draft: Draft
+    new: list[tuple[int, int, int | None]]  # the snapshots it adds: (id, version, barrier)
+    expired: list[int]  # the snapshots it removes
+    tags: dict[int, int]
+    report: TableReport
 
 
 @dataclass
@@ -248,26 +261,22 @@ class Publisher:
         _failpoints.hit("publish.planned")
         report = PublishReport(True, self.holder, plan.barriers, plan.complete)
         ok = True
+        ready: list[_Prepared] = []
         for tid in sorted(plan.rows):
             row = plan.rows[tid]
             if not _wanted(row):
                 continue
             tr = report.tables.setdefault(row.ident, TableReport())
             try:
-                self._table_round(plan, row, tr)
+                got = self._prepare(plan, row, tr)
             except CatalogUnavailableError:
                 raise
-            except IcebergSchemaError as e:
-                tr.error = f"{type(e).__name__}: {e}"
-                self._record_error(row, tr.error)
             except Exception as e:  # noqa: BLE001 - one table's trouble must not stop the others
-                if not isinstance(e, (LakestepError, OSError)):
-                    log.exception("publishing %s failed", row.ident)
-                else:
-                    log.warning("publishing %s failed: %s", row.ident, e)
-                tr.error = f"{type(e).__name__}: {e}"
-                self._record_error(row, tr.error)
-                ok = False
+                ok = self._failed(row, tr, e) and ok
+                continue
+            if got is not None:
+                ready.append(got)
+        ok = self._commit(plan, ready) and ok
         self._drop_gone(plan)
         _failpoints.hit("publish.tables_done")  # every table has its tags; the cut has not moved
         if ok and plan.barriers:
@@ -275,12 +284,7 @@ class Publisher:
         self._finish(plan, report.complete, None if ok else "; ".join(f"{t}: {e}" for t, e in report.errors.items()))
         _failpoints.hit("publish.cut_moved")
         if settle and ok and report.complete is not None and report.complete != plan.complete:
-            for tid in sorted(plan.rows):
-                row = plan.rows[tid]
-                tr = report.tables.get(row.ident)
-                if tr is None or tr.error or tid not in plan.members:
-                    continue
-                self._settle(row, report.complete, tr)
+            self._settle(plan, report.complete, report)
         self.rounds += 1
         report.seconds = time.perf_counter() - started
         log.info("publish round %d: barriers %s, complete %s, %d table(s) in %.3fs%s", self.rounds,
@@ -398,7 +402,23 @@ class Publisher:
                 out[str(from_bytes(StringType(), b))] = (path, "")
         return out
 
-    def _table_round(self, plan: "Publisher._Plan", row: _Row, tr: TableReport) -> None:
+    def _failed(self, row: _Row, tr: TableReport, e: BaseException) -> bool:
+        """Step 4: record a table's failure; False when it must hold the cut back (anything but a
+        table Iceberg cannot represent, which is simply left out)."""
+        tr.error = f"{type(e).__name__}: {e}"
+        if isinstance(e, IcebergSchemaError):
+            self._record_error(row, tr.error)
+            return True
+        if not isinstance(e, (LakestepError, OSError)):
+            log.error("publishing %s failed", row.ident, exc_info=e)
+        else:
+            log.warning("publishing %s failed: %s", row.ident, e)
+        self._record_error(row, tr.error)
+        self._tables.pop(row.meta.table_id, None)  # read it again next round: its state may be half changed
+        return False
+
+    def _prepare(self, plan: "Publisher._Plan", row: _Row, tr: TableReport) -> "_Prepared | None":
+        """Step 3 up to the swap: the table's draft, its files written (None: nothing to do)."""
         tid = row.meta.table_id
         pub = self._open(row, plan.published.get(tid))
         if (pub.namespace, pub.name) != (row.meta.namespace, row.meta.name):  # renamed since loaded
@@ -449,13 +469,55 @@ class Publisher:
         expired = self._retention(plan, row, pub, draft, tags, tr)
         if not draft.changed:
             tr.main = pub.version_of(pub.metadata.current_snapshot_id)
-            return
-        self._pin(tid, new, plan.now)
+            return None
+        draft.write()
+        return _Prepared(row, pub, draft, new, expired, tags, tr)
+
+    def _commit(self, plan: "Publisher._Plan", ready: "list[_Prepared]") -> bool:
+        """Step 3's commits, batched: one transaction pins every new snapshot, one swaps every
+        table's metadata (the Iceberg catalog's database), one records the outcome. When the
+        batch's swap fails (a table moved under us), each table is swapped on its own, so only
+        that one fails. Returns whether every table landed."""
+        if not ready:
+            return True
+        rows = [{"table_id": p.row.meta.table_id, "snapshot_id": sid, "version": v, "barrier": b,
+                 "created_at": plan.now} for p in ready for sid, v, b in p.new]
+        if rows:
+            with self.catalog.backend.write() as conn:
+                conn.execute(sa.insert(S.published_snapshots), rows)
         _failpoints.hit("publish.table.pinned")
-        draft.commit(self.rows)
-        self._unpin(tid, expired)
-        tr.main = pub.version_of(pub.metadata.current_snapshot_id)
-        self._record(row, pub, tags)
+        swaps = [(p.pub.namespace, p.pub.name, p.pub.metadata_location or None, p.draft.location) for p in ready]
+        landed: list[_Prepared] = []
+        try:
+            self.rows.commit(swaps)
+            landed = list(ready)
+        except IcebergConflictError:
+            for p, swap in zip(ready, swaps):
+                try:
+                    self.rows.commit([swap])
+                    landed.append(p)
+                except IcebergConflictError as e:
+                    p.draft.discard()
+                    self._failed(p.row, p.report, e)
+        except BaseException:
+            for p in ready:
+                p.draft.discard()
+            raise
+        for p in landed:
+            p.draft.finish()
+            p.report.main = p.pub.version_of(p.pub.metadata.current_snapshot_id)
+        c, t = S.published_snapshots.c, S.published_tables.c
+        now = self.catalog.clock.now()
+        with self.catalog.backend.write() as conn:
+            for p in landed:
+                tid = p.row.meta.table_id
+                for i in range(0, len(p.expired), 500):
+                    conn.execute(sa.delete(S.published_snapshots).where(
+                        c.table_id == tid, c.snapshot_id.in_(list(p.expired[i:i + 500]))))
+                values = self._state_values(p.row, p.pub, p.tags, now)
+                if conn.execute(sa.update(S.published_tables).where(t.table_id == tid).values(**values)).rowcount == 0:
+                    conn.execute(sa.insert(S.published_tables).values(table_id=tid, **values))
+        return len(landed) == len(ready)
 
     def _snapshot(self, draft: Draft, handle: TableHandle, mapper: FileMapper, prev: int | None, version: int,
                   barrier: int | None) -> int:
@@ -578,29 +640,26 @@ class Publisher:
                 c.table_id == row.meta.table_id, c.committed_at <= self.catalog.clock.now() - R)).scalar()
         return -1 if v is None else int(v)
 
-    def _settle(self, row: _Row, complete: int, tr: TableReport) -> None:
-        """Step 6 at once: ``main`` to the tag of the cut this round completed."""
-        pub = self._tables.get(row.meta.table_id)
-        if pub is None:
-            return
-        tags = pub.tags()
-        sid = tags.get(complete)
-        if sid is None or pub.metadata.current_snapshot_id == sid:
-            return
-        draft = pub.draft()
-        draft.main(sid)
-        draft.commit(self.rows)
-        tr.main = pub.version_of(sid)
-        self._record(row, pub, tags)
+    def _settle(self, plan: "Publisher._Plan", complete: int, report: PublishReport) -> None:
+        """Step 6 at once: ``main`` of every managed table to the tag of the cut this round
+        completed (one more batched commit)."""
+        ready: list[_Prepared] = []
+        for tid in sorted(plan.members):
+            row, pub = plan.rows.get(tid), self._tables.get(tid)
+            tr = None if row is None else report.tables.get(row.ident)
+            if row is None or pub is None or tr is None or tr.error:
+                continue
+            tags = pub.tags()
+            sid = tags.get(complete)
+            if sid is None or pub.metadata.current_snapshot_id == sid:
+                continue
+            draft = pub.draft()
+            draft.main(sid)
+            draft.write()
+            ready.append(_Prepared(row, pub, draft, [], [], tags, tr))
+        self._commit(plan, ready)
 
     # ------------------------------------------------------ catalog records
-    def _pin(self, tid: int, new: Iterable[tuple[int, int, int | None]], now: float) -> None:
-        rows = [{"table_id": tid, "snapshot_id": sid, "version": v, "barrier": b, "created_at": now}
-                for sid, v, b in new]
-        if rows:
-            with self.catalog.backend.write() as conn:
-                conn.execute(sa.insert(S.published_snapshots), rows)
-
     def _unpin(self, tid: int, gone: Sequence[int]) -> None:
         if not gone:
             return
@@ -610,13 +669,16 @@ class Publisher:
                 conn.execute(sa.delete(S.published_snapshots).where(c.table_id == tid,
                                                                     c.snapshot_id.in_(list(gone[i:i + 500]))))
 
+    @staticmethod
+    def _state_values(row: _Row, pub: IcebergTable, tags: Mapping[int, int], now: float) -> dict[str, Any]:
+        return {"namespace": row.meta.namespace, "name": row.meta.name,
+                "metadata_location": pub.metadata_location, "version": pub.head_version(),
+                "barrier": max(tags) if tags else None,
+                "main_version": pub.version_of(pub.metadata.current_snapshot_id),
+                "error": None, "error_at": None, "updated_at": now}
+
     def _record(self, row: _Row, pub: IcebergTable, tags: Mapping[int, int]) -> None:
-        values = {"namespace": row.meta.namespace, "name": row.meta.name,
-                  "metadata_location": pub.metadata_location, "version": pub.head_version(),
-                  "barrier": max(tags) if tags else None,
-                  "main_version": pub.version_of(pub.metadata.current_snapshot_id),
-                  "error": None, "error_at": None, "updated_at": self.catalog.clock.now()}
-        self._upsert_state(row.meta.table_id, values)
+        self._upsert_state(row.meta.table_id, self._state_values(row, pub, tags, self.catalog.clock.now()))
 
     def _record_error(self, row: _Row, error: str) -> None:
         self._upsert_state(row.meta.table_id, {"namespace": row.meta.namespace, "name": row.meta.name,

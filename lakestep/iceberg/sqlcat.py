@@ -11,11 +11,12 @@ write lock as every other lakestep writer). Another database can be given
 1. **Create.** :meth:`SqlCatalogRows.ensure` creates the two tables if missing,
    with PyIceberg's own definitions (so PyIceberg and the JDBC catalogs find
    the columns they expect).
-2. **Commit** (:meth:`SqlCatalogRows.swap`) is Iceberg's compare-and-swap:
-   one ``UPDATE ... SET metadata_location = new WHERE metadata_location = old``.
+2. **Commit** (:meth:`SqlCatalogRows.commit`) is Iceberg's compare-and-swap:
+   ``UPDATE ... SET metadata_location = new WHERE metadata_location = old``.
    A new metadata file becomes the table's only if nobody swapped since the
    publisher read ``old``; otherwise :class:`IcebergConflictError`, and the
-   new file stays unreferenced (the publisher deletes it).
+   new file stays unreferenced (the publisher deletes it). The swaps of one
+   round's tables go in one database transaction: all of them, or none.
 
 Not guaranteed: readers of ``iceberg_tables`` see each table's swap on its
 own; the publisher orders its swaps (docs/iceberg.md) but a reader of several
@@ -89,30 +90,36 @@ class SqlCatalogRows:
                 t.catalog_name == self.name)).all()
         return {(r[0], r[1]): r[2] for r in rows}
 
-    def create(self, namespace: str, table: str, metadata_location: str) -> None:
-        """Register a table; :class:`IcebergConflictError` when a row of that name exists."""
-        self.ensure_namespace(namespace)
-        t = self.tables_t.c
-        with self.backend.write() as conn:
-            if conn.execute(sa.select(t.table_name).where(
-                    t.catalog_name == self.name, t.table_namespace == namespace, t.table_name == table)).first():
-                raise IcebergConflictError(f"Iceberg table {self.name}.{namespace}.{table} exists already",
-                                           table=f"{namespace}.{table}")
-            conn.execute(sa.insert(self.tables_t).values(
-                catalog_name=self.name, table_namespace=namespace, table_name=table,
-                metadata_location=metadata_location, previous_metadata_location=None))
-
     def swap(self, namespace: str, table: str, old: str, new: str) -> None:
         """Step 2: make ``new`` the table's metadata if it still is ``old``."""
+        self.commit([(namespace, table, old, new)])
+
+    def commit(self, swaps: "list[tuple[str, str, str | None, str]]") -> None:
+        """Step 2 for several tables in one database transaction: each ``(namespace, table, old,
+        new)`` swaps ``old`` for ``new`` (``old`` None: registers a new table), all of them or
+        none (:class:`IcebergConflictError` names the first table that moved under us)."""
         t = self.tables_t.c
+        for ns in sorted({s[0] for s in swaps if s[2] is None}):
+            self.ensure_namespace(ns)
         with self.backend.write() as conn:
-            n = conn.execute(sa.update(self.tables_t).where(
-                t.catalog_name == self.name, t.table_namespace == namespace, t.table_name == table,
-                t.metadata_location == old).values(metadata_location=new, previous_metadata_location=old)).rowcount
-        if n != 1:
-            raise IcebergConflictError(
-                f"the Iceberg metadata of {namespace}.{table} changed under the publisher (it no longer is "
-                f"{old}); nothing was made visible, the next round reloads it", table=f"{namespace}.{table}")
+            for namespace, table, old, new in swaps:
+                if old is None:
+                    if conn.execute(sa.select(t.table_name).where(
+                            t.catalog_name == self.name, t.table_namespace == namespace,
+                            t.table_name == table)).first():
+                        raise IcebergConflictError(
+                            f"Iceberg table {self.name}.{namespace}.{table} exists already", table=f"{namespace}.{table}")
+                    conn.execute(sa.insert(self.tables_t).values(
+                        catalog_name=self.name, table_namespace=namespace, table_name=table,
+                        metadata_location=new, previous_metadata_location=None))
+                    continue
+                n = conn.execute(sa.update(self.tables_t).where(
+                    t.catalog_name == self.name, t.table_namespace == namespace, t.table_name == table,
+                    t.metadata_location == old).values(metadata_location=new, previous_metadata_location=old)).rowcount
+                if n != 1:
+                    raise IcebergConflictError(
+                        f"the Iceberg metadata of {namespace}.{table} changed under the publisher (it no longer is "
+                        f"{old}); nothing was made visible, the next round reloads it", table=f"{namespace}.{table}")
 
     def rename(self, old: tuple[str, str], new: tuple[str, str]) -> None:
         self.ensure_namespace(new[0])

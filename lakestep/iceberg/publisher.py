@@ -40,6 +40,9 @@ lakestep's own Parquet files. One **round** (:meth:`Publisher.publish`):
    kept ref names expire (unmanaged tables keep the newest
    ``unmanaged_history`` within the window); their rows in
    ``ls_published_snapshot`` are deleted after the commit that removed them.
+   A table keeps at most ``max_tags`` tags (default 1000, the oldest go
+   first): without coordinator snapshots, a retention window of days at one
+   seal a second would otherwise grow every metadata file without bound.
 6. **Advance the cut.** When every table succeeded, ``C`` becomes ``P`` (fenced
    by the lease token). ``main`` of each table moves to it in the next round;
    ``settle=True`` (:meth:`publish_once`, ``lakestep publish --once``) does it
@@ -181,6 +184,7 @@ class Publisher:
         holder: str | None = None,
         lease_seconds: float = 30.0,
         unmanaged_history: int = 100,
+        max_tags: int | None = 1000,
         sweep_every: int = 100,
         retry: "_retry.RetryPolicy" = _retry.SERVICE,
     ) -> None:
@@ -196,6 +200,7 @@ class Publisher:
         self.holder = holder or _holder()
         self.lease_seconds = float(lease_seconds)
         self.unmanaged_history = int(unmanaged_history)
+        self.max_tags = max_tags
         self.sweep_every = int(sweep_every)
         self.retry = retry
         self.keys = D.KeyCache()
@@ -615,7 +620,8 @@ class Publisher:
             v = _summary_version(draft, tags[b])
             retained = (b >= plan.since) if plan.since is not None else (v is not None and floor is not None
                                                                            and v >= floor)
-            if not retained:
+            over = self.max_tags is not None and len(tags) > self.max_tags
+            if not retained or over:
                 draft.remove_ref(tag_name(b))
                 tr.removed_tags.append(b)
                 del tags[b]

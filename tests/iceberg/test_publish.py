@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pyarrow as pa
@@ -129,3 +130,53 @@ def test_main_of_an_unmanaged_table_is_its_newest_version(catalog) -> None:  # t
     finally:
         shop.pub.close()
 
+
+
+def test_tags_are_capped_oldest_first(catalog) -> None:  # type: ignore[no-untyped-def]
+    shop = Shop(catalog, engines=("pyiceberg",))
+    shop.pub.max_tags = 3
+    try:
+        for i in range(6):
+            shop.orders.append(orders((i, "eu", i)), barrier=OPEN_EPOCH)
+            shop.step(check=False)
+        tags = sorted(int(n.split("-")[1]) for n in shop.engines.table("shop.orders").metadata.refs
+                      if n.startswith("barrier-"))
+        assert tags == [4, 5, 6]
+        shop.check(every_tag=True)
+    finally:
+        shop.pub.close()
+
+
+def test_unpublishable_renamed_dropped_and_opted_out_tables(catalog) -> None:  # type: ignore[no-untyped-def]
+    """A table Iceberg cannot represent is left out with its reason (the others go on and the cut
+    advances); a table opted out is not published; a renamed table keeps its Iceberg table under
+    the new name; a dropped table's Iceberg table and metadata files go."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from lakestep.iceberg import status
+
+    shop = Shop(catalog, engines=("pyiceberg",))
+    try:
+        catalog.create_table("shop.nanos", pa.schema([("t", pa.timestamp("ns"))]))
+        catalog.create_table("shop.private", pa.schema([("x", pa.int64())]),
+                             properties={"lakestep.iceberg.publish": "false"})
+        gone = catalog.create_table("shop.gone", pa.schema([("x", pa.int64())]))
+        gone.append(pa.table({"x": [1]}))
+        shop.orders.append(orders((1, "eu", 1)), barrier=OPEN_EPOCH)
+        r = shop.step(errors=True)
+        assert "IcebergSchemaError" in r.tables["shop.nanos"].error and "nanosecond" in r.tables["shop.nanos"].error
+        assert r.complete == 1 and "shop.private" not in r.tables
+        assert "nanosecond" in status(catalog).tables["shop.nanos"]["error"]
+        with pytest.raises(NoSuchTableError):
+            shop.engines.table("shop.private")
+        location = shop.engines.table("shop.gone").metadata_location
+        catalog.rename_table("shop.regions", "shop.places")
+        catalog.drop_table("shop.gone")
+        shop.pub.publish_once()
+        assert shop.engines.table("shop.places").scan().to_arrow().num_rows == 0
+        for name in ("shop.regions", "shop.gone"):
+            with pytest.raises(NoSuchTableError):
+                shop.engines.table(name)
+        assert not os.path.exists(location.removeprefix("file://"))
+    finally:
+        shop.pub.close()

@@ -23,14 +23,33 @@ from lakestep.iceberg import s3_properties, sql_catalog  # noqa: E402
 Rows = collections.Counter
 
 
+def freeze(v: Any) -> Any:
+    """A hashable form of a value, the same for every engine's way of giving nested values:
+    a struct or a map is its sorted (name, value) pairs (Arrow and PyIceberg give a map as a
+    list of pairs, DuckDB as a dict, Polars as a list of {key, value}); an empty map reads
+    as an empty list."""
+    def pair(x: Any) -> bool:
+        return (isinstance(x, tuple) and len(x) == 2) or (isinstance(x, dict) and set(x) == {"key", "value"})
+
+    if isinstance(v, dict):
+        return tuple(sorted(((k, freeze(x)) for k, x in v.items()), key=repr)) if v else ("list",)
+    if isinstance(v, (list, tuple)):
+        if v and all(pair(x) for x in v):
+            pairs = [(freeze(x["key"]), freeze(x["value"])) if isinstance(x, dict) else (freeze(x[0]), freeze(x[1]))
+                     for x in v]
+            return tuple(sorted(pairs, key=repr))
+        return ("list", *(freeze(x) for x in v))
+    return v
+
+
 def counter(table: pa.Table, columns: Sequence[str] | None = None) -> Rows:
     t = table.select(list(columns)) if columns is not None else table
     names = t.column_names
-    return collections.Counter(tuple(r[c] for c in names) for r in t.to_pylist())
+    return collections.Counter(tuple(freeze(r[c]) for c in names) for r in t.to_pylist())
 
 
 def _dicts(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> Rows:
-    return collections.Counter(tuple(r[c] for c in columns) for r in rows)
+    return collections.Counter(tuple(freeze(r[c]) for c in columns) for r in rows)
 
 
 class Engines:
@@ -88,7 +107,7 @@ class Engines:
             rel = self.duck().execute("SELECT * FROM iceberg_scan(?, snapshot_from_id => ?)",
                                       [t.metadata_location, snap.snapshot_id])
             cols = [d[0] for d in rel.description]
-            return cols, collections.Counter(tuple(r) for r in rel.fetchall())
+            return cols, collections.Counter(tuple(freeze(x) for x in r) for r in rel.fetchall())
         if engine == "polars":
             import polars as pl
 

@@ -12,10 +12,14 @@
    aggregates, twice: reading each table's newest version (what a plain
    lakehouse gives you) and with ``read_committed`` (both at the same barrier).
    Each answer is compared with the truth computed from ``shop.orders``.
-5. Then the producer stops, the pipeline drains, and the demo checks what it
-   promised: every order sent is in ``shop.orders`` exactly once, and at every
+5. Open tables: the maintenance loop publishes every table as an Iceberg table
+   (lakestep.iceberg), with a tag ``barrier-N`` per committed barrier. An
+   outside reader, PyIceberg, reads both aggregates at their newest common
+   tag, computes the same averages, and compares them with the truth there.
+6. Then the producer stops, the pipeline drains, and the demo checks what it
+   promised: every order sent is in ``shop.orders`` exactly once, at every
    sealed barrier both aggregates equal the aggregate of ``shop.orders`` at
-   that barrier.
+   that barrier, and so does every tag PyIceberg reads.
 
 Every check is exact: amounts are integer cents (``int64``) end to end, sums
 and counts are integers, and an average is a :class:`fractions.Fraction`
@@ -164,6 +168,50 @@ def dollars(cents: Fraction | None) -> str:
     return f"{'-' if q < 0 else ''}{abs(q) // 100:4d}.{abs(q) % 100:02d}"
 
 
+# ----------------------------------------------------------- the outside reader
+def read_iceberg(cat: Catalog) -> tuple[int, list[tuple[str, int, int]]] | None:
+    """What an engine outside lakestep sees: both aggregates through PyIceberg (its SqlCatalog on
+    the catalog's database), at their newest common tag ``barrier-N``; None before the first."""
+    from lakestep.iceberg import sql_catalog
+
+    ice = sql_catalog(cat)
+    tables = {t: ice.load_table(t) for t in DASHBOARD_TABLES}
+    tags = [{int(n.split("-", 1)[1]) for n in t.metadata.refs if n.startswith("barrier-")} for t in tables.values()]
+    common = set.intersection(*tags)
+    if not common:
+        return None
+    b = max(common)
+    rows = {name: t.scan(snapshot_id=t.snapshot_by_name(f"barrier-{b}").snapshot_id).to_arrow().to_pylist()
+            for name, t in tables.items()}
+    orders = {r["customer"]: r["orders"] for r in rows[COUNTS]}
+    return b, [(r["customer"], r["revenue_cents"], orders[r["customer"]]) for r in rows[REVENUE]
+               if r["customer"] in orders]
+
+
+def check_iceberg_tags(cat: Catalog) -> tuple[int, list[str]]:
+    """Every tag of both aggregates, read through PyIceberg, against the truth at its barrier."""
+    from lakestep.iceberg import sql_catalog
+
+    p = Pipeline(cat)
+    truth = Truth(cat, p)
+    ice = sql_catalog(cat)
+    problems, n = [], 0
+    for table in AGGREGATES:
+        col, value = AGGREGATES[table]
+        t = ice.load_table(table)
+        for name, ref in sorted(t.metadata.refs.items()):
+            if not name.startswith("barrier-"):
+                continue
+            b = int(name.split("-", 1)[1])
+            got = {r["customer"]: r[col] for r in t.scan(snapshot_id=ref.snapshot_id).to_arrow().to_pylist()}
+            want = {c: value(cents, k) for c, (cents, k) in truth.at(b).items()}
+            n += 1
+            if got != want:
+                problems.append(f"{table} read through Iceberg at tag {name} differs from the aggregate of "
+                                f"{ORDERS} there: {sorted(got.items())[:5]} against {sorted(want.items())[:5]}")
+    return n, problems
+
+
 # ------------------------------------------------------------------ the checks
 @dataclass(frozen=True)
 class Mismatch:
@@ -308,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_job(url, "counts", sources=[ORDERS], sinks=[COUNTS])
 
     sent: dict[int, tuple[str, int]] = {}  # order_id -> (customer, amount_cents), as sent to Kafka
-    reads = naive_wrong = strong_wrong = 0
+    reads = naive_wrong = strong_wrong = ice_reads = ice_wrong = 0
+    ice_shown: int | None = None
     last_read: DashboardRead | None = None
     problems: list[str] = []
     restarts: list[str] = []  # queries restarted after a Python worker start-up timeout
@@ -373,6 +422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Every barrier of the run stays readable (retain_count=None): the check reads them all at the end.
         coord = p.coordinator(interval=COORDINATOR_INTERVAL, retain_count=None)
         coord.start()
+        from lakestep.catalog.maintenance import MaintenanceLoop
+        from lakestep.iceberg import enable
+
+        enable(cat)  # the maintenance loop publishes every table to Iceberg (lakestep.iceberg)
+        upkeep = MaintenanceLoop(cat, interval=1.0)
+        upkeep.start()
         say(f"pipeline running: ingest -> {ORDERS} -> {REVENUE} (fast), {COUNTS} (slow); "
             f"a barrier is sealed every {COORDINATOR_INTERVAL:g} s")
         rng = random.Random(1)
@@ -420,6 +475,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     say(f"barrier {strong.barrier:>3} | avg order of {who:<3}: read_committed "
                         f"{dollars(got.get(who))} {strong_says} | newest versions {dollars(naive_avg.get(who))} "
                         f"{'ok' if naive_ok else 'WRONG'} ({where})")
+                outside = read_iceberg(cat)  # an engine outside lakestep, at the newest common tag
+                if outside is not None:
+                    ice_reads += 1
+                    ice_ok = averages(outside[1]) == truth.averages(outside[0])
+                    ice_wrong += not ice_ok
+                    if outside[0] != ice_shown or not ice_ok:
+                        ice_shown = outside[0]
+                        say(f"Iceberg tag barrier-{outside[0]} read by PyIceberg: the averages "
+                            f"{'equal' if ice_ok else 'DIFFER FROM'} the truth at barrier {outside[0]}")
                 if not strong_ok:
                     print(f"  read_committed at barrier {strong.barrier} differs from the truth of {ORDERS} "
                           f"(version {truth.version(strong.barrier)}), exact averages in cents:")
@@ -455,8 +519,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 say(f"drained: {ingested()} orders in {ORDERS}; barrier {sealed}, the last sealed, "
                     "is precommitted by both aggregates")
+            upkeep.stop()
+            from lakestep.iceberg import Publisher
+
+            publisher = Publisher(cat)
+            publisher.publish_once()  # the last barriers' tags, main moved to them
+            publisher.close()
         finally:
             coord.stop()
+            upkeep.stop()
             spark.sparkContext.setLogLevel("OFF")  # stopping a query cancels its running tasks: not errors
             for q in queries.values():
                 q.stop()
@@ -465,6 +536,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(f"{reads} dashboard reads: newest versions matched no barrier {naive_wrong} time(s); "
           f"read_committed differed from the truth at its barrier {strong_wrong} time(s)")
+    print(f"{ice_reads} reads through Iceberg (PyIceberg, newest common tag): {ice_wrong} differed from the truth "
+          "at their tag")
     if restarts:
         print(f"restarted after a Python worker start-up timeout: {', '.join(restarts)}")
     if last_read is not None:
@@ -490,6 +563,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"checked {last} barriers: {len({m.barrier for m in mismatches})} inconsistent")
     elif last:
         print(f"checked {last} barriers: all consistent")
+    # 3. Every Iceberg tag of both aggregates, as an outside engine reads it.
+    tagged, ice_problems = check_iceberg_tags(cat)
+    for msg in ice_problems[:10]:
+        print(msg)
+    print(f"checked {tagged} Iceberg tags of {', '.join(AGGREGATES)} through PyIceberg: "
+          + (f"{len(ice_problems)} inconsistent" if ice_problems else "all consistent"))
     cat.close()
 
     if not reads:
@@ -501,6 +580,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{strong_wrong} time(s)")
     if mismatches:
         problems.append(f"{len(mismatches)} (table, barrier) pair(s) differ from the aggregate of {ORDERS}")
+    if ice_wrong or ice_problems:
+        problems.append(f"an Iceberg reader saw aggregates that are not the truth at their tag "
+                        f"({ice_wrong} read(s), {len(ice_problems)} tag(s))")
+    if not tagged:
+        problems.append("no barrier was published to Iceberg: nothing to check")
     for msg in problems:
         print(f"FAILED: {msg}")
     if problems:

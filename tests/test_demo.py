@@ -73,6 +73,10 @@ def run_job(cat: Catalog, p: Pipeline, job: str, sink: str, agg: Agg,
             b.overwrite(sink, corrupt(agg(orders)))
 
 
+def truth_averages(cat: Catalog, p: Pipeline, barrier: int) -> dict[str, Fraction]:
+    return shopping.Truth(cat, p).averages(barrier)
+
+
 def test_every_barrier_check_passes_consistent_aggregates(shop: tuple[Catalog, Pipeline, Coordinator]) -> None:
     cat, p, coord = shop
     ingest(cat, coord)  # barrier 1: no orders
@@ -84,6 +88,14 @@ def test_every_barrier_check_passes_consistent_aggregates(shop: tuple[Catalog, P
     run_job(cat, p, "counts", shopping.COUNTS, counts_of)  # ... counts catches up in one go
     assert [p.frontier(t) for t in shopping.AGGREGATES] == [4, 4]
     assert shopping.check_every_barrier(cat, 4) == []
+    from lakestep.iceberg import Publisher
+
+    pub = Publisher(cat)
+    pub.publish_once()
+    pub.close()
+    assert shopping.check_iceberg_tags(cat) == (8, [])  # barriers 1..4 of both aggregates, through PyIceberg
+    b, rows = shopping.read_iceberg(cat)
+    assert b == 4 and shopping.averages(rows) == truth_averages(cat, p, 4)
     truth = shopping.Truth(cat, p)
     assert truth.at(1) == {} and truth.at(3) == {"ann": (2000, 2), "bob": (5, 1)}
     assert truth.averages(3)["ann"] == 1000  # exact: a Fraction
@@ -108,6 +120,14 @@ def test_every_barrier_check_reports_table_barrier_and_rows(shop: tuple[Catalog,
 
     found = shopping.check_every_barrier(cat, 3)
     assert [(m.table, m.barrier) for m in found] == [(shopping.REVENUE, 2), (shopping.REVENUE, 3)]
+    from lakestep.iceberg import Publisher
+
+    pub = Publisher(cat)
+    pub.publish_once()
+    pub.close()
+    tagged, problems = shopping.check_iceberg_tags(cat)
+    assert tagged == 6 and len(problems) == 2 and all("shop.revenue read through Iceberg" in m for m in problems)
+    assert "tag barrier-2" in problems[0] and "('bob', 252)" in problems[0]
     assert found[0].rows == [("bob", [252], [251])]
     assert found[1].rows == [("cy", [], [7])]
     report = found[0].report()
@@ -146,5 +166,9 @@ def test_shopping_demo_end_to_end(tmp_path: Path) -> None:
     assert "each exactly once" in out and "starting Spark (local mode)..." in out and "Spark ready" in out
     assert re.search(r"^\d+ dashboard reads: .* read_committed differed from the truth at its barrier 0 time",
                      out, flags=re.M), out[-3000:]
+    tags = re.search(r"^checked (\d+) Iceberg tags of shop.revenue, shop.counts through PyIceberg: all consistent$",
+                     out, flags=re.M)
+    assert tags and int(tags.group(1)) >= 4, out[-3000:]  # the outside reader: every tag of both aggregates
+    assert re.search(r"^\d+ reads through Iceberg \(PyIceberg, newest common tag\): 0 differed", out, flags=re.M)
     for noise in ("WARN", "log4j", "Setting default log level", "Your hostname", "WARNING"):
         assert noise not in out + proc.stderr, f"Spark noise on the console ({noise!r}):\n{proc.stderr[-3000:]}"

@@ -113,3 +113,19 @@ def test_freshness_benchmark_runs(tmp_path: Path) -> None:
         assert set(c["spark"]) == {"ingest", "d1", "d2"}
         assert all(s["batches"] > 0 and s["commits"] > 0 for s in c["spark"].values())
     assert "Where the time goes" in r.stdout
+
+
+def test_publish_benchmark_runs(tmp_path: Path) -> None:
+    """``python -m benchmarks.publish --quick``: every section on both backends, and the two reads
+    of section (c) give the same answer (checked inside); no timing is judged here."""
+    out = tmp_path / "publish.json"
+    r = subprocess.run([sys.executable, "-m", "benchmarks.publish", "--quick", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    for backend in ("sqlite", "postgres"):
+        res = doc["results"][backend]
+        assert [x["tables"] for x in res["one_barrier"]] == [1, 3]
+        assert res["running"]["barriers"] >= 1 and res["running"]["kept_up"]
+        assert res["reading"]["read_ratio"] > 0
+    assert "(c) reading" in r.stdout

@@ -311,6 +311,7 @@ class Publisher:
         rollback_id: int
         since: int | None  # the oldest barrier the coordinator's snapshots retain
         now: float
+        floors: dict[int, int]  # table -> its cleanup floor (the tables whose retention follows versions)
 
     def _plan(self) -> "Publisher._Plan":
         p, t = S.publisher.c, S.tables
@@ -348,9 +349,11 @@ class Publisher:
                         continue
                     raise
                 versions[b] = {tid: (a.version, a.data_version) for tid, a in at.items()}
+            floors = self._floors(conn, [r for tid, r in rows.items() if _wanted(r) and (
+                since is None or tid not in members)], now)
         return Publisher._Plan(None if complete is None else int(complete), barriers, rows, members,
                                dict(graph.kinds), versions,
-                               published, rollback_to, int(rb[1] or st["rollback_id"]), since, now)
+                               published, rollback_to, int(rb[1] or st["rollback_id"]), since, now, floors)
 
     # -------------------------------------------------------------- one table
     def _open(self, row: _Row, published: Mapping[str, Any] | None) -> IcebergTable:
@@ -547,19 +550,20 @@ class Publisher:
     def _delta(self, handle: TableHandle, a: int | None, b: int
                ) -> tuple[list[LakestepFile], dict[str, LakestepFile], bool]:
         """The files live at ``b`` and not at ``a``, the paths live at ``a`` and not at ``b``,
-        and whether ``a`` and ``b`` hold the same rows (same data version)."""
+        and whether ``a`` and ``b`` hold the same rows (same data version). One read, two statements."""
         f, c = S.files.c, S.commits.c
         tid = handle.table_id
         with self.catalog.backend.read() as conn:
-            head = handle.head(conn)[0]
             if a is None:
-                return handle.files_at(conn, b, head=head), {}, False
+                return handle.files_at(conn, b, head=-1), {}, False
             lo, hi = min(a, b), max(a, b)
-            q1 = sa.select(*FILE_COLS).where(f.table_id == tid, f.added_version > lo, f.added_version <= hi)
-            q2 = sa.select(*FILE_COLS).where(f.table_id == tid, f.removed_version > lo, f.removed_version <= hi)
-            rows = {r.file_id: row_to_file(r) for q in (q1, q2) for r in conn.execute(q)}
+            q = sa.union_all(
+                sa.select(*FILE_COLS).where(f.table_id == tid, f.added_version > lo, f.added_version <= hi),
+                sa.select(*FILE_COLS).where(f.table_id == tid, f.removed_version > lo, f.removed_version <= hi))
+            rows = {r.file_id: row_to_file(r) for r in conn.execute(q)}
             dvs = dict(conn.execute(sa.select(c.version, c.data_version).where(
                 c.table_id == tid, c.version.in_([a, b]))).all())
+
         def live(d: LakestepFile, v: int) -> bool:
             return d.added_version <= v and (d.removed_version is None or d.removed_version > v)
         at_b = {d.path: d for d in rows.values() if live(d, b) and not live(d, a)}
@@ -584,9 +588,10 @@ class Publisher:
             got = mine.pop(mapper.path(p), None)
             if got is not None:
                 rm_del.add(got[0])
-        with self.catalog.backend.read() as conn:
-            head = handle.head(conn)[0]
-            live = handle.files_at(conn, version, head=head, partitions=frozenset(touched)) if touched else []
+        live: list[LakestepFile] = []
+        if touched:
+            with self.catalog.backend.read() as conn:
+                live = handle.files_at(conn, version, head=-1, partitions=frozenset(touched))
         groups: dict[str, list[LakestepFile]] = {}
         for f in live:
             groups.setdefault(f.partition_json, []).append(f)
@@ -612,7 +617,7 @@ class Publisher:
                    tags: dict[int, int], tr: TableReport) -> list[int]:
         """Step 5: drop tags lakestep no longer retains and snapshots no ref keeps."""
         managed = row.meta.table_id in plan.members
-        floor = self._floor(row) if (plan.since is None or not managed) else None
+        floor = plan.floors.get(row.meta.table_id)
         keep_from = plan.complete if plan.complete is not None else (plan.barriers[-1] if plan.barriers else None)
         for b in sorted(tags):
             if keep_from is not None and b >= keep_from:
@@ -637,14 +642,21 @@ class Publisher:
         tr.expired += len(gone)
         return gone
 
-    def _floor(self, row: _Row) -> int:
-        """The table's cleanup floor: the version current ``retention`` seconds ago (cleanup.py)."""
+    @staticmethod
+    def _floors(conn: sa.Connection, rows: "list[_Row]", now: float) -> dict[int, int]:
+        """Each table's cleanup floor: the version current ``retention`` seconds ago (cleanup.py);
+        one statement per distinct retention window."""
         c = S.commits.c
-        R = float(P.value(row.ident, row.meta.properties, P.RETENTION))
-        with self.catalog.backend.read() as conn:
-            v = conn.execute(sa.select(sa.func.max(c.version)).where(
-                c.table_id == row.meta.table_id, c.committed_at <= self.catalog.clock.now() - R)).scalar()
-        return -1 if v is None else int(v)
+        by_window: dict[float, list[int]] = {}
+        for r in rows:
+            by_window.setdefault(float(P.value(r.ident, r.meta.properties, P.RETENTION)), []).append(r.meta.table_id)
+        out = {tid: -1 for ids in by_window.values() for tid in ids}
+        for window, ids in by_window.items():
+            for i in range(0, len(ids), 500):
+                out.update({int(t): int(v) for t, v in conn.execute(
+                    sa.select(c.table_id, sa.func.max(c.version)).where(
+                        c.table_id.in_(ids[i:i + 500]), c.committed_at <= now - window).group_by(c.table_id))})
+        return out
 
     def _settle(self, plan: "Publisher._Plan", complete: int, report: PublishReport) -> None:
         """Step 6 at once: ``main`` of every managed table to the tag of the cut this round

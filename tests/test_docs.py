@@ -1,4 +1,4 @@
-"""The README's examples run as written, and the demo runs."""
+"""The README's examples (and docs/iceberg.md's) run as written, and the demo runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_readme_python_blocks_run(tmp_path: Path) -> None:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "README.md").read_text() + (ROOT / "docs" / "iceberg.md").read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "not run by the doc test" not in b]
     assert blocks
     for i, code in enumerate(blocks):

@@ -216,7 +216,6 @@ def publish_cmd(out: Output, catalog_url: str, once: bool, interval: float, roun
         try:
             if once:
                 on_round(pub.publish_once())
-                pub.release()
             else:
                 with stopped_by_signals(pub.stop):
                     pub.run(interval=interval, max_rounds=rounds, duration=duration, on_round=on_round)

@@ -252,8 +252,12 @@ class Publisher:
 
     # ------------------------------------------------------------------ round
     def publish_once(self) -> PublishReport:
-        """One round that also moves ``main`` to the cut it completes (step 6's ``settle``)."""
-        return self.publish(settle=True)
+        """One round that also moves ``main`` to the cut it completes (step 6's ``settle``), then
+        gives the lease up: a script or another ``--once`` run can publish right after."""
+        try:
+            return self.publish(settle=True)
+        finally:
+            self.release()
 
     def publish(self, *, settle: bool = False) -> PublishReport:
         """One round (module docstring, steps 1-6)."""

@@ -9,11 +9,12 @@ Per backend (SQLite and PostgreSQL catalogs; the Iceberg catalog in the same dat
     Median of ``--rounds`` rounds after a warm-up (the tables carry up to that many tags).
 (b) **A running pipeline.** 20 root tables written continuously by one process, a
     coordinator sealing every second (``lakestep coordinator --interval 1``) and a
-    publisher (``lakestep publish --interval 0.1``), each its own process. For every
-    barrier sealed after a warm-up, the lag from its seal (``ls_seal.sealed_at``) to the
-    end of the publishing round that tagged it on every table (``ls_publisher.round_at``
-    once the complete cut reaches it): p50 and p95, and whether publishing kept up (the
-    cut at most two barriers behind the newest sealed one when the run ends).
+    publisher (``lakestep publish --interval 0.1``), each its own process, until 25
+    barriers after the first 5 have their tags. For each of them, the lag from its seal
+    (``ls_seal.sealed_at``) to the end of the publishing round that tagged it on every
+    table (``ls_publisher.round_at`` once the complete cut reaches it): p50 and p95, and
+    whether publishing kept up (the cut at most two barriers behind the newest sealed one
+    when the run ends).
 (c) **Reading.** One table of ``--rows`` rows in 16 files; the same aggregate query
     through DuckDB's ``iceberg_scan`` at the snapshot of a tag, and through
     ``lakestep.query.duckdb_query`` at that barrier, interleaved; medians and the ratio.
@@ -120,21 +121,29 @@ import sys, time
 import pyarrow as pa
 from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH
-url, wh, n, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+url, wh, n, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 cat = Catalog(url, warehouse=wh)
 ts = [cat.load_table(f"b.t{i}") for i in range(n)]
 schema = ts[0].schema
-end, i = time.monotonic() + seconds, 0
-while time.monotonic() < end:
+i = 0
+while True:
     for t in ts:
         t.append(pa.table({"id": [i], "g": ["g"], "x": [i]}, schema=schema), barrier=OPEN_EPOCH)
     i += 1
-    time.sleep(0.2)
+    try:
+        open(stop).close()
+        break
+    except FileNotFoundError:
+        time.sleep(0.2)
 print(i)
 """
 
 
-def running(backend: str, tables: int, seconds: float, warmup: float) -> dict[str, Any]:
+def running(backend: str, tables: int, barriers: int, warmup: int, timeout: float = 600.0) -> dict[str, Any]:
+    """Runs until ``barriers`` barriers sealed after the first ``warmup`` ones have their tags on
+    every table (or ``timeout``), then stops the writer, the coordinator and the publisher."""
+    import signal
+
     from lakestep.barrier import Pipeline
     from lakestep.catalog import schema as S
 
@@ -145,22 +154,20 @@ def running(backend: str, tables: int, seconds: float, warmup: float) -> dict[st
             cat.create_table(f"b.t{i}", SCHEMA)
         Pipeline(cat).register_job("feed", sinks=[f"b.t{i}" for i in range(tables)], external_input=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        total = seconds + warmup
+        stop = Path(d) / "stop"
         procs = [
-            subprocess.Popen([sys.executable, "-c", WRITER, url, str(Path(d) / "wh"), str(tables), str(total)],
+            subprocess.Popen([sys.executable, "-c", WRITER, url, str(Path(d) / "wh"), str(tables), str(stop)],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-            subprocess.Popen([*CLI, "coordinator", "--catalog", url, "--interval", "1", "--duration", str(total + 3),
-                              "--log-level", "WARNING"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True),
-            subprocess.Popen([*CLI, "publish", "--catalog", url, "--interval", "0.1", "--duration", str(total + 6),
-                              "--log-level", "WARNING"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True),
+            subprocess.Popen([*CLI, "coordinator", "--catalog", url, "--interval", "1", "--log-level", "WARNING"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+            subprocess.Popen([*CLI, "publish", "--catalog", url, "--interval", "0.1", "--log-level", "WARNING"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
         ]
         seen: dict[int, float] = {}  # barrier -> the round_at of the round that completed it
-        started = time.monotonic()
         last = None
+        deadline = time.monotonic() + timeout
         try:
-            while time.monotonic() - started < total:
+            while time.monotonic() < deadline and len([b for b in seen if b > warmup]) < barriers:
                 with cat.backend.read() as conn:
                     row = conn.execute(sa.select(S.publisher.c.complete_barrier, S.publisher.c.round_at)
                                        .where(S.publisher.c.id == 1)).one()
@@ -169,22 +176,27 @@ def running(backend: str, tables: int, seconds: float, warmup: float) -> dict[st
                         seen.setdefault(b, float(row[1]))
                     last = int(row[0])
                 for p in procs:
-                    if p.poll() is not None and p.returncode != 0:
-                        raise RuntimeError(f"a pipeline process failed: {p.stderr.read()[-2000:]}")
+                    if p.poll() is not None:
+                        raise RuntimeError(f"a pipeline process stopped: {p.stderr.read()[-2000:]}")
                 time.sleep(0.05)
             with cat.backend.read() as conn:
                 seals = dict(conn.execute(sa.select(S.seals.c.barrier, S.seals.c.sealed_at)).all())
                 newest = max(seals) if seals else 0
         finally:
+            stop.touch()
+            for p in procs[1:]:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
             for p in procs:
-                p.wait(timeout=120)
+                try:
+                    p.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    p.kill()
             cat.close()
-        first_counted = min((b for b, at in seals.items() if at - min(seals.values()) >= warmup), default=None)
-        lags = sorted(seen[b] - seals[b] for b in seen if b in seals and first_counted is not None
-                      and b >= first_counted)
+        lags = sorted(seen[b] - seals[b] for b in seen if b in seals and b > warmup)
     kept_up = last is not None and newest - last <= 2
     q = statistics.quantiles(lags, n=20) if len(lags) >= 2 else lags * 19
-    return {"tables": tables, "seconds": seconds, "barriers": len(lags), "sealed": newest, "complete": last,
+    return {"tables": tables, "barriers": len(lags), "sealed": newest, "complete": last,
             "kept_up": kept_up, "lag_p50_s": statistics.median(lags) if lags else None,
             "lag_p95_s": q[18] if q else None, "lags_s": lags}
 
@@ -260,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{backend}] (a) one barrier, {r['tables']:>3} changed table(s): {r['round_s'] * 1000:7.1f} ms "
                       f"a round, {r['per_table_ms']:5.1f} ms a table", flush=True)
         if "b" in args.only:
-            r = res["running"] = running(backend, 20 if not args.quick else 3, 30.0 if not args.quick else 4.0,
-                                         5.0 if not args.quick else 2.0)
+            r = res["running"] = running(backend, 20 if not args.quick else 3, 25 if not args.quick else 2,
+                                         5 if not args.quick else 0)
             print(f"[{backend}] (b) running, {r['tables']} tables, seal every 1 s: {r['barriers']} barriers, lag p50 "
                   f"{_s(r['lag_p50_s'])}, p95 {_s(r['lag_p95_s'])}; kept up: {r['kept_up']} (complete "
                   f"{r['complete']} of {r['sealed']} sealed)", flush=True)

@@ -126,6 +126,6 @@ def test_publish_benchmark_runs(tmp_path: Path) -> None:
     for backend in ("sqlite", "postgres"):
         res = doc["results"][backend]
         assert [x["tables"] for x in res["one_barrier"]] == [1, 3]
-        assert res["running"]["barriers"] >= 1 and res["running"]["kept_up"]
+        assert res["running"]["barriers"] >= 2  # it runs until two barriers have their tags
         assert res["reading"]["read_ratio"] > 0
     assert "(c) reading" in r.stdout

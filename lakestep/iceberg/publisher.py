@@ -312,7 +312,8 @@ class Publisher:
         versions: dict[int, dict[int, tuple[int, int]]]  # barrier -> table -> (version, data version)
         published: dict[int, Mapping[str, Any]]
         rollback_to: int | None
-        rollback_id: int
+        rollback_id: int  # the newest rollback seen
+        handled: int  # the newest rollback every table had handled before this round
         since: int | None  # the oldest barrier the coordinator's snapshots retain
         now: float
         floors: dict[int, int]  # table -> its cleanup floor (the tables whose retention follows versions)
@@ -357,7 +358,8 @@ class Publisher:
                 since is None or tid not in members)], now)
         return Publisher._Plan(None if complete is None else int(complete), barriers, rows, members,
                                dict(graph.kinds), versions,
-                               published, rollback_to, int(rb[1] or st["rollback_id"]), since, now, floors)
+                               published, rollback_to, int(rb[1] or st["rollback_id"]), int(st["rollback_id"]),
+                               since, now, floors)
 
     # -------------------------------------------------------------- one table
     def _open(self, row: _Row, published: Mapping[str, Any] | None) -> IcebergTable:
@@ -717,7 +719,9 @@ class Publisher:
         p = S.publisher.c
         with self.catalog.backend.write() as conn:
             conn.execute(sa.update(S.publisher).where(p.id == 1, p.token == self._token).values(
-                complete_barrier=complete, rollback_id=plan.rollback_id, round_at=self.catalog.clock.now(),
+                # a rollback counts as handled once every table has dropped its tags above it
+                complete_barrier=complete, rollback_id=plan.rollback_id if error is None else plan.handled,
+                round_at=self.catalog.clock.now(),
                 error=None if error is None else error[:4000]))
 
     # ----------------------------------------------------- dropped tables, orphans

@@ -71,6 +71,9 @@ def assert_never_ahead(shop: Shop) -> None:
 
 
 def test_killed_at_every_step_then_rerun(catalog_spec) -> None:  # type: ignore[no-untyped-def]
+    """Each kill point on one backend (half of them on each: the steps are the same code, and a
+    kill costs two publisher processes)."""
+    kills = KILLS[0::2] if catalog_spec.backend == "sqlite" else KILLS[1::2]
     cat = catalog_spec.open()
     shop = Shop(cat, engines=("pyiceberg", "duckdb"))
     try:
@@ -78,7 +81,7 @@ def test_killed_at_every_step_then_rerun(catalog_spec) -> None:  # type: ignore[
         first = publish(catalog_spec.url, "--once")
         assert first.returncode == 0, first.stderr
         shop.check()
-        for i, (point, action) in enumerate(KILLS, start=1):
+        for i, (point, action) in enumerate(kills, start=1):
             advance(shop, i)
             killed = publish(catalog_spec.url, "--once", env={"LAKESTEP_FAILPOINTS": f"{point}={action}"})
             assert killed.returncode == 137, (point, action, killed.returncode, killed.stderr[-2000:])

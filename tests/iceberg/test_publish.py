@@ -51,7 +51,8 @@ def test_every_kind_of_change(shop: Shop) -> None:
                                  "coupon": ["SPRING"]}), barrier=OPEN_EPOCH)
     r = shop.step()
     t = shop.engines.table("shop.orders")
-    assert "coupon" in [f.name for f in t.schema().fields]
+    assert [(f.name, f.field_id) for f in t.schema().fields] == [
+        ("id", 1), ("region", 2), ("amount", 3), ("price", 4), ("day", 5), ("coupon", 6)]  # ids kept, a new one
     assert [f.name for f in t.schemas()[t.snapshot_by_name(tag_name(1)).schema_id].fields] == \
         ["id", "region", "amount", "price", "day"]  # an old tag keeps the schema it was published with
     # upserts and deletes of a primary-key table, a multi-table transaction, a major compaction
@@ -180,3 +181,47 @@ def test_unpublishable_renamed_dropped_and_opted_out_tables(catalog) -> None:  #
         assert not os.path.exists(location.removeprefix("file://"))
     finally:
         shop.pub.close()
+
+
+def test_tags_follow_the_coordinators_barrier_retention(catalog) -> None:  # type: ignore[no-untyped-def]
+    """With coordinator snapshots (the default), a tag lives as long as its barrier is retained."""
+    from lakestep.barrier import epochs
+
+    shop = Shop(catalog, engines=("pyiceberg",))
+    policy = epochs.SnapshotPolicy(every=1, retain_count=3)
+    shop.seal = lambda: epochs.seal_and_snapshot(  # type: ignore[method-assign]
+        catalog, shop.lease, 1e9, topology=shop.p.topology, policy=policy)[0].barrier
+    try:
+        for i in range(7):
+            shop.orders.append(orders((i, "eu", i)), barrier=OPEN_EPOCH)
+            shop.step(check=False)
+        oldest = shop.p.status().oldest_retained
+        assert oldest is not None and oldest > 1
+        for ident in ("shop.orders", "shop.totals", "shop.counts"):
+            tags = sorted(int(n.split("-")[1]) for n in shop.engines.table(ident).metadata.refs
+                          if n.startswith("barrier-"))
+            assert tags == list(range(oldest, shop.p.committed_barrier() + 1)), (ident, oldest, tags)
+        shop.check(every_tag=True)
+    finally:
+        shop.pub.close()
+
+
+def test_another_iceberg_catalog_database(catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``iceberg_url``: the Iceberg SQL catalog in a database of its own; lakestep's stays free of it."""
+    import sqlalchemy as sa
+
+    from lakestep.iceberg import Publisher, sql_catalog
+
+    other = f"sqlite:///{tmp_path / 'iceberg.db'}"
+    catalog.create_namespace("shop")
+    t = catalog.create_table("shop.dim", pa.schema([("k", pa.int64())]))
+    t.append(pa.table({"k": [1, 2]}))
+    pub = Publisher(catalog, iceberg_url=other)
+    try:
+        assert not pub.publish_once().errors
+        got = sql_catalog(catalog, iceberg_url=other).load_table("shop.dim").scan().to_arrow()
+        assert sorted(got["k"].to_pylist()) == [1, 2]
+        with catalog.backend.read() as conn:
+            assert not sa.inspect(conn).has_table("iceberg_tables")
+    finally:
+        pub.close()

@@ -156,7 +156,10 @@ def _duckdb_offline_connection() -> duckdb.DuckDBPyConnection:
     import duckdb
 
     con = duckdb.connect(
-        config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+        # python_enable_replacements: DuckLake 1.5 probes its metadata catalog by table name, and a
+        # Python object of that name in the caller's frames (ducklake_metadata here) must not answer
+        config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false",
+                "python_enable_replacements": "false"}
     )
     from lakestep.query.duck import load_extensions
 

@@ -74,7 +74,30 @@ def load_extensions(con: Any, *names: str) -> None:
             have = sorted(p.name for p in folder.glob("v*"))
             raise QueryError(f"the installed duckdb-extension-{name} is built for DuckDB {have}, not {version}: "
                              f"pip install duckdb-extension-{name}=={version}")
-        con.execute(f"LOAD '{found[0]}'")
+        path = found[0]
+        canonical = _EXTENSION_NAMES.get(name, name)
+        if path.stem != canonical:  # DuckDB finds an extension's entry point by its file name
+            path = _renamed(path, canonical, version)
+        con.execute(f"LOAD '{path}'")
+
+
+# The wheels whose file is not named after the extension it holds.
+_EXTENSION_NAMES = {"sqlite": "sqlite_scanner", "postgres": "postgres_scanner"}
+
+
+def _renamed(path: Any, canonical: str, version: str) -> Any:
+    """A link to ``path`` named ``<canonical>.duckdb_extension``, in a per-user cache directory."""
+    from pathlib import Path
+
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lakestep" / "duckdb" / f"v{version}"
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / f"{canonical}.duckdb_extension"
+    if not link.exists() or link.resolve() != Path(path).resolve():
+        tmp = folder / f".{canonical}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(path)
+        os.replace(tmp, link)
+    return link
 
 
 def _quote(name: str) -> str:

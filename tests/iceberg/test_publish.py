@@ -225,3 +225,48 @@ def test_another_iceberg_catalog_database(catalog, tmp_path) -> None:  # type: i
             assert not sa.inspect(conn).has_table("iceberg_tables")
     finally:
         pub.close()
+
+
+def test_cleanup_keeps_the_files_of_retained_tags(catalog_spec, clock) -> None:  # type: ignore[no-untyped-def]
+    """The coordinator snapshots every other barrier; a tag between two of them names a version
+    that neither a lakestep snapshot nor the retention window keeps: only the publisher's pin
+    keeps its files from cleanup, and the tag still reads the same afterwards."""
+    import sqlalchemy as sa
+
+    from lakestep.barrier import epochs
+    from lakestep.catalog import schema as S
+
+    cat = catalog_spec.open(clock=clock)
+    shop = Shop(cat, engines=("pyiceberg", "duckdb"))
+    policy = epochs.SnapshotPolicy(every=2, retain_count=50)
+    shop.seal = lambda: epochs.seal_and_snapshot(  # type: ignore[method-assign]
+        cat, shop.lease, 1e9, topology=shop.p.topology, policy=policy)[0].barrier
+    try:
+        shop.orders.set_properties({"lakestep.retention-seconds": "10"})
+        for i in range(6):
+            shop.orders.append(orders((i, "eu", i), (100 + i, "us", i)), barrier=OPEN_EPOCH)
+            shop.step(check=False)
+            shop.orders.compact(min_files=2)  # each barrier's files are removed by the next version
+        clock.set(max(clock.now(), time.time()) + 86_400)
+        shop.orders.append(orders((99, "eu", 9)), barrier=OPEN_EPOCH)
+        shop.step(check=False)
+        with cat.backend.read() as conn:
+            snapshotted = set(conn.execute(sa.select(S.snapshots.c.version).where(
+                S.snapshots.c.table_id == shop.orders.table_id)).scalars())
+            published = set(conn.execute(sa.select(S.published_snapshots.c.version).where(
+                S.published_snapshots.c.table_id == shop.orders.table_id)).scalars())
+        only_pinned = published - snapshotted
+        assert only_pinned, "some tagged version is kept by the publisher's pin alone"
+        pins = S.published_snapshots
+        with cat.backend.write() as conn:  # without the pins, cleanup would take those files
+            saved = [dict(r) for r in conn.execute(pins.select()).mappings()]
+            conn.execute(sa.delete(pins))
+        assert shop.orders.cleanup(dry_run=True).deleted_files
+        with cat.backend.write() as conn:
+            conn.execute(sa.insert(pins), saved)
+        rep = shop.orders.cleanup()
+        assert set(rep.pinned_versions) >= only_pinned and not rep.deleted_files
+        shop.check(every_tag=True)  # every tag, the ones between snapshots too, reads the same
+    finally:
+        shop.pub.close()
+        cat.close()

@@ -372,22 +372,25 @@ def _ducklake_listing(path: Path, n_files: int, runs: int, backend: str, pg_dsn:
             con.execute("INSERT INTO lake.t VALUES (0, 0, 0)")
             m = "__ducklake_metadata_lake"
             (snapshot,) = con.execute(f"SELECT max(snapshot_id) FROM {m}.ducklake_snapshot").fetchone()
+            # copies by column name (``* REPLACE``): DuckLake's metadata tables gain columns between
+            # versions (1.4 had partial_file_info, 1.5 has partial_max)
             con.execute(f"""
                 INSERT INTO {m}.ducklake_data_file
-                SELECT f.data_file_id + x, f.table_id, f.begin_snapshot, f.end_snapshot, f.file_order, f.path,
-                       f.path_is_relative, f.file_format, 100, f.file_size_bytes, f.footer_size,
-                       f.row_id_start + 100 * x, f.partition_id, f.encryption_key, f.partial_file_info, f.mapping_id
+                SELECT f.* REPLACE (f.data_file_id + x AS data_file_id, 100 AS record_count,
+                                    f.row_id_start + 100 * x AS row_id_start)
                 FROM {m}.ducklake_data_file f, range(1, {n_files}) r(x)""")
             con.execute(f"""
                 INSERT INTO {m}.ducklake_file_partition_value
-                SELECT p.data_file_id + x, p.table_id, p.partition_key_index, CAST(x % {DAYS} AS VARCHAR)
+                SELECT p.* REPLACE (p.data_file_id + x AS data_file_id,
+                                    CAST(x % {DAYS} AS VARCHAR) AS partition_value)
                 FROM {m}.ducklake_file_partition_value p, range(1, {n_files}) r(x)""")
             con.execute(f"""
                 INSERT INTO {m}.ducklake_file_column_stats
-                SELECT s.data_file_id + x, s.table_id, s.column_id, s.column_size_bytes, 100, 0,
-                       CAST(CASE s.column_id WHEN 1 THEN x % {DAYS} WHEN 2 THEN x * 100 ELSE 0 END AS VARCHAR),
-                       CAST(CASE s.column_id WHEN 1 THEN x % {DAYS} WHEN 2 THEN x * 100 + 99 ELSE 0 END AS VARCHAR),
-                       s.contains_nan, s.extra_stats
+                SELECT s.* REPLACE (s.data_file_id + x AS data_file_id, 100 AS value_count, 0 AS null_count,
+                       CAST(CASE s.column_id WHEN 1 THEN x % {DAYS} WHEN 2 THEN x * 100 ELSE 0 END AS VARCHAR)
+                           AS min_value,
+                       CAST(CASE s.column_id WHEN 1 THEN x % {DAYS} WHEN 2 THEN x * 100 + 99 ELSE 0 END AS VARCHAR)
+                           AS max_value)
                 FROM {m}.ducklake_file_column_stats s, range(1, {n_files}) r(x)""")
             con.execute(f"UPDATE {m}.ducklake_snapshot SET next_file_id = {n_files} WHERE snapshot_id = {snapshot}")
             con.execute(f"UPDATE {m}.ducklake_table_stats SET record_count = {100 * n_files}, "

@@ -173,7 +173,10 @@ def run_ducklake(
     def bench(metadata: str) -> list[float]:
         con = _duckdb_offline_connection()
         try:
-            con.execute(f"ATTACH '{metadata}' AS lake (DATA_PATH '{workdir}/ducklake-data/')")
+            # DATA_INLINING_ROW_LIMIT 0: every commit writes its Parquet file, as the other peers' do
+            # (DuckLake 1.5 keeps small inserts in its metadata database instead)
+            con.execute(f"ATTACH '{metadata}' AS lake (DATA_PATH '{workdir}/ducklake-data/', "
+                        "DATA_INLINING_ROW_LIMIT 0)")
             con.execute(
                 "CREATE TABLE lake.t (id BIGINT, ts TIMESTAMPTZ, value DOUBLE, name VARCHAR)"
             )

@@ -364,7 +364,8 @@ def _ducklake_listing(path: Path, n_files: int, runs: int, backend: str, pg_dsn:
     path.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {}
     with ducklake_metadata(path, backend, pg_dsn) as metadata:
-        attach = f"ATTACH '{metadata}' AS lake (DATA_PATH '{path}/data/')"
+        # no inlining (DuckLake 1.5 keeps small inserts in its metadata): the one real insert is a file
+        attach = f"ATTACH '{metadata}' AS lake (DATA_PATH '{path}/data/', DATA_INLINING_ROW_LIMIT 0)"
         try:
             con.execute(attach)
             con.execute("CREATE TABLE lake.t (day BIGINT, k BIGINT, v BIGINT)")

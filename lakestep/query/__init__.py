@@ -5,8 +5,9 @@
   (read.py);
 * :func:`duckdb_connect` / :func:`duckdb_query`: a DuckDB connection whose
   views all show one barrier; a SQL string run that way (duck.py);
-* :func:`spark_sql`: a Spark SQL string over lakestep tables at one barrier
-  (spark.py; needs pyspark);
+* :func:`spark_sql`: a Spark SQL string over lakestep tables at one barrier;
+  :func:`spark_table`: one table's consistent DataFrame (spark.py; needs pyspark;
+  Spark's own Parquet scan reads the files where it can);
 * :func:`table_refs`: the lakestep tables a SQL string names, with their
   time travel (sql.py).
 
@@ -22,6 +23,7 @@ _NAMES = {
     "ConsistentRead": "read", "ReadInfo": "read", "TableRef": "read", "consistent_read": "read",
     "consistent_arrow": "read", "DuckDBRead": "duck", "QueryResult": "duck", "duckdb_connect": "duck",
     "duckdb_query": "duck", "table_refs": "sql", "spark_sql": "spark", "SparkQueryResult": "spark",
+    "spark_table": "spark",
 }
 __all__ = sorted(_NAMES)
 

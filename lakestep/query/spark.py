@@ -17,13 +17,31 @@ The protocol:
 2. the versions are chosen on the driver (:func:`~lakestep.query.read.consistent_read`:
    ``Pipeline.choose()`` at the level and scope asked for);
 3. each table is registered as a temporary view reading exactly its chosen
-   version through the ``lakestep`` batch source (executors read the files);
+   version's files. **Native** (the default where it can): Spark's own
+   Parquet scan reads the planned files (vectorized, with column pruning and
+   predicate pushdown), with the table's schema (columns added later read
+   as null) and without partition discovery (the files hold their partition
+   columns, as lakestep wrote them). Before the scan the driver checks each
+   file's size against the catalog on the local disk
+   (:class:`~lakestep.errors.DataFileCorruptError` naming the file); a file
+   deleted later fails the query with Spark's error naming it. **Python**
+   otherwise: through the ``lakestep`` batch source, whose executors read the
+   files with lakestep's checked reader (size and footer row count) and merge
+   primary-key tables on read. It runs for primary-key tables (merged on
+   read), for tables on an object store unless ``native=True`` says Spark
+   reaches the store itself (``fs.s3a`` configured), and for column types
+   Spark's Parquet reader does not read as lakestep does (nanosecond
+   timestamps). :attr:`SparkQueryResult.paths` says which ran, per table;
 4. the SQL runs with its table names replaced by those views (aliases kept).
 
 The result is a lazy DataFrame and :class:`ReadInfo`. A ``repeatable_read``
 query holds its pins until :meth:`SparkQueryResult.release` (or ``with``);
 its leases lapse by themselves otherwise. This module does not import
 pyspark: it drives the session it is given.
+
+Not guaranteed: the native scan does not compare each file's footer row
+count with the catalog's (the Python path does); a file replaced outside
+lakestep by one of the same size is read as it now is.
 """
 
 from __future__ import annotations
@@ -46,6 +64,7 @@ class SparkQueryResult:
     df: Any
     read: ReadInfo
     sql: str  # as run, over the temporary views
+    paths: dict[str, str] = field(default_factory=dict)  # per table label: "native", or "python (why)"
     _read: ConsistentRead | None = field(default=None, repr=False)
 
     def release(self) -> None:
@@ -65,8 +84,12 @@ def _view(ref: TableRef, version: int) -> str:
 
 
 def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "read_committed",
-              scope: str = "query", barrier: int | None = None, snapshot: str | None = None) -> SparkQueryResult:
-    """Run ``sql`` in Spark over the lakestep tables it names, read at one consistent point."""
+              scope: str = "query", barrier: int | None = None, snapshot: str | None = None,
+              native: bool | None = None) -> SparkQueryResult:
+    """Run ``sql`` in Spark over the lakestep tables it names, read at one consistent point.
+
+    ``native``: None (default) scans with Spark's own Parquet reader wherever it can (step 3),
+    True also on object stores (Spark must reach the store itself), False never."""
     from ..streaming import register
     from ..streaming.progress import open_catalog
 
@@ -75,18 +98,96 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
     storage = cat.storage.spark_options()  # credentials travel as options Spark redacts (storage.secret_key)
     template = sql_template(sql, "spark")
     read = consistent_read(cat, template.refs, level=level, scope=scope, barrier=barrier, snapshot=snapshot)
+    paths: dict[str, str] = {}
     try:
         register(spark)
         views: dict[TableRef, str] = {}
         for label, plan in read.plans.items():
             ref = read.refs[label]
             name = _view(ref, plan.version)
-            (spark.read.format("lakestep").option("catalog", url).option("table", plan.table).options(**storage)
-             .option("versionAsOf", str(plan.version)).load().createOrReplaceTempView(name))
+            why = _python_reason(plan, native)
+            if why is None:
+                df = native_frame(spark, plan)
+                paths[label] = "native"
+            else:
+                df = (spark.read.format("lakestep").option("catalog", url).option("table", plan.table)
+                      .options(**storage).option("versionAsOf", str(plan.version)).load())
+                paths[label] = f"python ({why})"
+            df.createOrReplaceTempView(name)
             views[ref] = name
         run = template.fill(lambda ref: f"`{views[ref]}`")
         df = spark.sql(run)
     except BaseException:
         read.close()
         raise
-    return SparkQueryResult(df, read.info, run, read)
+    return SparkQueryResult(df, read.info, run, paths, read)
+
+
+def spark_table(spark: Any, catalog: "Catalog | str", table: str, *, level: str = "read_committed",
+                scope: str = "query", barrier: int | None = None, snapshot: str | None = None,
+                version: int | None = None, native: bool | None = None) -> SparkQueryResult:
+    """A consistent DataFrame of one table (``SELECT *`` through :func:`spark_sql`): at the
+    barrier ``level`` and ``scope`` choose, or at ``barrier``, ``snapshot`` or ``version``.
+
+    Example::
+
+        res = spark_table(spark, url, "shop.daily", scope="global")
+        res.df.groupBy("day").count().show()
+        res.read.barrier, res.paths      # {"shop.daily": "native"}
+    """
+    from ..catalog import parse_ident
+
+    ns, name = parse_ident(table)
+    travel = f" VERSION AS OF {int(version)}" if version is not None else ""
+    return spark_sql(spark, catalog, f"SELECT * FROM {ns}.{name}{travel}", level=level, scope=scope,
+                     barrier=barrier, snapshot=snapshot, native=native)
+
+
+def _python_reason(plan: Any, native: bool | None) -> str | None:
+    """Why ``plan`` is read through the Python path (None: Spark's own scan can read it)."""
+
+    if native is False:
+        return "native=False"
+    if plan.merge_on_read:
+        return "a primary-key table, merged on read"
+    if "://" in plan.location and native is not True:
+        return "an object store: pass native=True when Spark reaches it itself"
+    for f in plan.schema:
+        bad = _unreadable(f.type)
+        if bad:
+            return f"column {f.name!r} is {f.type}: {bad}"
+    return None
+
+
+def _unreadable(t: Any) -> str | None:
+    import pyarrow as pa
+
+    T = pa.types
+    if T.is_timestamp(t) and t.unit == "ns":
+        return "Spark's Parquet reader takes no nanosecond timestamps"
+    if T.is_unsigned_integer(t) or T.is_dictionary(t) or T.is_large_list(t) or T.is_null(t):
+        return "no Spark type reads it back the same"
+    if T.is_struct(t):
+        return next((r for r in (_unreadable(c.type) for c in t) if r), None)
+    if T.is_list(t) or T.is_map(t):
+        return _unreadable(t.value_type if T.is_list(t) else t.item_type) or (
+            _unreadable(t.key_type) if T.is_map(t) else None)
+    return None
+
+
+def native_frame(spark: Any, plan: Any) -> Any:
+    """Step 3, native: Spark's Parquet scan of exactly the plan's files, with the table's schema."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from ..catalog import reader
+
+    schema = from_arrow_schema(plan.schema)
+    if not plan.files:
+        return spark.createDataFrame([], schema)
+    if "://" in plan.location:
+        paths = [plan.store().full_path(f.path) for f in plan.files]
+        scheme = plan.location.split("://", 1)[0]
+        paths = [p if "://" in p else f"{scheme}://{p}" for p in paths]
+    else:
+        paths = reader.local_paths(plan.store(), plan.files)  # sizes checked: DataFileCorruptError
+    return spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)

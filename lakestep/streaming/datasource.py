@@ -73,13 +73,14 @@ class LakestepDataSource(DataSource):
 def register(spark: Any, *, check_executors: bool = True) -> Any:
     """Register the ``lakestep`` and ``lakestep-kafka`` formats with a SparkSession.
 
-    On a cluster (a master other than ``local[...]``) it first checks, once per
-    application, that the executors can import lakestep (executors.py): a
-    missing or different lakestep raises
-    :class:`~lakestep.errors.SparkSetupError` here instead of failing the
-    query's tasks later. Returns what the executors import
-    (:class:`~lakestep.streaming.executors.ExecutorLakestep` list), or None when
-    not checked (``check_executors=False``, local mode, Spark Connect).
+    It first checks, once per application, that Spark's Python workers can
+    import lakestep (executors.py), in local mode too (``PYSPARK_PYTHON`` may
+    name another interpreter than the driver's): a missing or different
+    lakestep raises :class:`~lakestep.errors.SparkSetupError` naming the
+    interpreter and the fix here, instead of failing every query later with
+    "Failed to create Python data source instance". Returns what the workers
+    import (:class:`~lakestep.streaming.executors.ExecutorLakestep` list), or
+    None when not checked (``check_executors=False``, checked before, Spark Connect).
     """
     from .executors import check_executors as _check
     from .kafka import register_kafka_source

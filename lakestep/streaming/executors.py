@@ -14,11 +14,14 @@ first:
    for data sources (planning a stream's batches, committing a sink's) see only the
    JVM's ``PYTHONPATH`` and the installed packages, and would fail to unpickle the
    source ("No module named 'lakestep'") when the query starts;
-1. the executors' check is skipped in local mode (``local[...]``: the executor is the driver's
-   JVM, its Python workers see the driver's ``sys.path``) and on Spark Connect
-   (no ``SparkContext``), and runs once per application;
+1. the check runs once per application, and not on Spark Connect (no
+   ``SparkContext``). In local mode (``local[...]``) the executor is the
+   driver's JVM, but its Python workers run the interpreter ``PYSPARK_PYTHON``
+   (or ``spark.pyspark.python``) names, which may not be the driver's: a venv
+   not activated, another Python on the PATH. The probe runs there too, in one
+   task, and its error names that interpreter and the fix;
 2. one small Spark job runs a probe in as many tasks as the application has
-   cores. The probe is pickled by value (it must run where lakestep is
+   cores (one in local mode). The probe is pickled by value (it must run where lakestep is
    missing): it imports the modules executors run (``lakestep.streaming.sink``,
    ``lakestep.streaming.source``, ``lakestep.streaming.kafka.reader``, ``.ingestion``) and
    returns its Python, lakestep's version and where lakestep was imported
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -143,6 +147,24 @@ def driver_problem(location: str, jvm_pythonpath: str) -> str | None:
     return f"the driver imports lakestep from {location} (--py-files), which is not on spark-submit's PYTHONPATH"
 
 
+def worker_python(sc: Any) -> str:
+    """The interpreter Spark starts its Python workers with: ``PYSPARK_PYTHON`` as the driver's
+    SparkContext read it (``spark-submit --conf spark.pyspark.python`` sets it), else Spark's
+    default ``python3`` from the PATH."""
+    return str(getattr(sc, "pythonExec", None) or "python3")
+
+
+def _first_cause(e: BaseException) -> str:
+    """The most telling line of a failed Spark job: a Python error of the worker if there is one."""
+    text = str(e)
+    for ln in text.splitlines():
+        s = ln.strip()
+        if s.startswith(("ModuleNotFoundError", "ImportError", "java.io.IOException", "Cannot run program")) \
+                or "No module named" in s:
+            return s
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+
+
 def _check_driver(sc: Any) -> None:
     """Step 0."""
     import os
@@ -181,20 +203,24 @@ def check_executors(spark: Any, *, force: bool = False) -> list[ExecutorLakestep
     except Exception:  # Spark Connect: no SparkContext, no RDDs to probe with
         return None
     _check_driver(sc)
-    if not force and (master.startswith("local") or app in _checked):
+    if not force and app in _checked:
         return None
-    tasks = max(int(sc.defaultParallelism), 1)
+    local = master.startswith("local")
+    tasks = 1 if local else max(int(sc.defaultParallelism), 1)
+    python = worker_python(sc)
+    fix = (f"set PYSPARK_PYTHON (or spark.pyspark.python) to a Python that has lakestep and its dependencies, "
+           f"such as this driver's {sys.executable}, before the SparkSession starts" if local else HOW_TO_SHIP)
+    where = f"Spark's Python workers ({master}, which run {python})" if local else f"Spark's executors ({master})"
     try:
         rows = sc.parallelize(range(tasks), tasks).mapPartitions(_probe()).collect()
     except Exception as e:  # the probe itself could not run (no Python on the executors, ...)
-        first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-        raise SparkSetupError(f"could not run lakestep's check on Spark's executors ({master}): {first[:500]}",
-                                 problems=[first[:500]]) from e
+        first = _first_cause(e)
+        raise SparkSetupError(f"could not run lakestep's check in {where}: {first[:500]}. To fix: {fix}",
+                              problems=[first[:500]]) from e
     missing = sorted({f"python {py}: {msg}" for kind, py, _, msg in rows if kind == "missing"})
     if missing:
         raise SparkSetupError(
-            f"lakestep cannot run on Spark's executors ({master}): {'; '.join(missing)}. To fix: {HOW_TO_SHIP}",
-            problems=missing)
+            f"lakestep cannot run on {where}: {'; '.join(missing)}. To fix: {fix}", problems=missing)
     found = sorted({ExecutorLakestep(py, ver, loc) for _, py, ver, loc in rows}, key=repr)
     other = [f"python {f.python}: lakestep {f.version} from {f.location}" for f in found if f.version != __version__]
     if other:

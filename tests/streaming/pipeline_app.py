@@ -16,7 +16,7 @@ epochs every ``--interval`` seconds in this driver.
 The tables and the derived jobs must exist (the test creates them). The process
 exits with status 3 when a query fails (e.g. a failpoint killed the Python
 worker of a commit), prints ``EXECUTORS ...`` (what register() found the
-executors import; None in local mode) and ``READY`` once the queries run.
+Python workers import) and ``READY`` once the queries run.
 """
 
 from __future__ import annotations

@@ -137,6 +137,7 @@ def test_spark_sql_join_and_time_travel(spark, catalog_spec) -> None:  # type: i
     cat.close()
 
 
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)  # Spark's scan: the backend is not the point
 def test_spark_sql_reads_with_sparks_own_scan(spark, catalog_spec) -> None:  # type: ignore[no-untyped-def]
     """spark_sql and spark_table read plain tables with Spark's Parquet scan: partitions (a null
     one too), a column added later (null in older files), time travel by version, barrier and
@@ -200,6 +201,22 @@ def test_spark_sql_reads_with_sparks_own_scan(spark, catalog_spec) -> None:  # t
     with pytest.raises(errors.DataFileCorruptError, match="missing"):
         spark_table(spark, url, "s.t")
     coord.release()
+    cat.close()
+
+
+def test_an_analytic_suite_through_spark_sql_equals_native_spark(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """TPC-H at scale factor 0.01 (benchmarks/tpch.py, DuckDB's tpch extension) loaded into lakestep:
+    six queries through spark_sql, Spark scanning the files itself, give exactly the answers of the
+    same SQL over spark.read.parquet of the same files (the benchmark's exact check, small)."""
+    from benchmarks import tpch
+
+    cat, files = tpch.generate(0.01, tmp_path, rows_per_file=20_000)
+    for name, paths in files.items():
+        spark.read.parquet(*paths).createOrReplaceTempView(f"native_{name}")
+    for q, sql in tpch.QUERIES.items():
+        res = spark_sql(spark, cat.connection_url(), sql)
+        assert set(res.paths.values()) == {"native"}, res.paths
+        assert res.df.collect() == spark.sql(tpch.native_sql(sql)).collect(), q
     cat.close()
 
 

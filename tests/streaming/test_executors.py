@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lakestep import __version__
 from lakestep.streaming.executors import _probe, driver_problem
 from tests.sparkcluster import HOOK_DIR, REPO_ROOT, clean_env
@@ -58,3 +60,35 @@ def test_driver_rule_for_a_py_files_zip(tmp_path: Path) -> None:
     assert driver_problem(str(z), str(tmp_path / "link.zip")) is None  # the same file by another name
     problem = driver_problem(str(z), "/elsewhere")
     assert problem is not None and str(z) in problem and "PYTHONPATH" in problem
+
+
+_LOCAL_APP = """
+import sys
+from pyspark.sql import SparkSession
+from lakestep.errors import SparkSetupError
+from lakestep.streaming import register
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+spark.sparkContext.setLogLevel("OFF")
+try:
+    register(spark)
+    print("REGISTERED")
+except SparkSetupError as e:
+    print("SETUP ERROR", e)
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_register_names_a_worker_python_without_lakestep(tmp_path: Path) -> None:
+    """Local mode: Spark's Python workers run the interpreter PYSPARK_PYTHON names (else python3
+    from the PATH). One without lakestep makes register() fail at once, naming it and the fix,
+    instead of every query failing later with "Failed to create Python data source instance"."""
+    other = os.path.join(sys.base_prefix, "bin", "python3")  # the Python this virtualenv was made from
+    assert subprocess.run([other, "-c", "import pyarrow, lakestep"], cwd=tmp_path, capture_output=True).returncode
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYSPARK_PYTHON": other}
+    proc = subprocess.run([sys.executable, "-c", _LOCAL_APP], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=env)
+    out = proc.stdout
+    assert "SETUP ERROR" in out, (out, proc.stderr[-3000:])
+    assert other in out and "PYSPARK_PYTHON" in out and sys.executable in out, out
+    # (a worker Python with lakestep passes the same check: every Spark test's register() runs it)

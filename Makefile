@@ -44,6 +44,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.query
 	$(BIN)/python -m benchmarks.freshness
 	$(BIN)/python -m benchmarks.publish
+	$(BIN)/python -m benchmarks.tpch
 	# last: it exits 1 when a scale target is missed (2 cores miss the 32-writer latencies)
 	$(BIN)/python -m benchmarks.scale
 

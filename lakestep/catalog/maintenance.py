@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
-import sqlalchemy as sa
 
 from .. import retry as _retry
 from ..errors import CatalogUnavailableError, LakestepError
@@ -179,11 +178,9 @@ class MaintenanceLoop:
 
     def _publish(self, report: RoundReport) -> None:
         """A publishing round when the catalog publishes to Iceberg (its errors are reported, not raised)."""
-        from . import schema as S
+        from ..iceberg.state import enabled
 
-        with self.catalog.backend.read() as conn:
-            on = bool(conn.execute(sa.select(S.publisher.c.enabled).where(S.publisher.c.id == 1)).scalar())
-        if not on:
+        if not enabled(self.catalog):
             return
         try:
             if self.publisher is None:

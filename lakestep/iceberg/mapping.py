@@ -346,9 +346,3 @@ def file_uri(location: str, rel: str) -> str:
     if "://" not in base:
         base = "file://" + base
     return f"{base}/{rel}" if rel else base
-
-
-def local_path(uri: str) -> str:
-    """The inverse of :func:`file_uri` for local files (object-store URIs are returned as they are)."""
-    return uri[len("file://"):] if uri.startswith("file://") else uri
-

@@ -40,6 +40,7 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
+    FileFormat,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
@@ -71,7 +72,6 @@ from .mapping import TableShape, file_uri
 
 if TYPE_CHECKING:
     from ..catalog.files import Storage
-    from .sqlcat import SqlCatalogRows
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,12 @@ BARRIER_KEY = "lakestep.barrier"
 VERSION_KEY = "lakestep.version"
 TAG_PREFIX = "barrier-"
 NAME_MAPPING = "schema.name-mapping.default"
+
+
+def summary_version(summary: Summary | None) -> int | None:
+    """The lakestep version a snapshot's summary names (``lakestep.version``)."""
+    v = None if summary is None else summary.additional_properties.get(VERSION_KEY)
+    return None if v is None else int(v)
 
 
 def tag_name(barrier: int) -> str:
@@ -185,7 +191,7 @@ class IcebergTable:
     @classmethod
     def new(cls, namespace: str, name: str, location: str, shape: TableShape, io: PyArrowFileIO,
             properties: Mapping[str, str]) -> "IcebergTable":
-        """A table with no snapshot yet (created by the first commit's :meth:`Draft.commit`)."""
+        """A table with no snapshot yet (registered by the first commit of its draft)."""
         md = TableMetadataV2(
             location=file_uri(location, ""), table_uuid=uuid.uuid4(), last_updated_ms=_now_ms(),
             last_column_id=shape.last_column_id, schemas=[shape.schema], current_schema_id=shape.schema.schema_id,
@@ -237,10 +243,7 @@ class IcebergTable:
 
     def version_of(self, snapshot_id: int | None) -> int | None:
         s = None if snapshot_id is None else self.metadata.snapshot_by_id(snapshot_id)
-        if s is None or s.summary is None:
-            return None
-        v = s.summary.additional_properties.get(VERSION_KEY)
-        return None if v is None else int(v)
+        return None if s is None else summary_version(s.summary)
 
     def head_version(self) -> int | None:
         return self.version_of(self.state.head)
@@ -470,19 +473,6 @@ class Draft:
         for path in sorted(before - t.referenced()):
             _delete(self.io, path)
 
-    def commit(self, rows: "SqlCatalogRows") -> None:
-        """Steps 2-4 for this table alone."""
-        if not self.changed:
-            return
-        self.write()
-        try:
-            rows.commit([(self.table.namespace, self.table.name, self.table.metadata_location or None,
-                          self.location)])
-        except BaseException:
-            self.discard()
-            raise
-        self.finish()
-
     def discard(self) -> None:
         """Delete the files of a draft that did not land (best effort)."""
         for path in self.written:
@@ -537,17 +527,11 @@ def delete_file_entry(path: str, size: int, rows: int, partition: Any, spec_id: 
     from pyiceberg.types import StringType
 
     bound = to_bytes(StringType(), data_path)
-    df = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=path, file_format=_parquet(),
+    df = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
                             partition=partition, record_count=rows, file_size_in_bytes=size,
                             lower_bounds={FILE_PATH_ID: bound}, upper_bounds={FILE_PATH_ID: bound})
     df.spec_id = spec_id
     return df
-
-
-def _parquet() -> Any:
-    from pyiceberg.manifest import FileFormat
-
-    return FileFormat.PARQUET
 
 
 FILE_PATH_ID = 2147483546  # Iceberg's reserved field ids of a position-delete file

@@ -66,10 +66,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import socket
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -80,6 +78,7 @@ from pyiceberg.table.snapshots import Operation
 
 from .. import _failpoints
 from .. import retry as _retry
+from ..barrier.coordinator import default_holder
 from ..barrier.epochs import open_epoch
 from ..barrier.errors import BarrierNotRetainedError
 from ..barrier.states import commit_set, committed_from, facts, oldest_retained, versions_at
@@ -92,7 +91,7 @@ from ..catalog.handle import TableHandle, TableMeta
 from ..errors import CatalogUnavailableError, IcebergConflictError, IcebergSchemaError, LakestepError
 from . import deletes as D
 from .mapping import FileMapper, ids_of, mapping_ids, shape
-from .metadata import NAME_MAPPING, Draft, IcebergTable, StorageFileIO, tag_name
+from .metadata import NAME_MAPPING, Draft, IcebergTable, StorageFileIO, summary_version, tag_name
 from .sqlcat import DEFAULT_NAME, SqlCatalogRows
 
 if TYPE_CHECKING:
@@ -133,10 +132,6 @@ class PublishReport:
     @property
     def errors(self) -> dict[str, str]:
         return {t: r.error for t, r in self.tables.items() if r.error}
-
-
-def _holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -197,7 +192,7 @@ class Publisher:
             self._own_backend = create_backend(iceberg_url)
         self.rows = SqlCatalogRows(self._own_backend or catalog.backend, name)
         self.io = StorageFileIO(catalog.storage)
-        self.holder = holder or _holder()
+        self.holder = holder or default_holder()
         self.lease_seconds = float(lease_seconds)
         self.unmanaged_history = int(unmanaged_history)
         self.max_tags = max_tags
@@ -309,7 +304,7 @@ class Publisher:
         rows: dict[int, _Row]
         members: set[int]  # managed tables of the COMMIT set
         kinds: dict[int, str]  # root / derived (unmanaged tables are missing)
-        versions: dict[int, dict[int, tuple[int, int]]]  # barrier -> table -> (version, data version)
+        versions: dict[int, dict[int, int]]  # barrier -> table -> its version there
         published: dict[int, Mapping[str, Any]]
         rollback_to: int | None
         rollback_id: int  # the newest rollback seen
@@ -344,7 +339,7 @@ class Publisher:
                 first = max(int(complete) + 1, since or 1)
             barriers = list(range(first, committed + 1))[:MAX_BARRIERS_PER_ROUND]
             ids = sorted(i for i in members if i in rows and _wanted(rows[i]))
-            versions: dict[int, dict[int, tuple[int, int]]] = {}
+            versions: dict[int, dict[int, int]] = {}
             for b in list(barriers):
                 try:
                     at = versions_at(conn, ids, b)
@@ -353,7 +348,7 @@ class Publisher:
                         barriers.remove(b)
                         continue
                     raise
-                versions[b] = {tid: (a.version, a.data_version) for tid, a in at.items()}
+                versions[b] = {tid: a.version for tid, a in at.items()}
             floors = self._floors(conn, [r for tid, r in rows.items() if _wanted(r) and (
                 since is None or tid not in members)], now)
         return Publisher._Plan(None if complete is None else int(complete), barriers, rows, members,
@@ -368,15 +363,13 @@ class Publisher:
         if pub is not None:
             return pub
         ns, name = row.meta.namespace, row.meta.name
-        location = None
-        if published is not None:
-            location = self.rows.location(published["namespace"], published["name"])
-            if location is not None and (published["namespace"], published["name"]) != (ns, name):
-                self.rows.rename((published["namespace"], published["name"]), (ns, name))
-        if location is None:
-            location = self.rows.location(ns, name)
+        # under the name it was last published as (_prepare renames it when lakestep's changed)
+        old = (ns, name) if published is None else (published["namespace"], published["name"])
+        location = self.rows.location(*old)
+        if location is None and old != (ns, name):
+            old, location = (ns, name), self.rows.location(ns, name)
         if location is not None:
-            pub = IcebergTable.load(ns, name, location, self.io)
+            pub = IcebergTable.load(*old, location, self.io)
             self._pk[tid] = self._pk_deletes(pub)
         else:
             sh = shape(row.meta.schema, row.meta.partition_by, row.meta.primary_key)
@@ -399,7 +392,8 @@ class Publisher:
             stale = [int(r[0]) for r in conn.execute(sa.select(c.snapshot_id).where(
                 c.table_id == tid, c.created_at < cutoff)) if int(r[0]) not in live]
         if stale:
-            self._unpin(tid, stale)
+            with self.catalog.backend.write() as conn:
+                _unpin(conn, tid, stale)
             log.info("%s: dropped %d pin(s) of snapshots that never landed", pub.ident, len(stale))
 
     @staticmethod
@@ -435,7 +429,7 @@ class Publisher:
         """Step 3 up to the swap: the table's draft, its files written (None: nothing to do)."""
         tid = row.meta.table_id
         pub = self._open(row, plan.published.get(tid))
-        if (pub.namespace, pub.name) != (row.meta.namespace, row.meta.name):  # renamed since loaded
+        if (pub.namespace, pub.name) != (row.meta.namespace, row.meta.name):  # renamed since published
             self.rows.rename((pub.namespace, pub.name), (row.meta.namespace, row.meta.name))
             pub.namespace, pub.name = row.meta.namespace, row.meta.name
         known = mapping_ids(pub.metadata.properties.get(NAME_MAPPING)) or ids_of(pub.metadata.schema())
@@ -473,7 +467,7 @@ class Publisher:
                 v = plan.versions[b].get(tid)
                 if v is None:
                     continue
-                tags[b] = snapshot_at(v[0], b)
+                tags[b] = snapshot_at(v, b)
                 draft.tag(b, tags[b])
                 tr.tags.append(b)
             if plan.complete is not None and plan.complete in tags:
@@ -520,17 +514,11 @@ class Publisher:
         for p in landed:
             p.draft.finish()
             p.report.main = p.pub.version_of(p.pub.metadata.current_snapshot_id)
-        c, t = S.published_snapshots.c, S.published_tables.c
         now = self.catalog.clock.now()
         with self.catalog.backend.write() as conn:
             for p in landed:
-                tid = p.row.meta.table_id
-                for i in range(0, len(p.expired), 500):
-                    conn.execute(sa.delete(S.published_snapshots).where(
-                        c.table_id == tid, c.snapshot_id.in_(list(p.expired[i:i + 500]))))
-                values = self._state_values(p.row, p.pub, p.tags, now)
-                if conn.execute(sa.update(S.published_tables).where(t.table_id == tid).values(**values)).rowcount == 0:
-                    conn.execute(sa.insert(S.published_tables).values(table_id=tid, **values))
+                _unpin(conn, p.row.meta.table_id, p.expired)
+                _upsert_state(conn, p.row.meta.table_id, self._state_values(p.row, p.pub, p.tags, now))
         return len(landed) == len(ready)
 
     def _snapshot(self, draft: Draft, handle: TableHandle, mapper: FileMapper, prev: int | None, version: int,
@@ -684,15 +672,6 @@ class Publisher:
         self._commit(plan, ready)
 
     # ------------------------------------------------------ catalog records
-    def _unpin(self, tid: int, gone: Sequence[int]) -> None:
-        if not gone:
-            return
-        c = S.published_snapshots.c
-        with self.catalog.backend.write() as conn:
-            for i in range(0, len(gone), 500):
-                conn.execute(sa.delete(S.published_snapshots).where(c.table_id == tid,
-                                                                    c.snapshot_id.in_(list(gone[i:i + 500]))))
-
     @staticmethod
     def _state_values(row: _Row, pub: IcebergTable, tags: Mapping[int, int], now: float) -> dict[str, Any]:
         return {"namespace": row.meta.namespace, "name": row.meta.name,
@@ -701,19 +680,11 @@ class Publisher:
                 "main_version": pub.version_of(pub.metadata.current_snapshot_id),
                 "error": None, "error_at": None, "updated_at": now}
 
-    def _record(self, row: _Row, pub: IcebergTable, tags: Mapping[int, int]) -> None:
-        self._upsert_state(row.meta.table_id, self._state_values(row, pub, tags, self.catalog.clock.now()))
-
     def _record_error(self, row: _Row, error: str) -> None:
-        self._upsert_state(row.meta.table_id, {"namespace": row.meta.namespace, "name": row.meta.name,
-                                               "error": error[:2000], "error_at": self.catalog.clock.now(),
-                                               "updated_at": self.catalog.clock.now()})
-
-    def _upsert_state(self, tid: int, values: Mapping[str, Any]) -> None:
-        c = S.published_tables.c
+        now = self.catalog.clock.now()
         with self.catalog.backend.write() as conn:
-            if conn.execute(sa.update(S.published_tables).where(c.table_id == tid).values(**values)).rowcount == 0:
-                conn.execute(sa.insert(S.published_tables).values(table_id=tid, **values))
+            _upsert_state(conn, row.meta.table_id, {"namespace": row.meta.namespace, "name": row.meta.name,
+                                                    "error": error[:2000], "error_at": now, "updated_at": now})
 
     def _finish(self, plan: "Publisher._Plan", complete: int | None, error: str | None) -> None:
         p = S.publisher.c
@@ -850,11 +821,22 @@ def _wanted(row: _Row) -> bool:
 
 
 def _summary_version(draft: Draft, sid: int) -> int | None:
-    s = draft.summaries.get(sid)
-    if s is None:
-        return None
-    v = s.additional_properties.get("lakestep.version")
-    return None if v is None else int(v)
+    return summary_version(draft.summaries.get(sid))
+
+
+def _unpin(conn: sa.Connection, tid: int, snapshot_ids: Sequence[int]) -> None:
+    """Delete the pins of ``snapshot_ids`` (snapshots gone from the table's metadata)."""
+    c = S.published_snapshots.c
+    for i in range(0, len(snapshot_ids), 500):
+        conn.execute(sa.delete(S.published_snapshots).where(
+            c.table_id == tid, c.snapshot_id.in_(list(snapshot_ids[i:i + 500]))))
+
+
+def _upsert_state(conn: sa.Connection, tid: int, values: Mapping[str, Any]) -> None:
+    """A table's ``ls_published_table`` row, updated or made."""
+    c = S.published_tables.c
+    if conn.execute(sa.update(S.published_tables).where(c.table_id == tid).values(**values)).rowcount == 0:
+        conn.execute(sa.insert(S.published_tables).values(table_id=tid, **values))
 
 
 def _plain(uri: str) -> str:

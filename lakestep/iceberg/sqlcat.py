@@ -90,10 +90,6 @@ class SqlCatalogRows:
                 t.catalog_name == self.name)).all()
         return {(r[0], r[1]): r[2] for r in rows}
 
-    def swap(self, namespace: str, table: str, old: str, new: str) -> None:
-        """Step 2: make ``new`` the table's metadata if it still is ``old``."""
-        self.commit([(namespace, table, old, new)])
-
     def commit(self, swaps: "list[tuple[str, str, str | None, str]]") -> None:
         """Step 2 for several tables in one database transaction: each ``(namespace, table, old,
         new)`` swaps ``old`` for ``new`` (``old`` None: registers a new table), all of them or

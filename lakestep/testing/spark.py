@@ -9,13 +9,17 @@ standalone master or worker)::
 
     path.write_text(log4j2_properties("warn", {"org.apache.spark.deploy": "info"}))
 
-Importing this module does not load pyspark.
+:func:`local_session` is a quiet local session built with it (test applications run
+in their own processes, benchmarks).
+
+Importing this module does not load pyspark (:func:`local_session` does).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from pathlib import Path
+from typing import Any, Mapping
 
 LEVELS = ("off", "fatal", "error", "warn", "info", "debug", "trace", "all")
 
@@ -41,3 +45,36 @@ def _level(level: str) -> str:
     if level.lower() not in LEVELS:
         raise ValueError(f"not a log4j level: {level!r} (one of {', '.join(LEVELS)})")
     return level.lower()
+
+
+def local_session(app: str, workdir: "str | Path", *, cores: int = 2, level: str = "error",
+                  jvm_options: str = "", conf: Mapping[str, str] | None = None) -> Any:
+    """A quiet local Spark session for a test application or a benchmark: ``local[cores]``, as many
+    shuffle partitions, no UI, UTC, loopback only, the JVM's log at ``level`` on standard error
+    (the properties file is written to ``workdir``), and the Python workers running this
+    interpreter (``PYSPARK_PYTHON`` unless set). ``jvm_options``: more options of the driver's
+    JVM; ``conf``: more Spark settings. Imports pyspark."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    log4j = work / "log4j2.properties"
+    log4j.write_text(log4j2_properties(level))
+    b = (SparkSession.builder.master(f"local[{cores}]").appName(app)
+         .config("spark.sql.shuffle.partitions", str(cores)).config("spark.default.parallelism", str(cores))
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j} {jvm_options}".strip())
+         .config("spark.sql.adaptive.enabled", "false"))
+    for k, v in (conf or {}).items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel(level.upper())
+    return spark

@@ -7,7 +7,11 @@
    every 3 seconds.
 3. Two derived jobs read ``shop.orders`` barrier by barrier, at different
    speeds: ``revenue`` (fast) sums the cents per customer, ``counts`` (slow)
-   counts the orders per customer.
+   counts the orders per customer. Each is a ``DerivedJob``
+   (lakestep.streaming.derived): a loop on the driver whose batches are plain
+   Spark jobs (Spark's own Parquet scan of the orders at the batch's barrier,
+   a groupBy, Spark's own writer replacing the aggregate), each committed with
+   its barrier.
 4. The dashboard computes the average order per customer by joining the two
    aggregates, twice: reading each table's newest version (what a plain
    lakehouse gives you) and with ``read_committed`` (both at the same barrier).
@@ -31,7 +35,7 @@ table, barrier and rows, and the demo exits with status 1.
 Everything runs locally: a SQLite catalog in ./demo-warehouse, Spark in local
 mode (its own log goes to ./demo-warehouse/spark.log). Spark gives the Python
 process of a streaming source a fixed 10 s to start; on a busy machine it can
-miss that and the query stops: the demo then restarts that query on its
+miss that and the ingest query stops: the demo then restarts that query on its
 checkpoint (safe: every commit is exactly once) and says so.
 
 ``python -m examples.shopping [--seconds N]``: N seconds of dashboard reads
@@ -341,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=25.0, help="seconds of dashboard reads (default 25)")
     args = ap.parse_args(argv)
 
-    from lakestep.streaming import register, register_job
+    from lakestep.streaming import DerivedJob, register, register_job
     from lakestep.testing import TansuBroker
 
     shutil.rmtree(WAREHOUSE, ignore_errors=True)
@@ -384,29 +388,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                     .option("checkpointLocation", str(ck / "ingest")).trigger(processingTime="500 milliseconds")
                     .start())
 
-        def derived(job: str, agg: Any, table: str, every: str) -> Callable[[], Any]:
-            def start() -> Any:
-                src = (spark.readStream.format("lakestep").option("catalog", url).option("table", ORDERS)
-                       .option("job", job).option("maxBarriersPerTrigger", "50").load())
-                return (agg(src.groupBy("customer")).writeStream.queryName(job).outputMode("complete")
-                        .format("lakestep").option("catalog", url).option("table", table).option("job", job)
-                        .option("checkpointLocation", str(ck / job)).trigger(processingTime=every).start())
-            return start
+        def aggregate(agg: Any) -> Callable[[Any], Any]:
+            """A derived job's transform: all orders at the batch's barrier, per customer."""
+            return lambda batch: batch.table(ORDERS).groupBy("customer").agg(agg)
 
-        starters: dict[str, Callable[[], Any]] = {
-            "ingest": ingest,
-            "revenue": derived("revenue", lambda g: g.agg(F.sum("amount_cents").cast("long").alias("revenue_cents")),
-                               REVENUE, "300 milliseconds"),
-            "counts": derived("counts", lambda g: g.agg(F.count("*").cast("long").alias("orders")), COUNTS,
-                              "2 seconds"),
+        # The derived jobs: each batch one Spark job, committed with its barrier; "every" spaces them
+        # like a processing-time trigger (revenue keeps close to the orders, counts lags behind).
+        jobs = {
+            "revenue": DerivedJob(spark, url, "revenue", sources=[ORDERS], sinks={REVENUE: "overwrite"},
+                                  transform=aggregate(F.sum("amount_cents").cast("long").alias("revenue_cents"))
+                                  ).start(every=0.3),
+            "counts": DerivedJob(spark, url, "counts", sources=[ORDERS], sinks={COUNTS: "overwrite"},
+                                 transform=aggregate(F.count("*").cast("long").alias("orders"))).start(every=2.0),
         }
+        starters: dict[str, Callable[[], Any]] = {"ingest": ingest}
         queries = {job: start() for job, start in starters.items()}
 
         def check_queries() -> None:
-            """Raise if a query failed. Spark gives the Python process of a streaming source 10 s to
-            start (not configurable); on a busy machine it can miss that, and the query stops.
-            Such a query is restarted on its checkpoint (a restart is safe: exactly once), at most
-            MAX_RESTARTS times, and the restart is reported."""
+            """Raise if a derived job or the ingest query failed. Spark gives the Python process of a
+            streaming source 10 s to start (not configurable); on a busy machine it can miss that,
+            and the query stops. Such a query is restarted on its checkpoint (a restart is safe:
+            exactly once), at most MAX_RESTARTS times, and the restart is reported."""
+            for job, running in jobs.items():
+                if running.error is not None:
+                    raise RuntimeError(f"derived job {job} failed: {running.error!r}")
             for job, q in list(queries.items()):
                 if q.isActive:
                     continue
@@ -529,6 +534,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             coord.stop()
             upkeep.stop()
             spark.sparkContext.setLogLevel("OFF")  # stopping a query cancels its running tasks: not errors
+            for running in jobs.values():
+                running.stop()
             for q in queries.values():
                 q.stop()
             spark.stop()

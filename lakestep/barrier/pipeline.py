@@ -59,6 +59,13 @@ if TYPE_CHECKING:
     from ..catalog import Catalog, Table
 
 
+#: Pipeline.change_token: the open epoch, the topology's generation, and each table's newest version.
+_TOKEN = (sa.select(S.epoch.c.open_epoch, S.topology.c.generation, S.tables.c.table_id, S.tables.c.version)
+          .select_from(S.epoch.join(S.topology, sa.true()).join(S.tables, sa.true()))  # one row each: no product
+          .where(S.epoch.c.id == 1, S.topology.c.id == 1,
+                 S.tables.c.table_id.in_(sa.bindparam("ids", expanding=True))))
+
+
 class Pipeline:
     """Topology, epochs, states, derived-job batches, consistent reads and rollback of one catalog."""
 
@@ -123,6 +130,19 @@ class Pipeline:
             tid = self._id(conn, table)
             g = self.topology.graph(conn)
             return frontier(g, facts(conn, [tid])[tid], open_epoch(conn))
+
+    def change_token(self, tables: Sequence["str | Table"]) -> tuple[Any, ...]:
+        """A value that stays equal while nothing that a plan (:meth:`next_batch`) or a choice
+        (:meth:`choose`) over ``tables`` depends on has changed: the open epoch, the topology's
+        generation, and each table's newest version. Cheap (one statement of indexed reads): a
+        poller compares it and plans or chooses again only when it differs.
+
+        Not guaranteed: the converse. A changed token may bring the same answer (a commit
+        that precommits nothing new)."""
+        with self.catalog.backend.read() as conn:
+            ids = self._resolver.resolve(conn, norm_idents(list(tables)))
+            rows = conn.execute(_TOKEN, {"ids": sorted(ids.values())}).all()  # one statement
+            return tuple(sorted(tuple(r) for r in rows)) or (None,)
 
     def job_frontier(self, job_id: str) -> int:
         """The barrier the job's sinks have all precommitted (what its batches reached; 0 if none)."""

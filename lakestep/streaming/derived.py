@@ -11,7 +11,10 @@ as a loop on the driver, and each batch is one plain Spark job:
 1. **plan**: :meth:`Pipeline.next_batch <lakestep.barrier.Pipeline.next_batch>`:
    the barriers ``lo..hi`` every source has precommitted, carrying at most
    one barrier at which a source's data changed. Nothing ready: the loop
-   waits ``poll`` seconds and plans again;
+   waits ``poll`` seconds, and plans again once the job's change token
+   (:meth:`Pipeline.change_token <lakestep.barrier.Pipeline.change_token>`:
+   the open epoch, the topology, its tables' newest versions) differs, or
+   after ``IDLE_REPLAN`` seconds;
 2. **skip**: when no source's data changed in ``lo..hi`` the transform's
    output would be the sinks' present rows (a transform is a function of its
    sources' rows), so no Spark job runs: step 5 commits nothing but the
@@ -103,6 +106,10 @@ log = logging.getLogger(__name__)
 
 #: Sink modes of a derived job (step 4).
 MODES = ("append", "upsert", "overwrite")
+#: The thread switch interval (s) a running job lowers the process's to (``sys.setswitchinterval``).
+SWITCH_INTERVAL = 0.0005
+#: An idle job plans again after this many seconds even if its change token stayed equal.
+IDLE_REPLAN = 1.0
 #: What a transform returns: one DataFrame (a single sink), one per sink, or None.
 Transform = Callable[["Batch"], Any]
 
@@ -150,7 +157,9 @@ class JobStats:
     replayed: int = 0
     rows: int = 0  # rows written to the sinks
     last: BatchResult | None = None
-    timings: list[dict[str, float]] = field(default_factory=list)  # per batch: plan, spark, commit (s), last 1000
+    #: per batch (the last 1000): its barrier ``hi`` and the wall-clock times (time.time()) it started,
+    #: was planned (step 1), had written its files (steps 2-4) and had committed (step 5)
+    timings: list[dict[str, float]] = field(default_factory=list)
 
 
 class DerivedJob:
@@ -165,14 +174,16 @@ class DerivedJob:
     changed). ``native``: None reads with Spark's own scan wherever it can, True also on
     object stores (Spark reaches the store itself), False never. ``writer``:
     ``"auto"`` (Spark's writer where it can), ``"spark"`` (refused where it cannot)
-    or ``"arrow"``.
+    or ``"arrow"``. ``switch_interval``: what a running job lowers the process's thread
+    switch interval to (:func:`lower_switch_interval`; None leaves it).
     """
 
     def __init__(self, spark: Any, catalog: "Catalog | str", job: str, *, sources: Sequence[str],
                  sinks: Sequence[str] | Mapping[str, str], transform: Transform,
                  max_barriers: int | None = None, skip_unchanged: bool = True, native: bool | None = None,
                  writer: str = "auto", storage_options: Mapping[str, Any] | None = None,
-                 retry: _retry.RetryPolicy | None = None) -> None:
+                 retry: _retry.RetryPolicy | None = None, switch_interval: float | None = SWITCH_INTERVAL,
+                 quiet_commit: float = 0.0) -> None:
         from ..catalog import Catalog
 
         if writer not in ("auto", "spark", "arrow"):
@@ -188,6 +199,11 @@ class DerivedJob:
         self.max_barriers, self.skip_unchanged, self.native, self.writer = \
             max_barriers, skip_unchanged, native, writer
         self.retry = retry or _retry.STREAMING
+        self.switch_interval = switch_interval
+        if quiet_commit < 0:
+            raise InvalidArgumentError("quiet_commit must be >= 0", argument="quiet_commit", value=quiet_commit)
+        self.quiet_commit = quiet_commit
+        self._quiet_since: dict[int, float] = {}  # lo -> when a plan of only unchanged barriers was first seen
         self.stats = JobStats()
         from .datasource import register
 
@@ -253,7 +269,7 @@ class DerivedJob:
             if s.to_data_version > s.from_data_version else []
         why = _python_reason(t, self.native, merged=False)
         if why is None:
-            df = _native(self.spark, t, files, physical=bool(t.primary_key))
+            df = spark_scan(self.spark, t, files, physical=bool(t.primary_key))
             batch.paths[f"changes {s.table}"] = "native"
         else:
             df = _python(self.spark, t, files)
@@ -305,10 +321,10 @@ class DerivedJob:
         from .native import check_target
 
         target = self._target(sink)
-        key = (sink, df.schema.json())
+        key = (sink, df.schema.json())  # df.schema is cached by the DataFrame: one call to the JVM
         if key in self._checked:
             return self._checked[key]
-        lacks = target.lacks(df.columns)
+        lacks = target.lacks(df.schema.fieldNames())
         if lacks:
             raise SchemaMismatchError(sink, [f"columns not in the table: {lacks}"])
         try:
@@ -329,7 +345,7 @@ class DerivedJob:
 
         target = self._target(sink)
         if self._spark_writes(sink, df):
-            return write(df, target, plan.hi)
+            return write(df, target, plan.hi, schema_json=df.schema.json())
         from .datasource import _writer
         from .sink import FilesWritten
 
@@ -345,18 +361,26 @@ class DerivedJob:
         return _retry.retrying(lambda: Pipeline(self._catalog()).next_batch(self.job, max_barriers=self.max_barriers),
                                policy=self.retry, what=f"job {self.job} (plan)")
 
-    def run_once(self) -> BatchResult | None:
-        """Steps 1-5 for the next batch, if one is ready (None otherwise)."""
-        t0 = time.perf_counter()
+    def run_once(self, *, force: bool = False) -> BatchResult | None:
+        """Steps 1-5 for the next batch, if one is ready (None otherwise; also while barriers without
+        changes wait out ``quiet_commit``, unless ``force``)."""
+        t0 = time.time()
         plan = self._plan()
         if plan is None:
             return None
-        t1 = time.perf_counter()
+        t1 = time.time()
         changed = any(s.to_data_version != s.from_data_version for s in plan.sources.values()
                       if s.kind != "unmanaged")
+        if not changed and self.skip_unchanged and self.quiet_commit > 0 and not force:
+            # step 2, deferred: a batch that carries data later covers these barriers too
+            first = self._quiet_since.setdefault(plan.lo, time.monotonic())
+            if time.monotonic() - first < self.quiet_commit:
+                return None
+        self._quiet_since.clear()
         written: dict[str, FilesWritten] = {}
         batch = Batch(plan, self)
-        if changed or not self.skip_unchanged:
+        ran = changed or not self.skip_unchanged
+        if ran:
             outputs = self._outputs(self.transform(batch), plan)
             try:
                 for sink, df in outputs.items():
@@ -365,17 +389,18 @@ class DerivedJob:
                 self._discard(written)
                 raise
         _failpoints.hit("derived.written")
-        t2 = time.perf_counter()
+        t2 = time.time()
         result = self._commit(plan, written)
         _failpoints.hit("derived.committed")
-        t3 = time.perf_counter()
+        t3 = time.time()
         st = self.stats
         st.batches += 1
-        st.skipped += not (changed or not self.skip_unchanged)
+        st.skipped += not ran
         st.replayed += result.replayed
         st.rows += 0 if result.replayed else sum(w.rows for w in written.values())
         st.last = result
-        st.timings.append({"barrier": plan.hi, "plan": t1 - t0, "spark": t2 - t1, "commit": t3 - t2})
+        st.timings.append({"barrier": plan.hi, "start": t0, "planned": t1, "written": t2, "committed": t3,
+                           "ran": ran})
         del st.timings[:-1000]
         log.debug("job %s: barriers %d..%d committed (%s)", self.job, plan.lo, plan.hi,
                   "replayed" if result.replayed else f"{sum(w.rows for w in written.values())} rows")
@@ -413,47 +438,95 @@ class DerivedJob:
 
     # ----------------------------------------------------------------- loops
     def run(self, *, stop: threading.Event | None = None, poll: float = 0.02,
-            until: Callable[[], bool] | None = None) -> None:
+            until: Callable[[], bool] | None = None, force: bool = False, every: float | None = None) -> None:
         """Run batches until ``stop`` is set or ``until()`` is true (checked between batches),
-        waiting ``poll`` seconds whenever nothing is ready. A commit whose outcome became
-        unknown is not an error here: the next plan finds out (module docstring)."""
+        waiting ``poll`` seconds whenever nothing is ready. ``every``: at most one batch that
+        runs the transform per ``every`` seconds (as a processing-time trigger; a batch
+        carries at most one barrier at which a source's data changed, so a job that runs
+        less often than its sources change falls further behind). A commit whose
+        outcome became unknown is not an error here: the next plan finds out (module docstring)."""
+        if every is not None and every < 0:
+            raise InvalidArgumentError("every must be >= 0 seconds", argument="every", value=every)
         stop = stop or threading.Event()
+        next_run = 0.0
+        lower_switch_interval(self.switch_interval)
+        watched = self.sources + list(self.modes)
+        replan = min(IDLE_REPLAN, self.quiet_commit) if self.quiet_commit > 0 else IDLE_REPLAN
+        idle: tuple[Any, ...] | None = None  # the change token when the last plan found nothing ready
+        idle_since = 0.0
         while not stop.is_set() and not (until is not None and until()):
             try:
-                done = self.run_once()
+                # Step 1 only when something it depends on changed (or after IDLE_REPLAN s): an idle
+                # job's poll is three indexed reads, not a plan (Pipeline.change_token).
+                if every and time.monotonic() < next_run:
+                    stop.wait(min(poll, next_run - time.monotonic()))
+                    continue
+                token = Pipeline(self._catalog()).change_token(watched)
+                if token == idle and time.monotonic() - idle_since < replan:
+                    stop.wait(poll)
+                    continue
+                started = time.monotonic()
+                done = self.run_once(force=force)
             except CatalogUnavailableError as e:
                 log.warning("job %s: %s; planning again", self.job, e)
+                idle = None
                 stop.wait(poll)
                 continue
             if done is None:
+                if token != idle:
+                    idle, idle_since = token, time.monotonic()
                 stop.wait(poll)
+            else:
+                idle = None
+                if every and self.stats.timings and self.stats.timings[-1].get("ran"):
+                    next_run = started + every
 
     def run_available(self) -> int:
         """Process every barrier ready now (all the job's sources have precommitted it), then return
         the job's frontier (Structured Streaming's ``Trigger.AvailableNow``)."""
         p = Pipeline(self._catalog())
         target = _retry.retrying(lambda: p.ready_barrier(self.job), policy=self.retry, what=f"job {self.job}")
-        self.run(until=lambda: p.job_frontier(self.job) >= target)
+        self.run(until=lambda: p.job_frontier(self.job) >= target, force=True)
         return p.job_frontier(self.job)
 
-    def start(self, *, poll: float = 0.02) -> "RunningJob":
-        """Run the job in a thread of this process (its Spark jobs run as any others of the session)."""
-        return RunningJob(self, poll)
+    def start(self, *, poll: float = 0.02, every: float | None = None) -> "RunningJob":
+        """Run the job in a thread of this process (its Spark jobs run as any others of the session);
+        ``poll`` and ``every`` as in :meth:`run`."""
+        return RunningJob(self, poll, every)
+
+
+def lower_switch_interval(seconds: float | None) -> None:
+    """Lower the interpreter's thread switch interval to ``seconds`` (never raise it; None: leave it).
+
+    Every call a driver makes to Spark's JVM waits for the answer with the GIL released, then
+    waits to take it back: behind a busy Python thread (another job's planning, a coordinator,
+    an application's own work) that takes up to the switch interval, 5 ms by default. A batch
+    makes a few dozen such calls; measured (one CPU-bound thread beside a job, local mode), a
+    batch took 0.50 s at 5 ms and 0.22 s at 0.5 ms, 0.15 s with nothing beside it. The setting is
+    the process's, and it stays after the job stops."""
+    import sys
+
+    if seconds is not None and sys.getswitchinterval() > seconds:
+        log.info("lowering the interpreter's thread switch interval from %g s to %g s (DerivedJob "
+                 "switch_interval; calls to Spark's JVM wait for the GIL behind busy threads)",
+                 sys.getswitchinterval(), seconds)
+        sys.setswitchinterval(seconds)
 
 
 class RunningJob:
     """A :class:`DerivedJob` running in a driver thread: ``stop()``, ``error``, ``await_termination()``."""
 
-    def __init__(self, job: DerivedJob, poll: float) -> None:
+    def __init__(self, job: DerivedJob, poll: float, every: float | None = None) -> None:
         self.job = job
         self.error: BaseException | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(poll,), name=f"lakestep-job-{job.job}", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(poll, every), name=f"lakestep-job-{job.job}",
+                                        daemon=True)
         self._thread.start()
 
-    def _run(self, poll: float) -> None:
+    def _run(self, poll: float, every: float | None) -> None:
         try:
-            self.job.run(stop=self._stop, poll=poll)
+            self.job.run(stop=self._stop, poll=poll, every=every)
         except BaseException as e:  # reported by error / await_termination
             log.error("job %s failed: %s", self.job.job, e)
             self.error = e
@@ -497,15 +570,17 @@ def _python_reason(t: "Table", native: bool | None, *, merged: bool) -> str | No
     return None
 
 
-def _native(spark: Any, t: "Table", files: Sequence[Any], *, physical: bool) -> Any:
-    """Spark's Parquet scan of ``files`` with the table's (physical) schema; sizes checked first."""
+def spark_scan(spark: Any, t: "Table", files: Sequence[Any], *, physical: bool = False) -> Any:
+    """Spark's Parquet scan of ``files`` (recorded files of table ``t``) with the table's schema
+    (``physical``: with a primary-key table's tombstone flag too); on a local disk their sizes
+    are checked first (:class:`~lakestep.errors.DataFileCorruptError` naming a file)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from ..catalog import reader
 
-    schema = from_arrow_schema(t.physical_schema if physical else t.schema)
+    arrow = t.physical_schema if physical else t.schema
     if not files:
-        return spark.createDataFrame([], schema)
+        return spark.createDataFrame([], from_arrow_schema(arrow))
     store = _store(t)
     if is_object_store(t.location):
         scheme = t.location.split("://", 1)[0]
@@ -513,7 +588,30 @@ def _native(spark: Any, t: "Table", files: Sequence[Any], *, physical: bool) -> 
         paths = [p if "://" in p else f"{scheme}://{p}" for p in paths]
     else:
         paths = reader.local_paths(store, files)  # sizes checked: DataFileCorruptError
-    return spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)
+    reader_ = _parquet_reader(spark, arrow)
+    return reader_.load(paths[0] if len(paths) == 1 else paths)
+
+
+_READERS: dict[tuple[int, bytes], Any] = {}
+_READERS_LOCK = threading.Lock()
+
+
+def _parquet_reader(spark: Any, schema: Any) -> Any:
+    """A Parquet reader with ``schema``, no partition discovery, made once per session and schema:
+    every call to the JVM costs the driver a round trip, and a busy driver's Python threads
+    make each one wait for the interpreter (a new reader with a schema costs eight, a load of one
+    path through this one costs one). Loading does not change a reader."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    key = (id(spark), schema.serialize().to_pybytes())
+    with _READERS_LOCK:
+        got = _READERS.get(key)
+        if got is None:
+            if len(_READERS) >= 256:
+                _READERS.clear()
+            ddl = spark._jsparkSession.parseDataType(from_arrow_schema(schema).json()).toDDL()
+            got = _READERS[key] = spark.read.format("parquet").schema(ddl).option("recursiveFileLookup", "true")
+        return got
 
 
 def _store(t: "Table") -> Any:

@@ -91,9 +91,10 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def conformed(df: Any, target: SinkTarget) -> tuple[Any, list[str], Any]:
+def conformed(df: Any, target: SinkTarget, schema_json: str | None = None) -> tuple[Any, list[str], Any]:
     """Step 1: ``df`` as the table's columns and types, with the partition copies; their names;
-    and the column that counts the rows (step 2)."""
+    and the column that counts the rows (step 2). ``schema_json``: ``df.schema.json()``, when
+    the caller has it (each call to the JVM costs the driver a round trip)."""
     schema, ident = target.shape.schema, target.shape.ident
     if ERROR_COL in df.columns:
         raise SchemaMismatchError(ident, [
@@ -104,7 +105,7 @@ def conformed(df: Any, target: SinkTarget) -> tuple[Any, list[str], Any]:
     # Every batch of a query has the same schema: its selection is built once and kept (each
     # column built costs the driver round trips to the JVM: 17-24 ms a batch, measured).
     # Columns are unresolved expressions, valid for any DataFrame of the same JVM.
-    key = (getattr(SparkContext, "_gateway", None), df.schema.json(), ident, schema,
+    key = (getattr(SparkContext, "_gateway", None), schema_json or df.schema.json(), ident, schema,
            tuple(target.shape.partition_by))
     got = _SELECTIONS.get(key)
     if got is None:
@@ -157,32 +158,35 @@ def _selection(batch: Any, schema: pa.Schema, ident: str, partition_by: list[str
     return cols, parts, count
 
 
-def write(df: Any, target: SinkTarget, batch_id: int) -> FilesWritten:
-    """Steps 1-3 of a micro-batch: Spark writes, the driver describes the files."""
+def write(df: Any, target: SinkTarget, batch_id: int, *, schema_json: str | None = None) -> FilesWritten:
+    """Steps 1-3 of a micro-batch: Spark writes, the driver describes the files.
+    ``schema_json``: ``df.schema.json()`` when the caller has it."""
     from pyspark.sql import Observation
 
-    out, parts, count = conformed(df, target)
+    out, parts, count = conformed(df, target, schema_json)
     session = df.sparkSession
-    local = local_master(session.conf.get("spark.master", "") or "")
+    local = _local_session(session)
     counted = None if local else Observation(f"lakestep-b{batch_id}")
     if counted is not None:
         out = out.observe(counted, count)
     store = target.shape.store()
     rel_dir = f"data/spark-b{batch_id}-{uuid.uuid4().hex[:12]}"
     full_dir = store.full_path(rel_dir)
-    before = session.conf.get(_TS_CONF, None)
-    session.conf.set(_TS_CONF, "TIMESTAMP_MICROS")  # Spark's default, INT96, is legacy
+    stamps = _has_timestamps(target.shape.schema)  # else the setting changes nothing (and costs 3 calls)
+    before = session.conf.get(_TS_CONF, None) if stamps else None
+    if stamps:
+        session.conf.set(_TS_CONF, "TIMESTAMP_MICROS")  # Spark's default, INT96, is legacy
     try:
-        w = (out.write.mode("errorifexists").option("maxRecordsPerFile", MAX_ROWS_PER_FILE)
-             .option("compression", store.compression)
-             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"))
+        w = out.write.mode("errorifexists").options(**{  # one call to the JVM
+            "maxRecordsPerFile": str(MAX_ROWS_PER_FILE), "compression": store.compression,
+            "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false"})
         if parts:
             w = w.partitionBy(*parts)
         w.parquet(_spark_path(full_dir))
     finally:
-        if before is None:
+        if stamps and before is None:
             session.conf.unset(_TS_CONF)
-        else:
+        elif stamps:
             session.conf.set(_TS_CONF, before)
     _failpoints.hit("native.after_spark_write")
     msg = FilesWritten()
@@ -202,6 +206,21 @@ def write(df: Any, target: SinkTarget, batch_id: int) -> FilesWritten:
 
 
 _LOCAL_MASTER = re.compile(r"local(\[[^\]]*\])?")
+_LOCAL: dict[int, bool] = {}  # per SparkContext (its master never changes)
+
+
+def _has_timestamps(schema: pa.Schema) -> bool:
+    def ts(t: pa.DataType) -> bool:
+        return pa.types.is_timestamp(t) or any(ts(t.field(i).type) for i in range(t.num_fields))
+
+    return any(ts(f.type) for f in schema)
+
+
+def _local_session(session: Any) -> bool:
+    key = id(session.sparkContext)
+    if key not in _LOCAL:
+        _LOCAL[key] = local_master(session.sparkContext.master or "")
+    return _LOCAL[key]
 
 
 def local_master(master: str) -> bool:

@@ -477,3 +477,37 @@ def test_version_at_in_an_older_era_refuses_when_the_next_record_is_pruned(
         p.version_at("s.a", 1)
     assert p.version_at("s.a", 2) == 4
     coord.release()
+
+
+def test_change_token_moves_with_what_a_plan_or_a_choice_reads(catalog: Catalog, pipeline: Pipeline,
+                                                              coordinator: Coordinator) -> None:
+    """Pipeline.change_token: equal while nothing changed; a new value after a commit to one of its
+    tables, a seal, and a topology change; a commit to another table leaves it."""
+    raw, agg, other = make_tables(catalog, "raw", "agg", "other")
+    pipeline.register_job("ingest", sinks=[raw], external_input=True)
+    pipeline.register_job("agg", sources=[raw], sinks=[agg])
+    p, seen = pipeline, []
+
+    def token() -> object:
+        t = p.change_token([raw, agg])
+        assert t == p.change_token([agg, raw])  # the same now, whatever the order asked in
+        seen.append(t)
+        return t
+
+    first = token()
+    catalog.load_table(other).append(kv((1, 1)))
+    assert token() == first
+    catalog.load_table(raw).append(kv((1, 1)), barrier=-1)
+    after_commit = token()
+    coordinator.seal()
+    after_seal = token()
+    p.register_job("agg", sources=[raw, other], sinks=[agg])
+    after_topology = token()
+    assert len({first, after_commit, after_seal, after_topology}) == 4
+    plan = p.next_batch("agg")
+    assert plan is not None and plan.hi == 1
+    with p.batch(plan) as b:
+        b.append(agg, kv((1, 3)))
+    assert token() != after_topology
+    with pytest.raises(errors.TableNotFoundError):
+        p.change_token(["s.nope"])

@@ -282,3 +282,93 @@ def test_killed_and_restarted_exactly_once(tmp_path: Path) -> None:
         per_k = collections.Counter((2 * i + 1) % 3 for i in ids)
         assert rows(agg.to_arrow(version=p.version_at("s.agg", b)), ["k", "n"]) == \
             collections.Counter(per_k.items()), f"s.agg at {b}"
+
+
+def test_readme_example_runs(spark: Any, tmp_path: Path) -> None:
+    """The README's DerivedJob snippet, run as written against real tables: both jobs start, follow
+    the barriers, and the totals equal the orders' sums per tier at the last barrier."""
+    import re
+
+    text = (REPO / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "DerivedJob(spark, url" in b)
+    cat = Catalog(warehouse=str(tmp_path / "wh"))
+    cat.create_namespace("shop")
+    orders = cat.create_table("shop.orders", ORDERS)
+    tiers = cat.create_table("shop.tiers", TIERS)
+    cat.create_table("shop.enriched", ENRICHED)
+    cat.create_table("shop.totals", pa.schema([("tier", pa.string()), ("cents", pa.int64())]))
+    p = Pipeline(cat)
+    p.register_job("ingest", sinks=["shop.orders"], external_input=True)
+    p.register_job("tiers", sinks=["shop.tiers"], external_input=True)
+    scope: dict[str, Any] = {"spark": spark, "url": cat.url}
+    exec(compile(block, "README.md (DerivedJob)", "exec"), scope)
+    running = scope["jobs"]
+    coord = p.coordinator()
+    try:
+        tiers.append(pa.table({"customer": CUSTOMERS, "tier": ["gold", "gold", "tin"]}, schema=TIERS), barrier=-1)
+        for i in range(3):
+            ids = list(range(4 * i, 4 * i + 4))
+            orders.append(pa.table({"order_id": ids, "customer": [CUSTOMERS[x % 3] for x in ids],
+                                    "cents": [10 * x for x in ids]}, schema=ORDERS), barrier=-1)
+            coord.seal()
+        sealed = p.open_epoch() - 1
+        wait_until(lambda: p.job_frontier("totals") >= sealed, "the README's jobs at the last barrier",
+                   failed=lambda: next((repr(r.error) for r in running if r.error), None))
+    finally:
+        for r in running:
+            r.stop()
+    got = cat.load_table("shop.totals").to_arrow(version=p.version_at("shop.totals", sealed))
+    assert rows(got, ["tier", "cents"]) == collections.Counter(
+        {("gold", sum(10 * x for x in range(12) if x % 3 != 2)): 1, ("tin", sum(10 * x for x in range(12) if x % 3 == 2)): 1})
+
+
+def test_quiet_barriers_wait_for_data_or_quiet_commit(spark: Any, tmp_path: Path) -> None:
+    """quiet_commit: barriers without changes are not committed on their own until it has passed;
+    the next batch with data covers them; run_available commits them at once."""
+    cat = Catalog(warehouse=str(tmp_path / "wh"))
+    p = setup(cat)
+    feed = Feed(cat, p)
+    job = DerivedJob(spark, cat, "enrich", sources=["s.orders", "s.tiers"], sinks=["s.enriched"],
+                     transform=enrich, quiet_commit=3600)
+    feed.step(0)
+    assert job.run_once() is not None and p.job_frontier("enrich") == 1
+    feed.coord.seal()
+    feed.coord.seal()  # barriers 2 and 3: nothing changed
+    assert job.run_once() is None and p.job_frontier("enrich") == 1
+    feed.step(1)  # barrier 4: new orders
+    res = job.run_once()
+    assert res is not None and (res.plan.lo, res.plan.hi) == (2, 4) and p.job_frontier("enrich") == 4
+    feed.coord.seal()
+    assert job.run_once() is None and job.run_available() == 5
+    assert job.stats.skipped == 1 and check_every_barrier_enriched(cat, 5)
+
+
+def check_every_barrier_enriched(cat: Catalog, last: int) -> bool:
+    p = Pipeline(cat)
+    orders, enriched = cat.load_table("s.orders"), cat.load_table("s.enriched")
+    for b in range(1, last + 1):
+        o = orders.to_arrow(version=p.version_at("s.orders", b))
+        e = enriched.to_arrow(version=p.version_at("s.enriched", b))
+        assert rows(e, ["order_id", "cents"]) == rows(o, ["order_id", "cents"]), f"barrier {b}"
+    return True
+
+
+def test_every_spaces_batches(spark: Any, tmp_path: Path) -> None:
+    """every: after a batch that ran the transform, the loop plans nothing more until ``every``
+    seconds have passed (3600 here: never within the test), however many barriers are ready."""
+    cat = Catalog(warehouse=str(tmp_path / "wh"))
+    p = setup(cat)
+    feed = Feed(cat, p)
+    for i in (0, 1):
+        feed.step(i)  # two barriers, each with new orders
+    job = DerivedJob(spark, cat, "enrich", sources=["s.orders", "s.tiers"], sinks=["s.enriched"], transform=enrich)
+    rounds = {"n": 0}
+
+    def enough() -> bool:
+        rounds["n"] += 1
+        return rounds["n"] > 50
+
+    job.run(every=3600, poll=0.001, until=enough)
+    assert job.stats.batches == 1 and p.job_frontier("enrich") == 1 and p.ready_barrier("enrich") == 2
+    job.run(until=lambda: p.job_frontier("enrich") >= 2)  # without every: the next batch runs at once
+    assert job.stats.batches == 2

@@ -87,19 +87,23 @@ def test_streaming_benchmark_runs(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 @pytest.mark.kafka
-def test_freshness_benchmark_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("derived", ["driver", "stream"])
+def test_freshness_benchmark_runs(tmp_path: Path, derived: str) -> None:
     out = tmp_path / "freshness.json"
-    # one backend: this checks the benchmark does not rot (the streaming tests run both backends)
-    r = subprocess.run([sys.executable, "-m", "benchmarks.freshness", "--backends", "sqlite",
-                        "--intervals", "0.5", "--triggers", "0.5", "--baseline", "--seconds", "2", "--warmup", "0",
-                        "--rate", "20", "--drain", "300", "--out", str(out)],
+    # one backend: this checks the benchmark does not rot (the streaming tests run both backends);
+    # the baseline cell with the default derived jobs (DerivedJob) only
+    baseline = ["--baseline"] if derived == "driver" else ["--no-baseline"]
+    r = subprocess.run([sys.executable, "-m", "benchmarks.freshness", "--backends", "sqlite", "--derived", derived,
+                        "--intervals", "0.5", "--triggers", "0.5", *baseline, "--seconds", "2", "--warmup", "0",
+                        "--rounds", "1", "--no-warm-cell", "--rate", "20", "--drain", "300", "--out", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]  # no target cell in this grid: 1 would mean a failed check
     cells = json.loads(out.read_text())["cells"]
     assert [(c["backend"], c["interval"], c["trigger"]) for c in cells] == [
-        ("sqlite", 0.5, 0.5), ("sqlite", None, 0.5)]
+        ("sqlite", 0.5, 0.5), ("sqlite", None, 0.5)][:2 if derived == "driver" else 1]
     for c in cells:
         assert "error" not in c, c["error"]
+        assert c["derived"] == derived and c["round"] == 1
         # every record produced was seen exactly once, and nothing else was
         assert c["produced"] == c["seen"] > 0
         assert c["missing"] == c["unexpected"] == c["duplicates"] == c["unseen"] == 0
@@ -110,8 +114,11 @@ def test_freshness_benchmark_runs(tmp_path: Path) -> None:
             assert c["seals"] == 0 and c["barriers_backwards"] is None
         else:  # f.raw's barrier <= f.d1's <= f.d2's for every record
             assert c["seals"] > 0 and c["barriers_backwards"] == 0
-        assert set(c["spark"]) == {"ingest", "d1", "d2"}
+        queries = {"ingest"} if derived == "driver" else {"ingest", "d1", "d2"}
+        assert set(c["spark"]) == queries
         assert all(s["batches"] > 0 and s["commits"] > 0 for s in c["spark"].values())
+        assert set(c["driver_jobs"]) == ({"d1", "d2"} if derived == "driver" else set())
+        assert all(s["batches"] > 0 for s in c["driver_jobs"].values())
     assert "Where the time goes" in r.stdout
 
 

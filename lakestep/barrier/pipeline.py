@@ -139,9 +139,9 @@ class Pipeline:
 
         Not guaranteed: the converse. A changed token may bring the same answer (a commit
         that precommits nothing new)."""
-        with self.catalog.backend.read() as conn:
+        with self.catalog.backend.statement() as conn:  # one statement, its own snapshot
             ids = self._resolver.resolve(conn, norm_idents(list(tables)))
-            rows = conn.execute(_TOKEN, {"ids": sorted(ids.values())}).all()  # one statement
+            rows = conn.execute(_TOKEN, {"ids": sorted(ids.values())}).all()
             return tuple(sorted(tuple(r) for r in rows)) or (None,)
 
     def job_frontier(self, job_id: str) -> int:

@@ -66,7 +66,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from .. import _failpoints
-from . import appends
+from . import appends, signals
 from ..errors import CatalogCorruptError, CatalogError, CatalogUnavailableError, InvalidArgumentError, LakestepError
 from ..secrets import mask_url
 
@@ -184,6 +184,7 @@ class Backend:
         """A connection inside a write transaction; commits on a clean exit."""
         with _seam("write"), self.engine.begin() as conn:
             yield conn
+        signals.changed()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
@@ -291,6 +292,7 @@ class SQLiteBackend(Backend):
                 conn.exec_driver_sql("COMMIT")
         finally:
             os.close(fd)  # closing the descriptor releases the flock
+        signals.changed()
 
     def append(self, conn: Connection, changes: Sequence[Any], txn: dict[str, Any]) -> list[Any]:
         return appends.sqlite_append(conn, changes, txn)
@@ -348,6 +350,7 @@ class PostgresBackend(Backend):
     def write(self) -> Iterator[Connection]:
         with self._transaction("BEGIN", "COMMIT", "write") as conn:
             yield conn
+        signals.changed()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
@@ -371,6 +374,7 @@ class PostgresBackend(Backend):
         _failpoints.hit("commit.locked")
         with _seam("commit"), self.engine.connect() as conn:  # autocommit: one statement, one round trip
             result = appends.postgres_append(conn, [change], txn, autocommit=True)[0]
+            signals.changed()
             _failpoints.hit("commit.after_db_commit")
             return result
 

@@ -11,7 +11,8 @@ as a loop on the driver, and each batch is one plain Spark job:
 1. **plan**: :meth:`Pipeline.next_batch <lakestep.barrier.Pipeline.next_batch>`:
    the barriers ``lo..hi`` every source has precommitted, carrying at most
    one barrier at which a source's data changed. Nothing ready: the loop
-   waits ``poll`` seconds, and plans again once the job's change token
+   waits ``poll`` seconds (less when this process commits a write to a
+   catalog: :mod:`lakestep.catalog.signals`), and plans again once the job's change token
    (:meth:`Pipeline.change_token <lakestep.barrier.Pipeline.change_token>`:
    the open epoch, the topology, its tables' newest versions) differs, or
    after ``IDLE_REPLAN`` seconds;
@@ -454,6 +455,9 @@ class DerivedJob:
         replan = min(IDLE_REPLAN, self.quiet_commit) if self.quiet_commit > 0 else IDLE_REPLAN
         idle: tuple[Any, ...] | None = None  # the change token when the last plan found nothing ready
         idle_since = 0.0
+        from ..catalog import signals
+
+        seen = signals.sequence()
         while not stop.is_set() and not (until is not None and until()):
             try:
                 # Step 1 only when something it depends on changed (or after IDLE_REPLAN s): an idle
@@ -463,7 +467,7 @@ class DerivedJob:
                     continue
                 token = Pipeline(self._catalog()).change_token(watched)
                 if token == idle and time.monotonic() - idle_since < replan:
-                    stop.wait(poll)
+                    seen = signals.wait(seen, poll)  # a write of this process wakes it at once
                     continue
                 started = time.monotonic()
                 done = self.run_once(force=force)
@@ -475,7 +479,7 @@ class DerivedJob:
             if done is None:
                 if token != idle:
                     idle, idle_since = token, time.monotonic()
-                stop.wait(poll)
+                seen = signals.wait(seen, poll)
             else:
                 idle = None
                 if every and self.stats.timings and self.stats.timings[-1].get("ran"):

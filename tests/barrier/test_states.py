@@ -511,3 +511,27 @@ def test_change_token_moves_with_what_a_plan_or_a_choice_reads(catalog: Catalog,
     assert token() != after_topology
     with pytest.raises(errors.TableNotFoundError):
         p.change_token(["s.nope"])
+
+
+def test_writes_signal_this_process(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator) -> None:
+    """lakestep.catalog.signals: every write transaction this process commits (a commit, a seal,
+    a registration) moves the sequence, and a waiter returns at once; reads do not move it."""
+    import threading
+
+    from lakestep.catalog import signals
+
+    raw, = make_tables(catalog, "raw")
+    before = signals.sequence()
+    catalog.load_table(raw).to_arrow()
+    pipeline.change_token([raw])
+    assert signals.sequence() == before
+    woke: list[int] = []
+    waiter = threading.Thread(target=lambda: woke.append(signals.wait(before, 600)))
+    waiter.start()
+    catalog.load_table(raw).append(kv((1, 1)))
+    waiter.join(600)
+    assert woke and woke[0] > before
+    for write in (coordinator.seal, lambda: pipeline.register_job("ingest", sinks=[raw], external_input=True)):
+        at = signals.sequence()
+        write()
+        assert signals.wait(at, 600) > at

@@ -75,7 +75,9 @@ def hit(name: str) -> None:
     elif action.startswith("sleep:"):
         time.sleep(float(action.split(":", 1)[1]))
     else:
-        raise ValueError(f"unknown failpoint action {action!r} for {name!r}")
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"unknown failpoint action {action!r} for {name!r}", argument="action", value=action)
 
 
 _load_env()

@@ -378,6 +378,15 @@ class DataFileCorruptError(LakestepError):
         self.found = found
 
 
+# --------------------------------------------------------------------- bugs
+class InternalError(LakestepError, RuntimeError):
+    """lakestep found one of its own invariants broken: a bug in lakestep (a catalog
+    row that moved under a lock it holds, a case it deemed unreachable), or a library
+    whose internals it relies on changed under it. Not a problem with the caller's
+    input. The operation stops there, and a commit it was making does not land.
+    Please report it with the message."""
+
+
 __all__ = [
     "LakestepError",
     "CatalogError",
@@ -408,6 +417,7 @@ __all__ = [
     "LocationOverlapError",
     "StorageError",
     "DataFileCorruptError",
+    "InternalError",
 ]
 
 

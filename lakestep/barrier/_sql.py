@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, CursorResult
 
 from ..catalog.backend import prepared_statements
+from ..errors import InvalidArgumentError
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _GENERIC = "SET LOCAL plan_cache_mode = force_generic_plan; "
@@ -56,7 +57,8 @@ class Query:
         pg = _PARAM.sub(number, pg)
         missing = set(order) ^ set(types)
         if missing:
-            raise ValueError(f"{name}: parameters and types differ: {sorted(missing)}")
+            raise InvalidArgumentError(f"{name}: parameters and types differ: {sorted(missing)}",
+                                       argument="types", value=sorted(missing))
         digest = hashlib.sha1(pg.encode()).hexdigest()[:10]
         self.name = f"lakestep_{name}_{digest}"
         self._order = order

@@ -45,7 +45,7 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..catalog.lifecycle import VersionLock
-from ..errors import InvalidArgumentError, TableNotFoundError
+from ..errors import InternalError, InvalidArgumentError, TableNotFoundError
 from .errors import BarrierNotRetainedError, NoSnapshotError
 from .states import (
     Facts,
@@ -268,7 +268,7 @@ def choose(
             versions = {t: (at[t].version if t in at else fx[t].head) for t in q}
             return _answer(catalog, level, scope, e.barrier, idents, qids, versions, graph, fx, scope_ids, open_,
                            e.held, e.notes)
-    raise AssertionError("unreachable")
+    raise InternalError("unreachable")
 
 
 def _committed_fast(catalog: "Catalog", topology: Topology, resolver: Resolver, idents: list[str],

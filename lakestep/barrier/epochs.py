@@ -57,7 +57,7 @@ from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
 from ..clock import database_now
-from ..errors import InvalidArgumentError
+from ..errors import InternalError, InvalidArgumentError
 from .errors import NotCoordinatorError
 from .graph import Graph
 from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, committed_from, facts, versions_at
@@ -217,7 +217,7 @@ def seal_and_snapshot(
         upd = conn.execute(sa.update(S.epoch).where(S.epoch.c.id == 1, S.epoch.c.open_epoch == e)
                            .values(open_epoch=e + 1, opened_at=now))
         if upd.rowcount != 1:  # impossible under the lock; never seal blindly
-            raise RuntimeError(f"the open epoch moved while sealing {e}")
+            raise InternalError(f"the open epoch moved while sealing {e}")
         conn.execute(sa.insert(S.seals).values(barrier=e, opened_at=opened_at, sealed_at=now,
                                                holder=str(lease.holder), token=lease.token))
         conn.execute(sa.update(S.coordinator).where(S.coordinator.c.id == 1)

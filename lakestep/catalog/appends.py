@@ -35,7 +35,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from .. import _failpoints
-from ..errors import TableNotFoundError
+from ..errors import InvalidArgumentError, TableNotFoundError
 from . import schema as S
 from .changes import FILE_FIELDS, OPEN_EPOCH, CommitResult, KeyReplayed, TableChange, file_row
 from .commit import READ_OPEN_EPOCH, open_epoch_for_commit, record_file_stats
@@ -113,7 +113,8 @@ def postgres_append(conn: Connection, changes: Sequence[TableChange], txn: dict[
     """One statement per table. ``autocommit``: the caller's connection is in autocommit
     mode and there is one change (the fast path); else inside the caller's transaction."""
     if autocommit and len(changes) != 1:
-        raise ValueError("an autocommit blind append commits one table")
+        raise InvalidArgumentError("an autocommit blind append commits one table",
+                                   argument="changes", value=len(changes))
     results = []
     txn_id: int | None = None
     for c in sorted(changes, key=lambda c: c.table_id):

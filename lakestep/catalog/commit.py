@@ -58,7 +58,14 @@ from sqlalchemy.engine import Connection
 
 from .. import _failpoints, retry
 from ..clock import Clock
-from ..errors import CatalogError, CatalogUnavailableError, CommitConflict, SchemaChangedConflict, TableNotFoundError
+from ..errors import (
+    CatalogError,
+    CatalogUnavailableError,
+    CommitConflict,
+    InternalError,
+    SchemaChangedConflict,
+    TableNotFoundError,
+)
 from . import schema as S
 from . import stats_sql
 from .changes import OPEN_EPOCH, CommitResult, KeyReplayed, NeedsRebase, TableChange, chunks, file_row
@@ -209,7 +216,7 @@ def commit_once(conn: Connection, changes: Sequence[TableChange], txn_row: dict[
              "at": committed_at},
         )
         if upd.rowcount != 1:  # cannot happen while the row is locked; never commit blindly
-            raise RuntimeError(f"head of {c.ident} moved during a locked commit")
+            raise InternalError(f"head of {c.ident} moved during a locked commit")
         added_rows = sum(f.record_count for f in plan.add) + sum(f.record_count for f in plan.readd)
         results.append(_record_commit(
             conn, c, txn_id=txn_id, version=v, data_version=dv, base=c.base_version, committed_at=committed_at,
@@ -284,7 +291,7 @@ def _apply_removals(conn: Connection, plan: Plan, v: int) -> int:
         )
         n += res.rowcount
     if n != len(ids):  # a file removed twice would lose or duplicate rows: refuse
-        raise RuntimeError(f"{plan.change.ident}: {len(ids) - n} file(s) to remove were no longer live")
+        raise InternalError(f"{plan.change.ident}: {len(ids) - n} file(s) to remove were no longer live")
     return n
 
 

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..errors import InvalidIdentifierError, InvalidLocationError, StorageError
+from ..errors import InternalError, InvalidArgumentError, InvalidIdentifierError, InvalidLocationError, StorageError
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_IDENT = 128
@@ -111,15 +111,18 @@ def _option_value(name: str, value: object) -> object:
             return value
         v = str(value).strip().lower()
         if v not in ("true", "false"):
-            raise ValueError(f"storage option {name} must be true or false, got {value!r}")
+            raise InvalidArgumentError(f"storage option {name} must be true or false, got {value!r}",
+                                       argument=name, value=value)
         return v == "true"
     if kind is float:
         try:
             return float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise ValueError(f"storage option {name} must be a number of seconds, got {value!r}") from None
+            raise InvalidArgumentError(f"storage option {name} must be a number of seconds, got {value!r}",
+                                       argument=name, value=value) from None
     if not isinstance(value, str) or not value:
-        raise ValueError(f"storage option {name} must be a non-empty string")
+        raise InvalidArgumentError(f"storage option {name} must be a non-empty string",
+                                   argument=name, value="***" if name in SECRET_OPTIONS else value)
     return value
 
 
@@ -145,7 +148,8 @@ class Storage:
             return options
         unknown = sorted(set(options or {}) - set(S3_OPTIONS))
         if unknown:
-            raise ValueError(f"unknown storage option(s) {unknown}; known: {sorted(S3_OPTIONS)}")
+            raise InvalidArgumentError(f"unknown storage option(s) {unknown}; known: {sorted(S3_OPTIONS)}",
+                                       argument="storage_options", value=unknown)
         return cls(tuple(sorted((k, _option_value(k, v)) for k, v in (options or {}).items())))
 
     def as_dict(self) -> dict[str, object]:
@@ -428,7 +432,7 @@ def _leaf_paths(schema_ipc: bytes) -> list[list[str]]:
         out.append(leaves[i:i + k])
         i += k
     if i != len(leaves):  # a type whose leaves are counted differently: the paths cannot be split
-        raise AssertionError(f"{len(leaves)} Parquet leaf columns for {schema}, counted {i}")
+        raise InternalError(f"{len(leaves)} Parquet leaf columns for {schema}, counted {i}")
     return out
 
 

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 
 from .. import retry as _retry
-from ..errors import CatalogUnavailableError, LakestepError
+from ..errors import CatalogUnavailableError, InvalidPropertyError, LakestepError
 from . import properties as P
 from .catalog import Catalog
 from .changes import CommitResult
@@ -61,12 +61,12 @@ def apply_ttl(table: Table, *, now: float | None = None) -> CommitResult | None:
     if not col or not secs:
         return None
     now = table.catalog.clock.now() if now is None else now
-    cutoff = _cutoff_value(table.schema.field(col).type, now - float(secs))
+    cutoff = _cutoff_value(table.schema.field(col).type, now - float(secs), column=col)
     empty = table.schema.empty_table()
     return table.overwrite(empty, where=[(col, "<", cutoff)])
 
 
-def _cutoff_value(t: pa.DataType, epoch: float) -> Any:
+def _cutoff_value(t: pa.DataType, epoch: float, *, column: str) -> Any:
     if pa.types.is_timestamp(t):
         when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
         return when if t.tz else when.replace(tzinfo=None)
@@ -76,7 +76,8 @@ def _cutoff_value(t: pa.DataType, epoch: float) -> Any:
         return int(epoch)
     if pa.types.is_floating(t):
         return float(epoch)
-    raise ValueError(f"a TTL column must be a timestamp, date or epoch-seconds number, not {t}")
+    raise InvalidPropertyError(f"a TTL column must be a timestamp, date or epoch-seconds number, not {t}",
+                               key=P.TTL_COLUMN, value=column)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 
-from ..errors import InvalidPropertyError
+from ..errors import InvalidArgumentError, InvalidPropertyError
 
 log = logging.getLogger(__name__)
 
@@ -45,29 +45,29 @@ def _seconds(v: str, *, zero: bool) -> float:
     try:
         x = float(v)
     except (TypeError, ValueError):
-        raise ValueError("not a number of seconds") from None
+        raise InvalidArgumentError("not a number of seconds", argument="value", value=v) from None
     if not math.isfinite(x):
-        raise ValueError("not a finite number of seconds")
+        raise InvalidArgumentError("not a finite number of seconds", argument="value", value=v)
     if x < 0 or (x == 0 and not zero):
-        raise ValueError("must be " + ("at least 0" if zero else "more than 0"))
+        raise InvalidArgumentError("must be " + ("at least 0" if zero else "more than 0"), argument="value", value=v)
     return x
 
 
 def _isolation(v: str) -> str:
     if v not in ISOLATIONS:
-        raise ValueError(f"must be one of {', '.join(ISOLATIONS)}")
+        raise InvalidArgumentError(f"must be one of {', '.join(ISOLATIONS)}", argument="value", value=v)
     return v
 
 
 def _bool(v: str) -> bool:
     if v.lower() not in ("true", "false"):
-        raise ValueError("must be true or false")
+        raise InvalidArgumentError("must be true or false", argument="value", value=v)
     return v.lower() == "true"
 
 
 def _column_name(v: str) -> str:
     if not v:
-        raise ValueError("must name a column")
+        raise InvalidArgumentError("must name a column", argument="value", value=v)
     return v
 
 

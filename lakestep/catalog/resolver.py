@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..errors import CommitConflict, VersionNotFoundError
+from ..errors import CommitConflict, InvalidArgumentError, VersionNotFoundError
 from . import schema as S
 from .changes import FILE_COLS, NeedsRebase, Operation, TableChange, chunks, row_to_file
 from .files import DataFile, NewFile
@@ -80,7 +80,7 @@ def later_kind(change: TableChange) -> Kind:
         return Kind.REWRITE
     if op is Operation.RESTORE:
         return Kind.RESTORE
-    raise ValueError(f"cannot commit operation {op}")
+    raise InvalidArgumentError(f"cannot commit operation {op}", argument="operation", value=op)
 
 
 #: E's column, by the operation its commit row records. A RESTORE replaces live

@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 
 from ..catalog import reader
 from ..catalog.pk import DELETED
+from ..errors import InternalError
 from .metadata import FILE_PATH_ID, POS_ID
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def _boundaries(idx: "object", n: int) -> list[int]:
 
     arr = np.asarray(idx)
     if len(arr) and np.any(arr[1:] < arr[:-1]):
-        raise AssertionError("a scan returned the files' rows out of order")
+        raise InternalError("a scan returned the files' rows out of order")
     counts = np.bincount(arr, minlength=n) if len(arr) else np.zeros(n, dtype=np.int64)
     return [0, *np.cumsum(counts).tolist()]
 

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Sequence, Union
 
 import pyarrow as pa
 
+from ..errors import InvalidArgumentError
 from .sink import ERROR_COL
 
 if TYPE_CHECKING:
@@ -92,7 +93,8 @@ def _struct(schema: Union[str, "StructType"]) -> "StructType":
         return schema
     parsed = _parse_datatype_string(schema)
     if not isinstance(parsed, StructType):
-        raise ValueError(f"parse_json needs a struct schema (e.g. 'id long, name string'), got {schema!r}")
+        raise InvalidArgumentError(f"parse_json needs a struct schema (e.g. 'id long, name string'), got {schema!r}",
+                                   argument="schema", value=schema)
     return parsed
 
 
@@ -133,7 +135,8 @@ def parse_json(
     clash = {ERROR_COL, _CORRUPT, "raw", "error"}.intersection(names) if dead_letter_columns \
         else {ERROR_COL, _CORRUPT}.intersection(names)
     if clash:
-        raise ValueError(f"schema fields {sorted(clash)} clash with the columns parse_json adds")
+        raise InvalidArgumentError(f"schema fields {sorted(clash)} clash with the columns parse_json adds",
+                                   argument="schema", value=sorted(clash))
     kept = [c for c in keep if c in df.columns and c not in names]
 
     typed = StructType(list(struct.fields) + [StructField(_CORRUPT, StringType())])

@@ -19,7 +19,7 @@ from ..barrier import OPEN_EPOCH, JobNotFoundError, Pipeline, triggers
 from ..catalog import Catalog
 from ..catalog.changes import CommitResult, FilesMode
 from ..catalog.files import NewFile, Storage
-from ..errors import StreamingJobError
+from ..errors import InvalidArgumentError, StreamingJobError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ _lock = threading.Lock()
 def required(options: Any, key: str) -> str:
     value = options.get(key)
     if not value:
-        raise ValueError(f"the lakestep format needs option {key!r}")
+        raise InvalidArgumentError(f"the lakestep format needs option {key!r}", argument=key, value=value)
     return str(value)
 
 

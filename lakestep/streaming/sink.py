@@ -68,6 +68,7 @@ from .. import retry as _retry
 from ..catalog.files import FileWriter, NewFile, Storage
 from ..catalog.plan import SerializedSchemas
 from ..catalog.writes import conform
+from ..errors import InvalidArgumentError
 from . import progress
 from .executors import freeze_worker_heap
 
@@ -164,7 +165,9 @@ class BatchFiles:
             data = data.filter(pa.compute.invert(bad_mask)).drop_columns([ERROR_COL])
             if bad.num_rows:
                 if self.dead is None:
-                    raise ValueError(f"{bad.num_rows} row(s) carry {ERROR_COL} but the sink has no deadLetterTable")
+                    raise InvalidArgumentError(
+                        f"{bad.num_rows} row(s) carry {ERROR_COL} but the sink has no deadLetterTable",
+                        argument="deadLetterTable", value=None)
                 rows = conform(bad.select([c for c in bad.column_names if c in self.dead.schema.names]),
                                self.dead.schema, self.dead.ident)
                 msg.dead_letters += self.dead.store().write_partitioned(
@@ -219,9 +222,11 @@ class SinkTarget:
         job = job or f"spark-{table.ident.replace('.', '-')}"
         mode = mode or ("complete" if overwrite else "update" if table.primary_key else "append")
         if mode not in ("append", "update", "complete"):
-            raise ValueError(f"option mode must be append, update or complete, got {mode!r}")
+            raise InvalidArgumentError(f"option mode must be append, update or complete, got {mode!r}",
+                                       argument="mode", value=mode)
         if mode == "update" and not table.primary_key:
-            raise ValueError(f"update mode upserts by primary key, and {table.ident} has none")
+            raise InvalidArgumentError(f"update mode upserts by primary key, and {table.ident} has none",
+                                       argument="mode", value=mode)
         dead = TableShape.of(dead_table) if dead_table is not None else None
         progress.ensure_sink_registered(cat, job, table.ident, dead.ident if dead else None)
         return cls(url, job, mode, TableShape.of(table), dead, retry or _retry.STREAMING)
@@ -282,14 +287,15 @@ def wait_policy(options: Any) -> _retry.RetryPolicy:
     try:
         seconds = float(value)
     except ValueError:
-        raise ValueError(f"option catalogWaitSeconds must be a number of seconds, got {value!r}") from None
+        raise InvalidArgumentError(f"option catalogWaitSeconds must be a number of seconds, got {value!r}",
+                                   argument="catalogWaitSeconds", value=value) from None
     return _retry.RetryPolicy(deadline=seconds)
 
 
-def parse_flag(value: Any) -> bool:
+def parse_flag(value: Any, option: str = "mergeSchema") -> bool:
     v = str(value or "false").strip().lower()
     if v not in ("true", "false"):
-        raise ValueError(f"expected true or false, got {value!r}")
+        raise InvalidArgumentError(f"expected true or false, got {value!r}", argument=option, value=value)
     return v == "true"
 
 

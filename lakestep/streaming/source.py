@@ -48,7 +48,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from .. import retry as _retry
 from ..barrier import Pipeline, triggers
 from ..catalog import reader
-from ..errors import CatalogUnavailableError
+from ..errors import CatalogUnavailableError, InvalidArgumentError
 from . import progress
 from .sink import TableShape, wait_policy
 from .executors import freeze_worker_heap
@@ -80,7 +80,8 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_barriers = int(options.get("maxBarriersPerTrigger", "1"))
         self.retry = wait_policy(options)
         if self.max_barriers < 1:
-            raise ValueError("maxBarriersPerTrigger must be at least 1")
+            raise InvalidArgumentError("maxBarriersPerTrigger must be at least 1",
+                                       argument="maxBarriersPerTrigger", value=self.max_barriers)
 
         def start() -> tuple[TableShape, int]:
             cat = progress.open_catalog(self.url, self.storage)

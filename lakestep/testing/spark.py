@@ -21,14 +21,16 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..errors import InvalidArgumentError
+
 LEVELS = ("off", "fatal", "error", "warn", "info", "debug", "trace", "all")
 
 
 def log4j2_properties(level: str = "warn", loggers: Mapping[str, str] | None = None) -> str:
     """The properties: the root logger at ``level``, plus one logger per ``loggers`` entry (name -> level).
 
-    Raises ``ValueError`` for a level log4j does not know or a logger name that
-    is not a dotted Java name (either would make log4j ignore the file silently).
+    Raises :class:`~lakestep.errors.InvalidArgumentError` (a ``ValueError``) for a level log4j does not
+    know or a logger name that is not a dotted Java name (either would make log4j ignore the file silently).
     """
     lines = ["status = error", f"rootLogger.level = {_level(level)}", "rootLogger.appenderRef.stderr.ref = console",
              "appender.console.type = Console", "appender.console.name = console",
@@ -36,14 +38,15 @@ def log4j2_properties(level: str = "warn", loggers: Mapping[str, str] | None = N
              "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n"]
     for i, (name, lvl) in enumerate(sorted((loggers or {}).items())):
         if not re.fullmatch(r"[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*", name):
-            raise ValueError(f"not a Java logger name: {name!r}")
+            raise InvalidArgumentError(f"not a Java logger name: {name!r}", argument="loggers", value=name)
         lines += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = {_level(lvl)}"]
     return "\n".join(lines) + "\n"
 
 
 def _level(level: str) -> str:
     if level.lower() not in LEVELS:
-        raise ValueError(f"not a log4j level: {level!r} (one of {', '.join(LEVELS)})")
+        raise InvalidArgumentError(f"not a log4j level: {level!r} (one of {', '.join(LEVELS)})",
+                                   argument="level", value=level)
     return level.lower()
 
 

@@ -151,6 +151,7 @@ if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
     from .errors import (
         KafkaDataLossError,
         KafkaDecodeError,
+        KafkaOptionError,
         KafkaSourceError,
         KafkaSourceTimeoutError,
         KafkaTimestampNotFoundError,
@@ -165,7 +166,7 @@ if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
 #: imported from its module (``from lakestep.streaming.kafka.offsets import ...``).
 _PUBLIC: dict[str, str] = {
     **dict.fromkeys(["KafkaSourceError", "KafkaTopicNotFoundError", "KafkaDataLossError", "KafkaDecodeError",
-                     "KafkaSourceTimeoutError", "KafkaTimestampNotFoundError"], "errors"),
+                     "KafkaSourceTimeoutError", "KafkaTimestampNotFoundError", "KafkaOptionError"], "errors"),
     **dict.fromkeys(["FORMAT_NAME", "KafkaSourceOptions", "kafka_consumer_config", "parse_starting_offsets"],
                     "options"),
     **dict.fromkeys(["kafka_schema", "arrow_schema"], "schema"),

@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...errors import InternalError, InvalidArgumentError
 from .kafka_python import import_kafka_python
 from .errors import KafkaDecodeError, describe
 from .schema import HEADERS_ARROW_TYPE, TIMESTAMP_ARROW_TYPE, arrow_schema
@@ -340,7 +341,8 @@ def _binary_column(data: pa.Buffer, start: np.ndarray, length: np.ndarray) -> pa
     cuts[0::2] = start
     cuts[1::2] = start + size
     if cuts[-1] > np.iinfo(np.int32).max:
-        raise ValueError("more than 2 GiB of records in one Arrow batch")
+        raise InvalidArgumentError("more than 2 GiB of records in one Arrow batch",
+                                   argument="length", value=int(cuts[-1]))
     pieces = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(cuts.astype(np.int32)), data])
     rows = pieces.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
     null_count = int(n - np.count_nonzero(valid))
@@ -596,7 +598,7 @@ def _partition_records_class() -> Any:
                             ) -> Iterator[Segment]:
             buffer = getattr(records, "_buffer", None)
             if buffer is None:
-                raise RuntimeError("kafka-python's MemoryRecords has no _buffer")
+                raise InternalError("kafka-python's MemoryRecords has no _buffer")
             batches = BatchIterator(buffer, self.fetch_offset, self.check_crcs, tp.topic, tp.partition)
             for segment in batches:
                 self.leader_epoch = batches.leader_epoch
@@ -617,7 +619,7 @@ def _partition_records_class() -> Any:
                             ) -> Iterator[Segment]:
             buffer = getattr(records, "_buffer", None)
             if buffer is None:
-                raise RuntimeError("kafka-python's MemoryRecords has no _buffer")
+                raise InternalError("kafka-python's MemoryRecords has no _buffer")
             for view in split_batches(buffer):
                 (base_offset,) = struct.unpack_from(">q", view)
                 if view[_MAGIC_OFFSET] >= 2 and len(view) >= _V2_HEADER.size:

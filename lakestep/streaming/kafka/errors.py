@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lakestep.errors import LakestepError
 
 
 class KafkaSourceError(LakestepError):
     """Root of the errors the ``lakestep-kafka`` source raises on purpose.
 
-    Plain option misuse raises :class:`ValueError` instead (naming the option).
+    Option misuse raises :class:`KafkaOptionError`, which is also a :class:`ValueError`.
     """
+
+
+class KafkaOptionError(KafkaSourceError, ValueError):
+    """An option the source does not accept: unknown, unsupported, of the wrong form, in
+    conflict with another, or missing (the message names it and says what is expected;
+    secret values never appear). Also a user-specified schema, or a batch read of a
+    streaming-only format. ``option`` is the option's name as the message gives it
+    (``"schema"`` for the schema; None when no one option is at fault). Nothing was read.
+    """
+
+    def __init__(self, message: str, *, option: str | None) -> None:
+        super().__init__(message)
+        self.option = option
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes (keyword-only facts)
+        return (_rebuild_option_error, (type(self), str(self), self.option))
+
+
+def _rebuild_option_error(cls: type[KafkaOptionError], message: str, option: str | None) -> KafkaOptionError:
+    return cls(message, option=option)
 
 
 class KafkaTopicNotFoundError(KafkaSourceError, ValueError):

@@ -62,6 +62,7 @@ from ...catalog.writes import conform
 from ...errors import SchemaMismatchError
 from .. import progress
 from ..sink import STAGED_COLUMN, FilesWritten, TableShape, task_prefix  # STAGED_COLUMN: a task's row
+from .errors import KafkaOptionError
 from .options import KafkaSourceOptions
 from .schema import arrow_schema
 from .source import KafkaDataSource, KafkaInputPartition, KafkaStreamReader
@@ -117,8 +118,8 @@ def _columns(shape: TableShape, include_headers: bool) -> list[str]:
 
 def _check_row_format(options: KafkaSourceOptions) -> None:
     if options.row_format != "arrow":
-        raise ValueError(f"{INGEST_FORMAT} writes the Arrow batches it reads: option rowFormat must be 'arrow', "
-                         f"got {options.row_format!r}")
+        raise KafkaOptionError(f"{INGEST_FORMAT} writes the Arrow batches it reads: option rowFormat must be "
+                               f"'arrow', got {options.row_format!r}", option="rowFormat")
 
 
 class IngestStreamReader(KafkaStreamReader):
@@ -166,8 +167,9 @@ class KafkaIngestSource(KafkaDataSource):
         return IngestStreamReader(options, shape)
 
     def reader(self, schema: StructType) -> Any:
-        raise ValueError(f"{INGEST_FORMAT} is for streaming queries (lakestep.streaming.kafka.ingest); a batch "
-                         "read lands in a table with spark.read.format('lakestep-kafka') and a lakestep write")
+        raise KafkaOptionError(f"{INGEST_FORMAT} is for streaming queries (lakestep.streaming.kafka.ingest); a "
+                               "batch read lands in a table with spark.read.format('lakestep-kafka') and a lakestep "
+                               "write", option=None)
 
 
 def ingest(spark: Any, url: str, table: str, options: Mapping[str, Any], *, job: str | None = None,

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...errors import InternalError
 from . import decode as _decode
 from .kafka_python import import_kafka_python as _import_kafka_python
 from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceTimeoutError, KafkaTopicNotFoundError
@@ -369,7 +370,7 @@ class OffsetClient:
                 logger.warning(
                     "high-watermark probe stalled on %s; retrying with a new consumer", stalled.args[0]
                 )
-        raise AssertionError("unreachable")
+        raise InternalError("unreachable")
 
     def _probe_once(self, consumer: KafkaConsumer, positions: Mapping[TP, int], until: float) -> Offsets:
         _import_kafka_python()

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
+from .errors import KafkaOptionError
 from .kafka_python import import_kafka_python as _import_kafka_python
 
 logger = logging.getLogger(__name__)
@@ -112,21 +113,23 @@ def _parse_bool(option: str, value: str) -> bool:
         return True
     if lowered in ("false", "0", "no"):
         return False
-    raise ValueError(f"option {option!r} must be true or false, got {value!r}")
+    raise KafkaOptionError(f"option {option!r} must be true or false, got {value!r}", option=option)
 
 
 def _parse_jaas(value: str) -> dict[str, str]:
     match = _JAAS_RE.match(value)
     if not match or match.group(1) not in _JAAS_MODULES:
-        raise ValueError(
+        raise KafkaOptionError(
             "option 'kafka.sasl.jaas.config' is only understood for PlainLoginModule and "
             "ScramLoginModule (username=\"...\" password=\"...\"); set "
-            "kafka.sasl.plain.username / kafka.sasl.plain.password instead"
+            "kafka.sasl.plain.username / kafka.sasl.plain.password instead",
+            option="kafka.sasl.jaas.config"
         )
     args = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _JAAS_ARG_RE.findall(match.group(3))}
     if "username" not in args or "password" not in args:
-        raise ValueError(
-            "option 'kafka.sasl.jaas.config' must contain username=\"...\" and password=\"...\""
+        raise KafkaOptionError(
+            "option 'kafka.sasl.jaas.config' must contain username=\"...\" and password=\"...\"",
+            option="kafka.sasl.jaas.config"
         )
     return {"sasl_plain_username": args["username"], "sasl_plain_password": args["password"]}
 
@@ -160,7 +163,7 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
     Values are converted to the type of kafka-python's default (int, bool).
 
     Raises:
-        ValueError: naming the option, for unknown names, consumer-group settings
+        KafkaOptionError: a ValueError naming the option, for unknown names, consumer-group settings
             (``enable.auto.commit``...; ``group.id`` is accepted and unused), ``auto.offset.reset``,
             deserializers, JKS key/trust stores, unparsable values, or a missing
             ``kafka.bootstrap.servers``. Secret values never appear in messages.
@@ -174,7 +177,8 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
 
     def put(key: str, value: Any, option: str) -> None:
         if key in config and sources[key] != option:
-            raise ValueError(f"options {sources[key]!r} and {option!r} both set kafka-python {key!r}")
+            raise KafkaOptionError(f"options {sources[key]!r} and {option!r} both set kafka-python {key!r}",
+                                   option=option)
         config[key] = value
         sources[key] = option
 
@@ -186,7 +190,7 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
         name = lowered[len("kafka.") :]
         value = "" if raw_value is None else str(raw_value)
         if name in _REFUSED:
-            raise ValueError(f"option {option!r} is not supported: {_REFUSED[name]}")
+            raise KafkaOptionError(f"option {option!r} is not supported: {_REFUSED[name]}", option=option)
         if name in _ACCEPTED_UNUSED:
             continue
         if name == "sasl.jaas.config":
@@ -198,9 +202,10 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
             continue
         key = _RENAMED.get(name, name.replace(".", "_").replace("-", "_"))
         if key not in defaults:
-            raise ValueError(
+            raise KafkaOptionError(
                 f"option {option!r} is not a kafka-python KafkaConsumer setting "
-                f"(it maps to {key!r}); see lakestep.streaming.kafka.kafka_consumer_config"
+                f"(it maps to {key!r}); see lakestep.streaming.kafka.kafka_consumer_config",
+                option=option
             )
         if key in _NOT_STRING_SETTABLE or key in {
             "group_id",
@@ -212,7 +217,7 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
             "allow_auto_create_topics",
             "consumer_timeout_ms",
         } | {k.replace(".", "_") for k in _GROUP_KEYS}:
-            raise ValueError(f"option {option!r} ({key}) cannot be set on this source")
+            raise KafkaOptionError(f"option {option!r} ({key}) cannot be set on this source", option=option)
         default = defaults[key]
         shown = "***" if key in _SECRET_KEYS else repr(value)
         try:
@@ -226,12 +231,13 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 converted = value
         except ValueError as exc:
-            raise ValueError(f"option {option!r} has an invalid value {shown}: {exc}") from None
+            raise KafkaOptionError(f"option {option!r} has an invalid value {shown}: {exc}", option=option) from None
         put(key, converted, option)
 
     servers = str(config.get("bootstrap_servers", "")).strip()
     if not servers:
-        raise ValueError("option 'kafka.bootstrap.servers' is required (comma-separated host:port)")
+        raise KafkaOptionError("option 'kafka.bootstrap.servers' is required (comma-separated host:port)",
+                               option="kafka.bootstrap.servers")
     config["bootstrap_servers"] = [s.strip() for s in servers.split(",") if s.strip()]
     return config
 
@@ -255,7 +261,7 @@ def parse_starting_offsets(
     the query starts: every partition of the subscribed topics must be listed).
 
     Raises:
-        ValueError: naming the option.
+        KafkaOptionError: a ValueError naming the option.
     """
     if value is None or not str(value).strip():
         return default
@@ -265,38 +271,43 @@ def parse_starting_offsets(
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError:
-        raise ValueError(
+        raise KafkaOptionError(
             f"option {name!r} must be 'earliest', 'latest' or JSON like "
-            f'{{"topic": {{"0": 23, "1": -2}}}}, got {text!r}'
+            f'{{"topic": {{"0": 23, "1": -2}}}}, got {text!r}',
+            option=name
         ) from None
     if not isinstance(parsed, dict) or not parsed:
-        raise ValueError(f"option {name!r} JSON must be a non-empty object of topics")
+        raise KafkaOptionError(f"option {name!r} JSON must be a non-empty object of topics", option=name)
     result: Offsets = {}
     for topic, parts in parsed.items():
         if topics is not None and topic not in topics:
-            raise ValueError(
+            raise KafkaOptionError(
                 f"option {name!r} names topic {topic!r}, which is not subscribed "
-                f"(subscribe={','.join(topics)!r})"
+                f"(subscribe={','.join(topics)!r})",
+                option=name
             )
         if not isinstance(parts, dict) or not parts:
-            raise ValueError(
-                f"option {name!r}: topic {topic!r} needs an object of partition: offset"
+            raise KafkaOptionError(
+                f"option {name!r}: topic {topic!r} needs an object of partition: offset",
+                option=name
             )
         for part, offset in parts.items():
             try:
                 partition = int(part)
             except (TypeError, ValueError):
-                raise ValueError(
+                raise KafkaOptionError(
                     f"option {name!r}: partition {part!r} of topic {topic!r} is not "
-                    "an integer"
+                    "an integer",
+                    option=name
                 ) from None
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
-                raise ValueError(
+                raise KafkaOptionError(
                     f"option {name!r}: offset {offset!r} of {topic}-{partition} must "
-                    "be an integer >= 0, or -2 (earliest) / -1 (latest)"
+                    "be an integer >= 0, or -2 (earliest) / -1 (latest)",
+                    option=name
                 )
             if partition < 0:
-                raise ValueError(f"option {name!r}: negative partition {partition}")
+                raise KafkaOptionError(f"option {name!r}: negative partition {partition}", option=name)
             result[(topic, partition)] = offset
     return result
 
@@ -310,26 +321,28 @@ def _parse_subscription(
     """Exactly one of ``subscribe``, ``subscribePattern``, ``assign``: (topics, pattern, assign).
 
     Raises:
-        ValueError: naming the option.
+        KafkaOptionError: a ValueError naming the option.
     """
     given = [name for name in _SUBSCRIPTIONS if str(opts.get(name) or "").strip()]
     if len(given) != 1:
-        raise ValueError(
+        raise KafkaOptionError(
             "exactly one of the options 'subscribe' (comma-separated topic names), 'subscribePattern' "
             "(a regular expression) and 'assign' (JSON like {\"topicA\": [0, 1]}) is required"
-            + (f"; got {', '.join(given)}" if given else "")
+            + (f"; got {', '.join(given)}" if given else ""),
+            option=None
         )
     value = str(opts[given[0]]).strip()
     if given[0] == "subscribe":
         topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
         if not topics:
-            raise ValueError("option 'subscribe' is required (comma-separated topic names)")
+            raise KafkaOptionError("option 'subscribe' is required (comma-separated topic names)", option="subscribe")
         return topics, None, None
     if given[0] == "subscribepattern":
         try:
             return (), re.compile(value), None
         except re.error as exc:
-            raise ValueError(f"option 'subscribePattern' is not a valid regular expression: {exc}") from None
+            raise KafkaOptionError(f"option 'subscribePattern' is not a valid regular expression: {exc}",
+                                   option="subscribePattern") from None
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError:
@@ -339,8 +352,9 @@ def _parse_subscription(
                                                   for p in parts)
         for parts in parsed.values()
     ):
-        raise ValueError(
-            f'option \'assign\' must be JSON like {{"topicA": [0, 1], "topicB": [2, 4]}}, got {value!r}'
+        raise KafkaOptionError(
+            f'option \'assign\' must be JSON like {{"topicA": [0, 1], "topicB": [2, 4]}}, got {value!r}',
+            option="assign"
         )
     assign = tuple(sorted({(str(topic), int(p)) for topic, parts in parsed.items() for p in parts}))
     return tuple(sorted(parsed)), None, assign
@@ -353,9 +367,9 @@ def _positive_int(options: Mapping[str, Any], name: str, default: int | None) ->
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise ValueError(f"option {name!r} must be a positive integer, got {raw!r}") from None
+        raise KafkaOptionError(f"option {name!r} must be a positive integer, got {raw!r}", option=name) from None
     if value <= 0:
-        raise ValueError(f"option {name!r} must be a positive integer, got {raw!r}")
+        raise KafkaOptionError(f"option {name!r} must be a positive integer, got {raw!r}", option=name)
     return value
 
 
@@ -364,7 +378,7 @@ def check_common_options(options: Mapping[str, Any]) -> bool:
     subscription); returns ``includeHeaders`` (what the schema depends on).
 
     Raises:
-        ValueError: naming the option.
+        KafkaOptionError: a ValueError naming the option.
     """
     opts = {str(k).lower(): v for k, v in options.items()}
     kafka_consumer_config(opts)
@@ -425,14 +439,15 @@ def parse_duration_ms(name: str, value: Any) -> int:
     ``15m`` / ``15min``, ``2h``, ``1d``, ``100us``; a bare number is milliseconds.
 
     Raises:
-        ValueError: naming the option.
+        KafkaOptionError: a ValueError naming the option.
     """
     match = _TIME_RE.match(str(value).strip().lower())
     unit = (match.group(2) or "ms") if match else None
     if match is None or unit not in _TIME_UNITS_MS:
-        raise ValueError(
+        raise KafkaOptionError(
             f"option {name!r} must be a duration like '30s', '15m', '500ms' (units us, ms, s, m, min, h, d), "
-            f"got {value!r}"
+            f"got {value!r}",
+            option=name
         )
     return int(int(match.group(1)) * _TIME_UNITS_MS[unit])
 
@@ -451,7 +466,7 @@ def _non_negative_int(options: Mapping[str, Any], name: str) -> None:
     except ValueError:
         pass
     if raw is not None:
-        raise ValueError(f"option {name!r} must be an integer >= 0, got {raw!r}")
+        raise KafkaOptionError(f"option {name!r} must be an integer >= 0, got {raw!r}", option=name)
 
 
 #: A timestamp for every partition (``startingTimestamp``), or per partition (``...ByTimestamp``).
@@ -465,7 +480,7 @@ def _parse_timestamps(
     one given, as Spark ranks them (ms since the epoch, >= 0).
 
     Raises:
-        ValueError: naming the option.
+        KafkaOptionError: a ValueError naming the option.
     """
     raw = opts.get(single.lower())
     if raw is not None and str(raw).strip():
@@ -474,16 +489,18 @@ def _parse_timestamps(
         except ValueError:
             value = -1
         if value < 0:
-            raise ValueError(f"option {single!r} must be a timestamp in milliseconds since the epoch, got {raw!r}")
+            raise KafkaOptionError(
+                f"option {single!r} must be a timestamp in milliseconds since the epoch, got {raw!r}", option=single)
         return value
     raw = opts.get(per_partition.lower())
     if raw is None or not str(raw).strip():
         return None
     parsed = parse_starting_offsets(str(raw), topics, name=per_partition)
     if not isinstance(parsed, dict) or any(ts < 0 for ts in parsed.values()):
-        raise ValueError(
+        raise KafkaOptionError(
             f"option {per_partition!r} must be JSON like {{\"topic\": {{\"0\": 1700000000000}}}} "
-            f"(ms since the epoch, >= 0), got {raw!r}"
+            f"(ms since the epoch, >= 0), got {raw!r}",
+            option=per_partition
         )
     return parsed
 
@@ -533,17 +550,17 @@ class KafkaSourceOptions:
         a batch read. docs/kafka.md compares every option with Spark's Kafka source.
 
         Raises:
-            ValueError: naming the offending option.
+            KafkaOptionError: a ValueError naming the offending option.
         """
         opts = {str(k).lower(): v for k, v in options.items()}
         consumer_config = kafka_consumer_config(opts)
         if not batch:
             for name, why in _BATCH_ONLY.items():
                 if name in opts:
-                    raise ValueError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}")
+                    raise KafkaOptionError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}", option=name)
         for name, why in _UNSUPPORTED_OPTIONS.items():
             if name in opts:
-                raise ValueError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}")
+                raise KafkaOptionError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}", option=name)
         _non_negative_int(opts, "fetchOffset.numRetries")
         _non_negative_int(opts, "fetchOffset.retryIntervalMs")
         if batch:
@@ -557,13 +574,15 @@ class KafkaSourceOptions:
         fail_on_data_loss = _parse_bool("failOnDataLoss", str(opts.get("failondataloss", "true")))
         row_format = str(opts.get("rowformat", "arrow")).strip().lower()
         if row_format not in ("arrow", "tuples"):
-            raise ValueError(f"option 'rowFormat' must be 'arrow' or 'tuples', got {row_format!r}")
+            raise KafkaOptionError(f"option 'rowFormat' must be 'arrow' or 'tuples', got {row_format!r}",
+                                   option="rowFormat")
 
         max_offsets = _positive_int(opts, "maxOffsetsPerTrigger", None)
         min_offsets = _positive_int(opts, "minOffsetsPerTrigger", None)
         if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
-            raise ValueError(
-                f"option 'minOffsetsPerTrigger' ({min_offsets}) is higher than 'maxOffsetsPerTrigger' ({max_offsets})"
+            raise KafkaOptionError(
+                f"option 'minOffsetsPerTrigger' ({min_offsets}) is higher than 'maxOffsetsPerTrigger' ({max_offsets})",
+                option="minOffsetsPerTrigger"
             )
         max_trigger_delay_ms = _duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS)
         idle_poll_interval_ms = _duration_ms(opts, "idlePollInterval", DEFAULT_IDLE_POLL_INTERVAL_MS)
@@ -575,22 +594,25 @@ class KafkaSourceOptions:
         starting_ts = _parse_timestamps(opts, "startingTimestamp", "startingOffsetsByTimestamp", subscribed)
         strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).strip().lower()
         if strategy not in ("error", "latest"):
-            raise ValueError(
-                f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}"
+            raise KafkaOptionError(
+                f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}",
+                option="startingOffsetsByTimestampStrategy"
             )
         ending_ts = _parse_timestamps(opts, "endingTimestamp", "endingOffsetsByTimestamp", subscribed)
         ending: StartingOffsets = "latest"
         if batch:
             if starting == "latest" or (isinstance(starting, dict) and LATEST in starting.values()):
-                raise ValueError(
+                raise KafkaOptionError(
                     "option 'startingOffsets' cannot be latest (-1) in a batch read (as in Spark): "
-                    "use earliest, or offsets"
+                    "use earliest, or offsets",
+                    option="startingOffsets"
                 )
             ending = parse_starting_offsets(opts.get("endingoffsets"), subscribed, name="endingOffsets")
             if ending == "earliest" or (isinstance(ending, dict) and EARLIEST in ending.values()):
-                raise ValueError(
+                raise KafkaOptionError(
                     "option 'endingOffsets' cannot be earliest (-2) in a batch read (as in Spark): "
-                    "use latest, or offsets"
+                    "use latest, or offsets",
+                    option="endingOffsets"
                 )
 
         return cls(

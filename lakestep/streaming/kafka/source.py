@@ -26,7 +26,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed pyspa
     ) from _exc
 
 from ..executors import freeze_worker_heap
-from .errors import KafkaDataLossError, KafkaTimestampNotFoundError, KafkaTopicNotFoundError
+from .errors import KafkaDataLossError, KafkaOptionError, KafkaTimestampNotFoundError, KafkaTopicNotFoundError
 from .offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from .options import (
     EARLIEST,
@@ -394,7 +394,7 @@ def resolve_offsets(
     is called only when needed.
 
     Raises:
-        ValueError: JSON offsets that do not name every partition of ``tps``.
+        KafkaOptionError: JSON offsets that do not name every partition of ``tps``.
     """
     if spec == "earliest":
         return {tp: earliest[tp] for tp in tps}
@@ -404,9 +404,10 @@ def resolve_offsets(
     missing = sorted(set(tps) - set(spec))
     extra = sorted(set(spec) - set(tps))
     if missing or extra:
-        raise ValueError(
+        raise KafkaOptionError(
             f"option {name!r} must list every partition of the subscribed topics "
-            f"(use -2 for earliest, -1 for latest); missing {missing}, unknown {extra}"
+            f"(use -2 for earliest, -1 for latest); missing {missing}, unknown {extra}",
+            option=name
         )
     ends = latest() if LATEST in spec.values() else {}
     return {
@@ -428,16 +429,17 @@ def resolve_timestamps(
     the end of the log (``strategy`` ``latest``) or :class:`KafkaTimestampNotFoundError`.
 
     Raises:
-        ValueError: per-partition timestamps that do not name every partition of ``tps``.
+        KafkaOptionError: per-partition timestamps that do not name every partition of ``tps``.
     """
     if isinstance(spec, int):
         stamps = {tp: spec for tp in tps}
     else:
         missing, extra = sorted(set(tps) - set(spec)), sorted(set(spec) - set(tps))
         if missing or extra:
-            raise ValueError(
+            raise KafkaOptionError(
                 f"option {name!r} must list every partition of the subscribed topics; missing {missing}, "
-                f"unknown {extra}"
+                f"unknown {extra}",
+                option=name
             )
         stamps = dict(spec)
     ends = latest()
@@ -507,8 +509,9 @@ class KafkaBatchReader(DataSourceReader):
         for tp in tps:
             first, stop = start[tp], end[tp]
             if first > stop:
-                raise ValueError(
-                    f"{tp[0]}-{tp[1]}: option 'startingOffsets' ({first}) is after option 'endingOffsets' ({stop})"
+                raise KafkaOptionError(
+                    f"{tp[0]}-{tp[1]}: option 'startingOffsets' ({first}) is after option 'endingOffsets' ({stop})",
+                    option="startingOffsets"
                 )
             if stop > log_end[tp]:
                 data_loss.report(
@@ -571,9 +574,10 @@ class KafkaDataSource(DataSource):
 def _check_schema(schema: StructType, options: KafkaSourceOptions) -> None:
     expected = kafka_schema(options.include_headers)
     if schema != expected:
-        raise ValueError(
+        raise KafkaOptionError(
             f"{FORMAT_NAME} has a fixed schema and does not accept a user-specified one; "
-            f"expected {expected.simpleString()}, got {schema.simpleString()}"
+            f"expected {expected.simpleString()}, got {schema.simpleString()}",
+            option="schema"
         )
 
 

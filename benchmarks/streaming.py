@@ -79,7 +79,6 @@ import pyarrow as pa
 
 import lakestep
 from lakestep import Catalog
-from lakestep.testing.spark import log4j2_properties
 
 from .commit import Check, text_table
 
@@ -100,28 +99,12 @@ def step(label: str) -> None:
 
 def make_spark(tmp: Path, app: str = "lakestep-bench-streaming") -> Any:
     """A local[2] session configured like tests/streaming/conftest.py (full JIT: a benchmark)."""
-    from pyspark.sql import SparkSession
+    from lakestep.testing.spark import local_session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(REPO_ROOT) not in parts:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *parts])
-    log4j = tmp / "log4j2.properties"
-    log4j.write_text(log4j2_properties("error"))
-    spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC").config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.warehouse.dir", str(tmp / "spark-warehouse"))
-             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
-             .config("spark.sql.adaptive.enabled", "false")
-             .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-             .config("spark.sql.streaming.stopTimeout", "60s")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session(app, tmp, pythonpath=REPO_ROOT,
+                          conf={"spark.sql.warehouse.dir": str(tmp / "spark-warehouse"),
+                                "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+                                "spark.sql.streaming.stopTimeout": "60s"})
     from lakestep.streaming import register
 
     register(spark)

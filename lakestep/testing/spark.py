@@ -51,12 +51,15 @@ def _level(level: str) -> str:
 
 
 def local_session(app: str, workdir: "str | Path", *, cores: int = 2, level: str = "error",
-                  jvm_options: str = "", conf: Mapping[str, str] | None = None) -> Any:
-    """A quiet local Spark session for a test application or a benchmark: ``local[cores]``, as many
-    shuffle partitions, no UI, UTC, loopback only, the JVM's log at ``level`` on standard error
-    (the properties file is written to ``workdir``), and the Python workers running this
-    interpreter (``PYSPARK_PYTHON`` unless set). ``jvm_options``: more options of the driver's
-    JVM; ``conf``: more Spark settings. Imports pyspark."""
+                  master: str | None = "local", jvm_options: str = "", pythonpath: "str | Path | None" = None,
+                  conf: Mapping[str, str] | None = None) -> Any:
+    """A quiet local Spark session for the tests, a test application or a benchmark: ``local[cores]``
+    (``master``: "local" for that, None to leave it to spark-submit, or a master URL), as many
+    shuffle partitions, no UI, UTC, loopback only, no adaptive execution, the JVM's log at
+    ``level`` on standard error (the properties file is written to ``workdir``), and the Python
+    workers running this interpreter (``PYSPARK_PYTHON`` unless set), with ``pythonpath``
+    put first on their ``PYTHONPATH``. ``jvm_options``: more options of the driver's JVM;
+    ``conf``: more Spark settings. Imports pyspark."""
     import os
     import sys
 
@@ -65,11 +68,18 @@ def local_session(app: str, workdir: "str | Path", *, cores: int = 2, level: str
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if pythonpath is not None:
+        parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if str(pythonpath) not in parts:
+            os.environ["PYTHONPATH"] = os.pathsep.join([str(pythonpath), *parts])
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     log4j = work / "log4j2.properties"
     log4j.write_text(log4j2_properties(level))
-    b = (SparkSession.builder.master(f"local[{cores}]").appName(app)
+    b = SparkSession.builder
+    if master is not None:
+        b = b.master(f"local[{cores}]" if master == "local" else master)
+    b = (b.appName(app)
          .config("spark.sql.shuffle.partitions", str(cores)).config("spark.default.parallelism", str(cores))
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.session.timeZone", "UTC")

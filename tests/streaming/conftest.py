@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 
-from lakestep.testing.spark import log4j2_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,51 +26,24 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-def _prepend_env_path(name: str, entry: str) -> None:
-    parts = [p for p in os.environ.get(name, "").split(os.pathsep) if p]
-    if entry not in parts:
-        os.environ[name] = os.pathsep.join([entry, *parts])
-
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """A quiet local Spark session: 2 cores, 2 shuffle partitions, no UI, UTC."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.fail("Spark tests need Java 17+ (java on PATH or JAVA_HOME)")
-    from pyspark.sql import SparkSession
+    from lakestep.testing.spark import local_session
 
     # Python workers must run this interpreter (pyarrow, kafka-python) and be able
     # to import lakestep, which Python data sources are pickled by reference to.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    _prepend_env_path("PYTHONPATH", str(REPO_ROOT))
-
     base = tmp_path_factory.mktemp("spark")
-    log4j = base / "log4j2.properties"
-    log4j.write_text(log4j2_properties("error"))
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("lakestep-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.warehouse.dir", str(base / "warehouse"))
+    session = local_session(
+        "lakestep-tests", base, pythonpath=REPO_ROOT,
         # C1-only JIT: a test run is short-lived, so quick warm-up beats peak speed.
-        .config(
-            "spark.driver.extraJavaOptions",
-            f"-Dlog4j2.configurationFile=file:{log4j} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-        )
-        .config("spark.sql.adaptive.enabled", "false")  # unsupported by streaming; it warns
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+        jvm_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        conf={"spark.sql.warehouse.dir": str(base / "warehouse"),
+              "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+              "spark.sql.streaming.stopTimeout": "30s"})
     try:
         yield session
     finally:

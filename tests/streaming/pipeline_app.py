@@ -60,43 +60,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # run by spark-submit: its master, its --py-files
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    if not submitted:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-
-    from pyspark.sql import SparkSession
 
     from lakestep.barrier import Pipeline
     from lakestep.catalog.files import Storage
     from lakestep.streaming import register
     from lakestep.streaming.progress import open_catalog
+    from lakestep.testing.spark import local_session
 
     storage = Storage.of(dict(kv.split("=", 1) for kv in args.storage))
     opts = storage.spark_options()  # the driver opens the catalog with them and ships them to executors
 
     ck = Path(args.checkpoints)
-    log4j = ck / "log4j2.properties"
-    ck.mkdir(parents=True, exist_ok=True)
-    log4j.write_text("status = error\nrootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
-                     "appender.console.type = Console\nappender.console.name = console\n"
-                     "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
-                     "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n")
-    builder = SparkSession.builder if submitted else SparkSession.builder.master("local[2]")
-    spark = (
-        builder.appName("lakestep-pipeline-app")
-        .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions",
-                f"-Dlog4j2.configurationFile=file:{log4j} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.sql.streaming.stopTimeout", "10s")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("lakestep-pipeline-app", ck, master=None if submitted else "local",
+                          pythonpath=None if submitted else REPO_ROOT,
+                          jvm_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+                          conf={"spark.sql.streaming.stopTimeout": "10s"})
     print(f"EXECUTORS {register(spark)}", flush=True)
 
     coord = Pipeline(open_catalog(args.catalog, storage)).coordinator(interval=args.interval, lease_seconds=3.0,

@@ -177,17 +177,6 @@ def _unreadable(t: Any) -> str | None:
 
 def native_frame(spark: Any, plan: Any) -> Any:
     """Step 3, native: Spark's Parquet scan of exactly the plan's files, with the table's schema."""
-    from pyspark.sql.pandas.types import from_arrow_schema
+    from ..streaming.derived import parquet_frame
 
-    from ..catalog import reader
-
-    schema = from_arrow_schema(plan.schema)
-    if not plan.files:
-        return spark.createDataFrame([], schema)
-    if "://" in plan.location:
-        paths = [plan.store().full_path(f.path) for f in plan.files]
-        scheme = plan.location.split("://", 1)[0]
-        paths = [p if "://" in p else f"{scheme}://{p}" for p in paths]
-    else:
-        paths = reader.local_paths(plan.store(), plan.files)  # sizes checked: DataFileCorruptError
-    return spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)
+    return parquet_frame(spark, plan.location, plan.store(), plan.files, plan.schema)

@@ -269,16 +269,15 @@ class DerivedJob:
         files = t.added_files(s.from_data_version, s.to_data_version) \
             if s.to_data_version > s.from_data_version else []
         why = _python_reason(t, self.native, merged=False)
-        if why is None:
-            df = spark_scan(self.spark, t, files, physical=bool(t.primary_key))
-            batch.paths[f"changes {s.table}"] = "native"
-        else:
-            df = _python(self.spark, t, files)
+        if why is not None:  # lakestep's reader drops a primary-key table's tombstones itself
             batch.paths[f"changes {s.table}"] = f"python ({why})"
+            return _python(self.spark, t, files)
+        batch.paths[f"changes {s.table}"] = "native"
+        df = spark_scan(self.spark, t, files, physical=bool(t.primary_key))
         if t.primary_key:  # upserted rows; tombstones are not rows
             from pyspark.sql import functions as F
 
-            df = df.where(~F.col("_ls_deleted")).drop("_ls_deleted") if why is None else df
+            df = df.where(~F.col("_ls_deleted")).drop("_ls_deleted")
         return df
 
     def _snapshot(self, batch: Batch, s: SourceRange) -> Any:
@@ -578,22 +577,26 @@ def spark_scan(spark: Any, t: "Table", files: Sequence[Any], *, physical: bool =
     """Spark's Parquet scan of ``files`` (recorded files of table ``t``) with the table's schema
     (``physical``: with a primary-key table's tombstone flag too); on a local disk their sizes
     are checked first (:class:`~lakestep.errors.DataFileCorruptError` naming a file)."""
+    return parquet_frame(spark, t.location, _store(t), files, t.physical_schema if physical else t.schema)
+
+
+def parquet_frame(spark: Any, location: str, store: Any, files: Sequence[Any], schema: Any) -> Any:
+    """Spark's Parquet scan of ``files`` (relative to ``location``, reached through ``store``) read
+    with the Arrow ``schema``, no partition discovery; local files' sizes checked first. Also
+    :func:`lakestep.query.spark.native_frame`'s."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from ..catalog import reader
 
-    arrow = t.physical_schema if physical else t.schema
     if not files:
-        return spark.createDataFrame([], from_arrow_schema(arrow))
-    store = _store(t)
-    if is_object_store(t.location):
-        scheme = t.location.split("://", 1)[0]
+        return spark.createDataFrame([], from_arrow_schema(schema))
+    if is_object_store(location):
+        scheme = location.split("://", 1)[0]
         paths = [store.full_path(f.path) for f in files]
         paths = [p if "://" in p else f"{scheme}://{p}" for p in paths]
     else:
         paths = reader.local_paths(store, files)  # sizes checked: DataFileCorruptError
-    reader_ = _parquet_reader(spark, arrow)
-    return reader_.load(paths[0] if len(paths) == 1 else paths)
+    return _parquet_reader(spark, schema).load(paths[0] if len(paths) == 1 else paths)
 
 
 _READERS: dict[tuple[int, bytes], Any] = {}

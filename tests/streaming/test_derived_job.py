@@ -132,6 +132,26 @@ class Feed:
         self.coord.seal()
 
 
+def run_watched(spark: Any, cat: Catalog, p: Pipeline, steps: int, **kw: Any) -> tuple[list[DerivedJob], dict[str, str]]:
+    """The three jobs (``kw`` to each) run barrier by barrier over ``steps`` feed steps; and the read
+    paths the enrich job's batches reported."""
+    feed = Feed(cat, p)
+    js = jobs(spark, cat, **kw)
+    seen: dict[str, str] = {}
+
+    def spy(batch: Any) -> Any:
+        out = enrich(batch)
+        seen.update(batch.paths)
+        return out
+
+    js[0].transform = spy
+    for i in range(steps):
+        feed.step(i)
+        for j in js:
+            j.run_available()
+    return js, seen
+
+
 def test_pipeline_exact_at_every_barrier(spark: Any, catalog_spec: Any) -> None:
     """Two sources aligned, an overwriting aggregate, an upserting primary-key sink: run barrier by
     barrier, then as threads beside the feed; every barrier is checked; unchanged barriers run no
@@ -170,20 +190,7 @@ def test_python_paths_and_arrow_writer(spark: Any, tmp_path: Path) -> None:
     """native=False and writer='arrow': lakestep's reader and writer in Python workers, same rows."""
     cat = Catalog(warehouse=str(tmp_path / "wh"))
     p = setup(cat)
-    feed = Feed(cat, p)
-    js = jobs(spark, cat, native=False, writer="arrow")
-    seen: dict[str, str] = {}
-
-    def spy(batch: Any) -> Any:
-        out = enrich(batch)
-        seen.update(batch.paths)
-        return out
-
-    js[0].transform = spy
-    for i in range(5):
-        feed.step(i)
-        for j in js:
-            j.run_available()
+    js, seen = run_watched(spark, cat, p, 5, native=False, writer="arrow")
     assert seen == {"changes s.orders": "python (native=False)", "table s.tiers": "python (native=False)"}
     assert check_every_barrier(cat, p.open_epoch() - 1) >= 5
 
@@ -383,20 +390,7 @@ def test_on_an_s3_warehouse(spark: Any, catalog_spec: Any) -> None:
     assert not [k for k in reach if k in os.environ]  # only the catalog's options reach the store
     cat = catalog_spec.open()
     p = setup(cat)
-    feed = Feed(cat, p)
-    js = jobs(spark, cat)
-    seen: dict[str, str] = {}
-
-    def spy(batch: Any) -> Any:
-        out = enrich(batch)
-        seen.update(batch.paths)
-        return out
-
-    js[0].transform = spy
-    for i in range(4):
-        feed.step(i)
-        for j in js:
-            j.run_available()
+    js, seen = run_watched(spark, cat, p, 4)
     why = "python (an object store: pass native=True when Spark reaches it itself)"
     assert seen == {"changes s.orders": why, "table s.tiers": why}
     assert all(not j._spark_writes(sink, spark.createDataFrame([], from_arrow(cat.load_table(sink).schema)))

@@ -29,9 +29,9 @@ test: venv
 	scripts/ensure-services.sh
 	$(BIN)/python scripts/test.py -q $(PYTEST_ARGS)
 
-# A mutation run over catalog/commit.py, catalog/resolver.py, catalog/predicates.py and barrier/states.py
+# A mutation run over catalog/commit.py, catalog/resolver.py, catalog/predicates.py, barrier/rules.py and barrier/facts.py
 # (scripts/mutate.py):
-# long (minutes per target), not part of `make test`. MUTATE_ARGS='--target lakestep/barrier/states.py'.
+# long (minutes per target), not part of `make test`. MUTATE_ARGS='--target lakestep/barrier/rules.py'.
 mutate: venv
 	$(BIN)/python scripts/mutate.py $(MUTATE_ARGS)
 

@@ -2,7 +2,7 @@
 
     python scripts/mutate.py                       # every target, its fast tests
     python scripts/mutate.py --list                # the mutants, not run
-    python scripts/mutate.py --target lakestep/barrier/states.py --only 3,7
+    python scripts/mutate.py --target lakestep/barrier/rules.py --only 3,7
 
 Hand-picked operators, one change per mutant, on the code's tokens (never in
 comments or docstrings):
@@ -69,9 +69,14 @@ TARGETS: dict[str, list[str]] = {
         "tests/catalog/test_error_hierarchy.py", "tests/catalog/test_writes.py", "tests/catalog/test_pk.py",
         "tests/catalog/test_conflicts.py", "tests/catalog/test_druid.py",
     ],
-    "lakestep/barrier/states.py": [
-        "tests/barrier/test_states.py", "tests/barrier/test_rollback.py", "tests/barrier/test_status.py",
-        "tests/barrier/test_coordinator.py", "tests/barrier/test_topology.py",
+    # the barrier rules, defined once (issue 33): the property test compares every accelerator with them
+    "lakestep/barrier/rules.py": [
+        "tests/barrier/test_rules.py", "tests/barrier/test_states.py",
+    ],
+    # the rules' SQL accelerators (the barrier facts, versions at barriers, the one-statement choice)
+    "lakestep/barrier/facts.py": [
+        "tests/barrier/test_rules.py", "tests/barrier/test_states.py", "tests/barrier/test_rollback.py",
+        "tests/barrier/test_status.py", "tests/barrier/test_coordinator.py", "tests/barrier/test_topology.py",
     ],
 }
 
@@ -79,6 +84,17 @@ TARGETS: dict[str, list[str]] = {
 # its replacement). The text must occur once in its target, or the run stops: a named mutant
 # never rots silently.
 NAMED: dict[str, list[tuple[str, str]]] = {
+    # issue 33: the kernel's min/caps, which the operators above do not touch
+    "lakestep/barrier/rules.py": [
+        ("return 0 if tag_ is None else min(tag_, sealed(open_))", "return 0 if tag_ is None else tag_"),
+        ("barrier = min(managed.values(), default=top)", "barrier = max(managed.values(), default=top)"),
+        ("return min(((f or 0) for f in sink_frontiers), default=0)",
+         "return max(((f or 0) for f in sink_frontiers), default=0)"),
+        ("return min([sealed(open_), *((f or 0) for f in source_frontiers)])",
+         "return min([open_, *((f or 0) for f in source_frontiers)])"),
+        ("out = min(out, tag_frontier(m.tag, open_))", "out = min(out, m.tag or 0)"),
+        ("return max(older, key=lambda c: c.version).barrier", "return max(older, key=lambda c: c.barrier).barrier"),
+    ],
     "lakestep/catalog/resolver.py": [
         # issue 16 §4: a serializable check that conflicts only with files whose every row matches
         ("if self.c.scope.verdict(f) is not Verdict.NONE:", "if self.c.scope.verdict(f) is Verdict.ALL:"),
@@ -98,7 +114,7 @@ EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
          "            if at + self.c.retention_seconds <= self.now:", "<=", "<",
          "never decides: the same compaction's age was checked, with <=, when its output was undone above"),
     ],
-    "lakestep/barrier/states.py": [
+    "lakestep/barrier/facts.py": [
         # the tag and m of the newest era with its RESTORE left out: NULL where the RESTORE was the
         # answer, and NULL is what sends each statement to its exact fallback
         ("c.barrier IS NOT NULL AND c.version >= COALESCE(w.restore_v, 0)", "SQL >=", ">",
@@ -125,7 +141,6 @@ EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
         ("if tag is None and restore_v is not None:", "and", "or",
          "with a tag the fallback reads the same barrier (the newest barriered commit carries its era's highest "
          "tag); with neither a tag nor a RESTORE it finds none either"),
-        ("return joined > 0 and fr", ">", ">=", "with joined = 0, fr < joined is never true: frontiers are >= 0"),
         # choice_rows answers None (the general path, same answer) for more scopes: only speed is lost
         ("if not ids or len(ids) > _CHUNK:", "or", "and", "the general path answers the same: speed only"),
         ("if not ids or len(ids) > _CHUNK:", ">", ">=", "the general path answers the same: speed only"),

@@ -11,7 +11,7 @@ Levels:
   are read in one database snapshot. Scope ``query``: usually ONE statement
   (one round trip) whatever the length of the history, else a transaction of
   a few. Scopes ``related`` and ``global``: the facts of every table are kept
-  between calls (states.FactsCache, by change stamp), so a call reads what
+  between calls (facts_cache.FactsCache, by change stamp), so a call reads what
   changed since the last one and the versions of the queried tables.
 * ``read_uncommitted`` (weak): every table at its newest version, no alignment;
   ``barrier`` is None.
@@ -47,18 +47,11 @@ from ..catalog import schema as S
 from ..catalog.lifecycle import VersionLock
 from ..errors import InternalError, InvalidArgumentError, TableNotFoundError
 from .errors import BarrierNotRetainedError, NoSnapshotError
-from .states import (
-    Facts,
-    catching_up,
-    choice_rows,
-    common_snapshot,
-    facts,
-    facts_ex,
-    frontier,
-    newest_snapshot,
-    versions_at,
-)
-from .epochs import open_epoch
+from . import rules
+from ..catalog.epoch import open_epoch, sealed
+from .facts import Facts, choice_rows, facts, facts_ex, versions_at
+from .snapshots import common_snapshot, newest_snapshot
+from .states import catching_up, frontier
 from .graph import Graph, TableKind
 from .topology import Topology
 
@@ -66,7 +59,7 @@ if TYPE_CHECKING:
     from ..catalog import Catalog, Table
 
 Level = Literal["read_committed", "read_uncommitted", "repeatable_read"]
-Scope = Literal["query", "related", "global"]
+Scope = rules.Scope
 LEVELS = ("read_committed", "read_uncommitted", "repeatable_read")
 SCOPES = ("query", "related", "global")
 
@@ -106,7 +99,7 @@ class Explanation:
     @property
     def sealed(self) -> int:
         """The newest sealed barrier."""
-        return self.open_epoch - 1
+        return sealed(self.open_epoch)
 
     def behind(self, table: str) -> int | None:
         """How many barriers ``table`` is behind the newest sealed one (None: unmanaged)."""
@@ -167,8 +160,9 @@ class Choice:
         self.release()
 
 
-class Resolver:
-    """Table names -> ids, cached; a renamed table is noticed and looked up again."""
+class TableIds:
+    """Table names -> ids, cached; a renamed table is noticed and looked up again.
+    (Named ``Resolver`` until 0.1; that name stays until 0.3.)"""
 
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
@@ -195,6 +189,9 @@ class Resolver:
             self.ids.pop(i, None)
 
 
+Resolver = TableIds  # the name until 0.1 (not catalog.resolver.Resolver); kept until 0.3
+
+
 @functools.lru_cache(maxsize=4096)
 def _norm_one(ident: str) -> str:
     from ..catalog import parse_ident
@@ -211,7 +208,7 @@ def norm_idents(tables: Sequence["str | Table"]) -> list[str]:
 def choose(
     catalog: "Catalog",
     topology: Topology,
-    resolver: Resolver,
+    resolver: TableIds,
     tables: Sequence["str | Table"],
     *,
     level: Level = "read_committed",
@@ -271,12 +268,12 @@ def choose(
     raise InternalError("unreachable")
 
 
-def _committed_fast(catalog: "Catalog", topology: Topology, resolver: Resolver, idents: list[str],
+def _committed_fast(catalog: "Catalog", topology: Topology, resolver: TableIds, idents: list[str],
                     scope: Scope) -> Choice | None:
-    """read_committed in one statement (states.choice_rows); None: take the general path.
+    """read_committed in one statement (facts.choice_rows); None: take the general path.
 
     The statement computes e* with SQL; here it is computed again from the
-    returned facts with the rules of states.py and must agree. Anything
+    returned facts with the rules (rules.py) and must agree. Anything
     unusual (a topology change, a rename, a barrier older than a rollback's,
     pruned records) falls back to the general path, which reads in a
     transaction and handles it.
@@ -316,10 +313,10 @@ def _committed_fast(catalog: "Catalog", topology: Topology, resolver: Resolver, 
                    e.held, e.notes)
 
 
-def _committed_wide(catalog: "Catalog", topology: Topology, resolver: Resolver, idents: list[str],
+def _committed_wide(catalog: "Catalog", topology: Topology, resolver: TableIds, idents: list[str],
                     scope: Scope) -> Choice | None:
     """read_committed at scope ``related`` or ``global`` from the kept facts of every table
-    (states.FactsCache): the cost follows what changed since the last call and the tables
+    (facts_cache.FactsCache): the cost follows what changed since the last call and the tables
     queried, not the size of the topology. None: take the general path (a rename)."""
     with catalog.backend.read() as conn:
         known = topology.facts_cache.look(conn)  # the first statement: the snapshot's facts
@@ -350,7 +347,7 @@ def _committed_wide(catalog: "Catalog", topology: Topology, resolver: Resolver, 
 
 @dataclass(frozen=True)
 class EStar:
-    """The read_committed barrier of a scope, and what it rests on."""
+    """The read_committed barrier of a scope, and what it rests on (rules.EStar, with names)."""
 
     barrier: int  # e* = min(frontier) over the managed tables of the scope; O - 1 if none is managed
     managed: dict[int, int]  # table id -> frontier, the managed tables of the scope
@@ -360,29 +357,12 @@ class EStar:
 
 def e_star(graph: Graph, fx: dict[int, Facts], scope_ids: set[int], open_: int,
            queried: "set[int] | frozenset[int]" = frozenset()) -> EStar:
-    """e* (the one definition; the single-statement query of states.choice_rows mirrors it in SQL
-    and is checked against it). Derived tables of the scope still catching up are left out
-    unless queried; unmanaged ones have no frontier. One pass: the rules of
-    :func:`~lakestep.barrier.states.frontier` and ``catching_up``, inlined."""
-    sealed = open_ - 1
+    """e* (rules.py, rule 8) over the tables of ``scope_ids``, whose facts ``fx`` holds."""
     kinds, joined = graph.kinds, graph.joined_barriers
-    managed: dict[int, int] = {}
-    for t in scope_ids:
-        kind = kinds.get(t)
-        if kind is None:
-            continue
-        if kind == "root":
-            managed[t] = sealed
-            continue
-        tag = fx[t].tag
-        f = 0 if tag is None else min(tag, sealed)
-        if f < joined.get(t, 0) and t not in queried:
-            continue  # catching up
-        managed[t] = f
-    barrier = min(managed.values()) if managed else sealed
-    held = tuple(sorted(fx[t].ident for t, f in managed.items() if f == barrier and f < sealed))
-    notes = _notes(held, bool(managed), open_)
-    return EStar(barrier, managed, held, notes)
+    members = (rules.Member(t, kinds[t], fx[t].tag, joined.get(t, 0)) for t in scope_ids if t in kinds)
+    e = rules.e_star(members, open_, queried)
+    held = tuple(sorted(fx[t].ident for t in e.held))
+    return EStar(e.barrier, e.managed, held, _notes(held, bool(e.managed), open_))
 
 
 def _notes(held: tuple[str, ...], any_managed: bool, open_: int) -> tuple[str, ...]:
@@ -391,11 +371,7 @@ def _notes(held: tuple[str, ...], any_managed: bool, open_: int) -> tuple[str, .
 
 
 def _scope(graph: Graph, q: set[int], scope: Scope) -> set[int]:
-    if scope == "query":
-        return set(q)
-    if scope == "related":
-        return graph.component(q) & (graph.managed_set | q)
-    return graph.managed_set | q
+    return rules.scope(graph, q, scope)
 
 
 def _answer(catalog: "Catalog", level: Level, scope: Scope, barrier: int | None, idents: list[str],
@@ -423,7 +399,7 @@ def _answer(catalog: "Catalog", level: Level, scope: Scope, barrier: int | None,
     return Choice(level, scope, barrier, {i: versions[qids[i]] for i in idents}, expl, locks or [], catalog)
 
 
-def _repeatable(catalog: "Catalog", topology: Topology, resolver: Resolver, idents: list[str], scope: Scope,
+def _repeatable(catalog: "Catalog", topology: Topology, resolver: TableIds, idents: list[str], scope: Scope,
                 locker: str | None, lease_seconds: float | None, load: "Callable[[str, int], Table]") -> Choice:
     locker = locker or f"repeatable-read:{uuid.uuid4().hex[:12]}"
     for _ in range(5):

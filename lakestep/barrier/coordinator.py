@@ -1,9 +1,11 @@
 """The coordinator: the one process (or thread) that seals epochs and snapshots barriers.
 
 Run it inside a job's driver (:meth:`Coordinator.start`, a daemon thread) or
-as its own process::
+as its own process, the command ``lakestep coordinator`` (lakestep/cli/services.py;
+``python -m lakestep.barrier.coordinator`` runs the same command, ``--url`` for
+``--catalog``)::
 
-    python -m lakestep.barrier.coordinator --url postgresql://... --interval 1.0
+    lakestep coordinator --catalog postgresql://... --interval 1.0
 
 Any number may run; exactly one holds the lease and seals, the others stand
 by and take over when the lease expires (or at once when the holder stops
@@ -41,7 +43,6 @@ root batches landing within one poll share an epoch.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import socket
@@ -49,7 +50,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Literal
 
 
 from .. import retry as _retry
@@ -287,61 +288,9 @@ class Coordinator:
             self._thread = None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lakestep.barrier.coordinator``: run a coordinator until SIGTERM/SIGINT.
-    Errors print one line and exit 1."""
-    from .._cli import run
+if __name__ == "__main__":  # python -m lakestep.barrier.coordinator: the command `lakestep coordinator`
+    import sys
 
-    return run(lambda: _main(argv))
+    from lakestep.cli import main
 
-
-def _main(argv: Sequence[str] | None) -> int:
-    from ..catalog import Catalog
-
-    p = argparse.ArgumentParser(prog="python -m lakestep.barrier.coordinator", description=__doc__.split("\n")[0])
-    p.add_argument("--url", required=True, help="the catalog database URL")
-    p.add_argument("--warehouse", default=None, help="the warehouse (only to create a new catalog)")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between seals (seal=interval)")
-    p.add_argument("--seal", choices=("interval", "per_batch"), default="interval")
-    p.add_argument("--lease", type=float, default=10.0, help="lease seconds")
-    p.add_argument("--poll", type=float, default=0.05, help="seconds between checks (per_batch)")
-    p.add_argument("--snapshot-every", type=int, default=1, help="snapshot every k-th committed barrier (0: never)")
-    p.add_argument("--retain-count", type=int, default=100, help="barrier snapshots kept (0: all)")
-    p.add_argument("--retain-seconds", type=float, default=None, help="age after which a snapshot expires")
-    p.add_argument("--holder", default=None, help="this coordinator's name (default host:pid:random)")
-    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--max-seals", type=int, default=None, help="stop after sealing this many epochs")
-    p.add_argument("--log-level", default="INFO")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    catalog = Catalog(args.url, warehouse=args.warehouse)
-    coord = Coordinator(
-        catalog, interval=args.interval, seal=args.seal, lease_seconds=args.lease, poll=args.poll,
-        snapshot_every=args.snapshot_every or None, retain_count=args.retain_count or None,
-        retain_seconds=args.retain_seconds, holder=args.holder,
-    )
-    log.info("coordinator %s on %s (seal=%s, interval=%.3fs, lease=%.1fs)", coord.holder, catalog, args.seal,
-             args.interval, args.lease)
-    try:
-        serve(coord, duration=args.duration, max_seals=args.max_seals)
-    finally:
-        catalog.close()
-    return 0
-
-
-def serve(coord: Coordinator, *, duration: float | None = None, max_seals: int | None = None) -> None:
-    """Run ``coord`` in this thread until SIGTERM/SIGINT, ``duration`` seconds or ``max_seals``
-    seals, then release the lease. What ``lakestep coordinator`` and
-    ``python -m lakestep.barrier.coordinator`` run."""
-
-    from .._cli import stopped_by_signals
-
-    try:
-        with stopped_by_signals(coord.stop):  # run() is in this thread: stop() only tells it to return
-            coord.run(duration=duration, max_seals=max_seals)
-    finally:
-        coord.release()
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(["coordinator", *sys.argv[1:]]))

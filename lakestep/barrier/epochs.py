@@ -1,10 +1,10 @@
 """Epochs: the open epoch, the coordinator lease, sealing, and the snapshots of committed barriers.
 
-**The open epoch** ``O`` (row ``ls_epoch``) is read here and nowhere else in
-the barrier layer (:func:`open_epoch`, :func:`epoch_row`; sealing locks it).
-The catalog's commit path stamps root commits with it inside the commit's own
-database transaction, through its one function ``catalog.commit.open_epoch_for_commit``
-(the catalog sits below this layer and cannot import it).
+**The open epoch** ``O`` (row ``ls_epoch``) has one owner, ``lakestep.catalog.epoch``:
+its reads, the ``OPEN_EPOCH`` placeholder and its substitution, and the newest
+sealed barrier ``O - 1``. The catalog's commit path stamps root commits with it
+inside the commit's own database transaction; this module seals it (the only
+writer) and re-exports the reads (:func:`open_epoch`, :func:`epoch_row`).
 
 Each protocol below is one database transaction (``backend.write()``); times
 are the catalog clock's ``shared_now`` (lakestep/clock.py): the database's
@@ -55,20 +55,21 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..catalog import epoch
 from ..catalog import schema as S
 from ..clock import database_now
 from ..errors import InternalError, InvalidArgumentError
 from .errors import NotCoordinatorError
 from .graph import Graph
-from .states import SNAPSHOT_PREFIX, commit_set, committed_barrier, committed_from, facts, versions_at
+from .facts import facts, versions_at
+from .snapshots import SNAPSHOT_PREFIX
+from .states import commit_set, committed_barrier, committed_from
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
 
 _LEASE = sa.select(S.coordinator).where(S.coordinator.c.id == 1)
 _LOCK_LEASE = _LEASE.with_for_update()
-_EPOCH = sa.select(S.epoch.c.open_epoch, S.epoch.c.opened_at).where(S.epoch.c.id == 1)
-_LOCK_EPOCH = _EPOCH.with_for_update()
 _PENDING = sa.text(
     "SELECT 1 FROM ls_commit WHERE table_id IN :ids AND barrier = :e LIMIT 1"
 ).bindparams(sa.bindparam("ids", expanding=True))
@@ -80,15 +81,8 @@ class GraphSource(Protocol):
     def graph(self, conn: Connection) -> Graph: ...
 
 
-def open_epoch(conn: Connection) -> int:
-    """The open epoch ``O``: barriers below it are sealed."""
-    return epoch_row(conn)[0]
-
-
-def epoch_row(conn: Connection) -> tuple[int, float]:
-    """(open epoch, when it was opened), as the database clock recorded it."""
-    r = conn.execute(_EPOCH).one()
-    return int(r[0]), float(r[1])
+open_epoch = epoch.open_epoch  # the open epoch O (catalog/epoch.py)
+epoch_row = epoch.read  # (open epoch, when it was opened)
 
 
 db_now = database_now  # the database server's clock (SystemClock.shared_now)
@@ -210,7 +204,7 @@ def seal_and_snapshot(
     with catalog.backend.write() as conn:
         now, cur = _fence(catalog, conn, lease)
         made = _snapshot_in(conn, topology, policy, wall, cur.snapshot_barrier) if (policy and topology) else []
-        row = conn.execute(_LOCK_EPOCH).one()
+        row = conn.execute(epoch.LOCK_FOR_SEAL).one()
         e, opened_at = int(row[0]), float(row[1])
         if expected is not None and e != expected:
             return None, made

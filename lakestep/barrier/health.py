@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from ..catalog import schema as S
 from ..errors import InvalidArgumentError
 from ..catalog.pins import pinned_storage
-from .states import SNAPSHOT_PREFIX
+from .snapshots import SNAPSHOT_PREFIX
 from .status import Status, TableStatus, status
 from .graph import Job
 from .topology import Topology

@@ -52,7 +52,9 @@ from ..catalog.changes import CommitResult, FilesMode, Isolation
 from ..errors import InvalidArgumentError
 from .errors import JobNotFoundError, StaleBatchError
 from .epochs import open_epoch
-from .states import facts, heads, first_change, frontier, job_frontier, tag_frontier, versions_at
+from . import rules
+from .facts import facts, first_change, heads, versions_at
+from .states import frontier, job_frontier, tag_frontier
 from .graph import Graph, Job, TableKind
 from .topology import Topology, read_generation
 
@@ -128,9 +130,7 @@ def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int
     sink_fr = {t: tag_frontier(fx[t], open_) for t in job.sink_ids}
     processed = job_frontier(graph, fx, job, open_)
     lo = processed + 1
-    ready = open_ - 1
-    for s in managed:
-        ready = min(ready, frontier(graph, fx[s], open_) or 0)
+    ready = rules.ready((frontier(graph, fx[s], open_) for s in managed), open_)
     if lo > ready:
         return None
     hi = ready if max_barriers is None else min(ready, lo + max_barriers - 1)

@@ -24,6 +24,8 @@ Example::
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
 import sqlalchemy as sa
@@ -36,20 +38,9 @@ from .epochs import Seal, epoch_row, open_epoch
 from .errors import BarrierNotRetainedError, JobNotFoundError
 from .jobs import BatchPlan, JobBatch, plan_batch
 from .rollback import RollbackResult, rollback
-from .states import (
-    At,
-    BarrierState,
-    catching_up,
-    common_snapshot,
-    committed_barrier,
-    facts,
-    frontier,
-    heads,
-    job_frontier,
-    oldest_retained,
-    table_states,
-    version_at,
-)
+from .facts import At, facts, heads, version_at
+from .snapshots import common_snapshot, oldest_retained
+from .states import BarrierState, catching_up, committed_barrier, frontier, job_frontier, table_states
 from .graph import Job
 from .topology import Topology
 
@@ -263,3 +254,17 @@ class Pipeline:
         """Make every commit with a barrier above ``to`` invisible in every table (rollback.py)."""
         to = check_barrier(to, "to")
         return rollback(self.catalog, self.topology, to, load=self.table)
+
+
+_shared: "weakref.WeakKeyDictionary[Catalog, Pipeline]" = weakref.WeakKeyDictionary()
+_shared_lock = threading.Lock()
+
+
+def shared_pipeline(catalog: "Catalog") -> Pipeline:
+    """One :class:`Pipeline` per catalog for the whole process: its topology, name and table caches
+    serve every read (lakestep.query's consistent reads, the ``lakestep`` Spark batch source)."""
+    with _shared_lock:
+        p = _shared.get(catalog)
+        if p is None:
+            p = _shared[catalog] = Pipeline(catalog)
+        return p

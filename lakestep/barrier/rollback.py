@@ -52,7 +52,9 @@ from ..catalog.changes import CommitResult, Operation, TableChange
 from ..errors import InvalidArgumentError
 from .epochs import open_epoch
 from .errors import RollbackRefusedError, RollbackRetriesExhaustedError
-from .states import facts, frontier, newest_snapshot, versions_at
+from .facts import facts, versions_at
+from .snapshots import newest_snapshot
+from .states import frontier
 from .topology import Topology, read_generation
 
 if TYPE_CHECKING:

@@ -32,10 +32,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..catalog import epoch
 from ..catalog import schema as S
 from ..errors import InvalidArgumentError
 from .epochs import Lease, epoch_row, read_lease
-from .states import catching_up, committed_from, facts, frontier, oldest_retained
+from .facts import facts
+from .snapshots import oldest_retained
+from .states import catching_up, committed_from, frontier
 from .graph import Graph, TableKind
 from .topology import Topology
 
@@ -80,7 +83,7 @@ class Status:
     @property
     def sealed(self) -> int:
         """The newest sealed barrier (0: none yet)."""
-        return self.open_epoch - 1
+        return epoch.sealed(self.open_epoch)
 
     @property
     def coordinator_alive(self) -> bool:
@@ -123,7 +126,7 @@ def _status(conn: Connection, topology: Topology, last: int, only: Sequence[str]
     clock = topology.catalog.clock
     now = clock.shared_now(conn)
     open_, opened_at = epoch_row(conn)
-    sealed = open_ - 1
+    sealed = epoch.sealed(open_)
     window = range(max(1, sealed - last + 1), sealed + 1)
     q = sa.select(t.table_id, t.namespace, t.name, t.version, t.data_version, t.last_commit_at)
     heads = {int(r[0]): r for r in conn.execute(q.order_by(t.namespace, t.name))}

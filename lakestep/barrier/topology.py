@@ -51,7 +51,8 @@ from ..errors import ArgumentTypeError, TableNotFoundError
 from .errors import CycleError, JobNotFoundError, TopologyError
 from .graph import Graph, Job, TableKind
 from .epochs import open_epoch
-from .states import FactsCache, committed_barrier
+from .facts_cache import FactsCache
+from .states import committed_barrier
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

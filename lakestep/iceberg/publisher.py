@@ -81,7 +81,9 @@ from .. import retry as _retry
 from ..barrier.coordinator import default_holder
 from ..barrier.epochs import open_epoch
 from ..barrier.errors import BarrierNotRetainedError
-from ..barrier.states import commit_set, committed_from, facts, oldest_retained, versions_at
+from ..barrier.facts import facts, versions_at
+from ..barrier.snapshots import oldest_retained
+from ..barrier.states import commit_set, committed_from
 from ..barrier.topology import Topology
 from ..catalog import properties as P
 from ..catalog import schema as S

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from ..barrier.epochs import open_epoch
-from ..barrier.states import committed_from, facts
+from ..barrier.facts import facts
+from ..barrier.states import committed_from
 from ..barrier.topology import Topology
 from ..catalog import schema as S
 

@@ -38,6 +38,7 @@ from .epochs import Seal, epoch_row, open_epoch
 from .errors import BarrierNotRetainedError, JobNotFoundError
 from .jobs import BatchPlan, JobBatch, plan_batch
 from .rollback import RollbackResult, rollback
+from . import rules
 from .facts import At, facts, heads, version_at
 from .snapshots import common_snapshot, oldest_retained
 from .states import BarrierState, catching_up, committed_barrier, frontier, job_frontier, table_states
@@ -155,7 +156,7 @@ class Pipeline:
             o = open_epoch(conn)
             fx = facts(conn, set(job.source_ids) | set(job.sink_ids))
             known = [f for f in (frontier(g, fx[s], o) for s in job.source_ids) if f is not None]
-            return min(known) if known else job_frontier(g, fx, job, o)
+            return rules.ready(known, o) if known else job_frontier(g, fx, job, o)
 
     def committed_barrier(self) -> int:
         """The newest barrier in state COMMIT (every table of the COMMIT set precommitted it)."""

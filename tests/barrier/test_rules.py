@@ -34,7 +34,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from lakestep import Catalog
@@ -62,7 +62,9 @@ table_spec = st.tuples(st.sampled_from(["root", "derived", "derived", "unmanaged
                        st.lists(st.integers(0, N - 1), min_size=1, max_size=2), st.booleans())
 topology = st.lists(table_spec, min_size=N - 1, max_size=N - 1)
 step = st.tuples(st.sampled_from(["seal", "seal", "root", "root", "job", "job", "job", "manual", "compact",
-                                  "register", "rollback"]), st.integers(0, 2**16 - 1))
+                                  "register", "rollback", "stamp", "restore"]), st.integers(0, 2**16 - 1))
+# scripts/mutate.py: a failing example is enough, shrinking it is not needed
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate] if os.environ.get("LAKESTEP_MUTANT") else list(Phase)
 program = st.lists(step, min_size=6, max_size=16)
 
 
@@ -123,6 +125,15 @@ class World:
             if arg % 3 == 0:
                 t.append(self.row())
             t.compact(min_files=2)
+        elif kind == "stamp":  # a writer outside the protocol stamps a non-root table with the open epoch
+            others = [i for i in range(N) if self.kinds[i] != "root"]
+            if others:
+                self.tables[others[arg % len(others)]].append(self.row(), barrier=OPEN_EPOCH)
+        elif kind == "restore":  # a manual RESTORE (no barrier) to an earlier version
+            t = self.tables[arg % N]
+            t.refresh()
+            if t.version > 1:
+                t.restore(1 + arg // N % (t.version - 1))
         elif kind == "register":
             late = [i for i in range(N) if self.kinds[i] == "derived" and i not in self.registered]
             if late:
@@ -243,7 +254,7 @@ class World:
 def run_many(examples: int, fresh: Callable[[], Catalog]) -> dict[str, int]:
     seen = {"examples": 0, "steps": 0, "answers": 0, "rollbacks": 0, "catching_up": 0}
 
-    @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None, phases=PHASES,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(topology, program)
     def run(spec: list[tuple[str, list[int], bool]], prog: list[tuple[str, int]]) -> None:

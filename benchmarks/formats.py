@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter, Dat
                                     WriterCommitMessage)
 
 from lakestep.catalog import reader
-from lakestep.streaming import progress
+from lakestep.streaming import catalog_cache
 from lakestep.streaming.datasource import LakestepDataSource
 from lakestep.streaming.sink import FilesWritten, LakestepStreamWriter, TableShape
 from lakestep.streaming.source import FilesPartition, FileToRead
@@ -57,8 +57,8 @@ class PlainSource(DataSource):
     def schema(self) -> Any:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        cat = progress.open_catalog(progress.required(self.options, "catalog"))
-        return from_arrow_schema(cat.load_table(progress.required(self.options, "table")).schema)
+        cat = catalog_cache.open_catalog(catalog_cache.required(self.options, "catalog"))
+        return from_arrow_schema(cat.load_table(catalog_cache.required(self.options, "table")).schema)
 
     def streamReader(self, schema: Any) -> "PlainStreamReader":
         return PlainStreamReader(self.options)
@@ -66,12 +66,12 @@ class PlainSource(DataSource):
 
 class PlainStreamReader(DataSourceStreamReader):
     def __init__(self, options: Any) -> None:
-        self.url = progress.required(options, "catalog")
-        self.table = progress.required(options, "table")
+        self.url = catalog_cache.required(options, "catalog")
+        self.table = catalog_cache.required(options, "table")
         self.shape = TableShape.of(self._table())
 
     def _table(self) -> Any:
-        return progress.open_catalog(self.url).load_table(self.table)
+        return catalog_cache.open_catalog(self.url).load_table(self.table)
 
     def initialOffset(self) -> dict[str, int]:
         return {"dv": 0}
@@ -105,7 +105,7 @@ class TimedSink(LakestepDataSource):
 class TimedStreamWriter(LakestepStreamWriter):
     def __init__(self, options: Any, overwrite: bool, schema: Any = None) -> None:
         super().__init__(options, overwrite, schema)
-        self.timing_file = progress.required(options, "timingFile")
+        self.timing_file = catalog_cache.required(options, "timingFile")
 
     def commit(self, messages: "list[FilesWritten | None]", batchId: int) -> None:  # driver
         start = time.time()

@@ -350,9 +350,9 @@ class PlainLoop(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        from lakestep.streaming.derived import spark_scan
+        from lakestep.streaming.catalog_cache import open_catalog
         from lakestep.streaming.native import write
-        from lakestep.streaming.progress import open_catalog
+        from lakestep.streaming.scan import spark_scan
         from lakestep.streaming.sink import SinkTarget
 
         from lakestep.streaming.derived import SWITCH_INTERVAL, lower_switch_interval

@@ -28,10 +28,11 @@ Example::
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from typing import TYPE_CHECKING
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, QueryError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -40,6 +41,16 @@ _DB_NOW = {
     "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
     "postgresql": "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8",
 }
+
+
+def parse_timestamp(text: str) -> dt.datetime:
+    """An ISO timestamp to travel to (``TIMESTAMP AS OF``, the option ``timestampAsOf``), UTC when
+    it names no zone; :class:`~lakestep.errors.QueryError` when it is none."""
+    try:
+        ts = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise QueryError(f"TIMESTAMP AS OF needs an ISO timestamp, got {text!r}") from None
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=dt.timezone.utc)
 
 
 def database_now(conn: "Connection") -> float:

@@ -251,7 +251,9 @@ def check_relative_path(path: str) -> str:
 
 
 # ---------------------------------------------------------------- stats codec
-def _encode(v: Any) -> Any:
+def encode_value(v: Any) -> Any:
+    """A statistics bound or partition value as JSON: dates, times, decimals, bytes and
+    durations tagged (``{"$d": "2026-01-02"}``); None for NaN and for types it has no form for."""
     if v is None or isinstance(v, (bool, int, float, str)):
         if isinstance(v, float) and v != v:  # NaN: no usable bound
             return None
@@ -276,10 +278,11 @@ def partition_key(part: Mapping[str, Any]) -> str:
     JSON, keys sorted. The only writer of that column; reads with a filter that pins
     every partition column match it as text (Predicate.partition_keys), so any other
     form would hide files from those reads."""
-    return json.dumps({k: _encode(v) for k, v in part.items()}, sort_keys=True)
+    return json.dumps({k: encode_value(v) for k, v in part.items()}, sort_keys=True)
 
 
-def _decode(v: Any) -> Any:
+def decode_value(v: Any) -> Any:
+    """The value :func:`encode_value` encoded (None for a tag it does not know)."""
     if isinstance(v, dict):
         if "$dt" in v:
             return dt.datetime.fromisoformat(v["$dt"])
@@ -314,10 +317,77 @@ def compute_stats(table: pa.Table) -> dict[str, list[Any]]:
         if len(col) > nulls and not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t)):
             try:
                 mm = pc.min_max(col)
-                lo, hi = _encode(mm["min"].as_py()), _encode(mm["max"].as_py())
+                lo, hi = encode_value(mm["min"].as_py()), encode_value(mm["max"].as_py())
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError, ValueError):
                 lo = hi = None
         out[name] = [lo, hi, nulls]
+    return out
+
+
+# ------------------------------------------------- typed copies of the statistics
+# What of a file's statistics the catalog also records as typed SQL rows
+# (``ls_file_stats``, see stats_sql.py): pure functions of the statistics JSON
+# above, shared by the commit paths and the schema migration that backfilled them.
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+_DAY_ZERO = dt.date(1970, 1, 1)
+
+
+def sql_int(v: Any) -> int | None:
+    """``v`` as the BIGINT stored for it, or None when it is not copied: integers and
+    booleans within 64 bits, dates (days since 1970-01-01); nothing else."""
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v if INT64_MIN <= v <= INT64_MAX else None
+    if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
+        return (v - _DAY_ZERO).days
+    return None
+
+
+def _json_bound(v: Any) -> int | None:
+    """:func:`sql_int` of a bound as the statistics JSON decodes (an int, a bool, ``{"$d": ...}``
+    for a date; anything else is not copied). Exact types: this runs per column of every
+    file a commit adds."""
+    t = type(v)
+    if t is int:
+        return v if INT64_MIN <= v <= INT64_MAX else None
+    if t is bool:
+        return int(v)
+    if t is dict and len(v) == 1 and "$d" in v:
+        try:
+            return (dt.date.fromisoformat(v["$d"]) - _DAY_ZERO).days
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def file_stats_rows(count: int, stats_json: str) -> list[tuple[str, int, int | None, int | None, int | None]]:
+    """(column, null_count, min, max, width) of the columns whose bounds a file's statistics
+    copy into typed rows: both bounds integers, booleans or dates within 64 bits (then
+    ``width`` is the bit length of ``max - min``), or every value null (no bounds, no
+    width). Floats, decimals, strings, bytes, times and timestamps are never copied;
+    unreadable statistics copy nothing."""
+    try:
+        stats = json.loads(stats_json) if stats_json else {}
+    except ValueError:
+        return []
+    out: list[tuple[str, int, int | None, int | None, int | None]] = []
+    if type(stats) is not dict:
+        return out
+    for col, v in stats.items():
+        if type(v) is not list or len(v) != 3:
+            continue
+        lo, hi, nulls = v
+        if type(nulls) is not int or not INT64_MIN <= nulls <= INT64_MAX:
+            continue
+        if lo is None and hi is None:
+            if nulls == count:  # every value null: comparisons never match
+                out.append((col, nulls, None, None, None))
+            continue
+        a, b = _json_bound(lo), _json_bound(hi)
+        if a is None or b is None or a > b:
+            continue
+        out.append((col, nulls, a, b, (b - a).bit_length()))
     return out
 
 
@@ -344,12 +414,12 @@ class DataFile:
 
     @cached_property
     def partition(self) -> dict[str, Any]:
-        return {k: _decode(v) for k, v in json.loads(self.partition_json).items()}
+        return {k: decode_value(v) for k, v in json.loads(self.partition_json).items()}
 
     @cached_property
     def stats(self) -> dict[str, ColumnStats]:
         return {
-            k: ColumnStats(_decode(v[0]), _decode(v[1]), int(v[2]))
+            k: ColumnStats(decode_value(v[0]), decode_value(v[1]), int(v[2]))
             for k, v in json.loads(self.stats_json).items()
         }
 
@@ -407,14 +477,15 @@ def split_by_partition(data: pa.Table, partition_by: list[str]) -> list[tuple[di
 DICTIONARY_SAMPLE_ROWS = 8192
 
 
-def _leaf_count(t: pa.DataType) -> int:
+def leaf_count(t: pa.DataType) -> int:
+    """How many Parquet leaf columns a column of Arrow type ``t`` is written as."""
     if pa.types.is_struct(t):
-        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
+        return sum(leaf_count(t.field(i).type) for i in range(t.num_fields))
     if pa.types.is_map(t):
-        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
+        return leaf_count(t.key_type) + leaf_count(t.item_type)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) \
             or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
-        return _leaf_count(t.value_type)
+        return leaf_count(t.value_type)
     return 1
 
 
@@ -428,7 +499,7 @@ def _leaf_paths(schema_ipc: bytes) -> list[list[str]]:
     leaves = [pf.schema.column(i).path for i in range(len(pf.schema))]
     out, i = [], 0
     for f in schema:
-        k = _leaf_count(f.type)
+        k = leaf_count(f.type)
         out.append(leaves[i:i + k])
         i += k
     if i != len(leaves):  # a type whose leaves are counted differently: the paths cannot be split

@@ -18,12 +18,13 @@ except :class:`~lakestep.errors.CatalogWaitExpiredError` when ``retry`` has
 a deadline and the database stayed away longer.
 
 Run it in a thread of a driver (:meth:`MaintenanceLoop.start`) or as its own
-process (``python -m lakestep.catalog.maintenance --url ... [--table ns.t]``).
+process: the command ``lakestep maintenance --catalog URL [--table ns.t]``
+(lakestep/cli/services.py; ``python -m lakestep.catalog.maintenance`` runs the
+same command, ``--url`` for ``--catalog``).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import logging
 import threading
@@ -243,26 +244,9 @@ class MaintenanceLoop:
             self.publisher.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lakestep.catalog.maintenance``; errors print one line and exit 1."""
-    from .._cli import run
+if __name__ == "__main__":  # python -m lakestep.catalog.maintenance: the command `lakestep maintenance`
+    import sys
 
-    return run(lambda: _main(argv))
+    from lakestep.cli import main
 
-
-def _main(argv: Sequence[str] | None) -> None:
-    p = argparse.ArgumentParser(prog="python -m lakestep.catalog.maintenance", description=__doc__.split("\n")[0])
-    p.add_argument("--url", required=True, help="catalog database URL")
-    p.add_argument("--table", action="append", help="a table to maintain (repeatable; default: all)")
-    p.add_argument("--interval", type=float, default=60.0)
-    p.add_argument("--major-every", type=int, default=0)
-    p.add_argument("--rounds", type=int, default=None, help="stop after this many rounds")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with Catalog(args.url) as cat:
-        MaintenanceLoop(cat, args.table, interval=args.interval, major_every=args.major_every).run(
-            max_rounds=args.rounds)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(["maintenance", *sys.argv[1:]]))

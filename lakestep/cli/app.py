@@ -9,7 +9,6 @@ import click
 import sqlalchemy as sa
 
 from .. import __version__
-from .._cli import run as run_main
 from ..errors import LakestepError
 from ..secrets import mask_url
 from . import barriers, doctor, maintain, query, report, services, tables
@@ -65,5 +64,12 @@ def one_line(message: str) -> str:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; a :class:`LakestepError` prints one line on stderr and returns 1."""
-    return run_main(lambda: _invoke(argv))
+    """Run the command line; a :class:`LakestepError` prints one line on stderr and returns 1,
+    Ctrl-C returns 130."""
+    try:
+        return _invoke(argv)
+    except LakestepError as e:
+        print(f"error: {one_line(str(e))}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -19,17 +19,28 @@ CATALOG_HELP = ("the catalog: a database URL (sqlite:///wh/catalog.db, postgresq
                 "warehouse directory holding catalog.db; default: $LAKESTEP_CATALOG")
 
 
-def common(f: Callable[..., Any]) -> Callable[..., Any]:
+def common(f: Callable[..., Any] | None = None, *, url_alias: bool = False) -> Any:
     """Add ``--catalog URL`` and ``--json``; the command receives ``out`` (an :class:`Output`)
-    and ``catalog_url`` and returns its exit code (None: 0)."""
+    and ``catalog_url`` and returns its exit code (None: 0). ``url_alias``: a hidden ``--url``
+    names the catalog too (the services: ``python -m lakestep.barrier.coordinator --url ...``
+    and ``python -m lakestep.catalog.maintenance --url ...`` always took it)."""
+    if f is None:
+        return functools.partial(common, url_alias=url_alias)
 
     @click.option("--json", "as_json", is_flag=True, help="print one JSON document instead of tables")
-    @click.option("--catalog", "catalog_url", envvar="LAKESTEP_CATALOG", required=True, metavar="URL",
-                  help=CATALOG_HELP)
+    @click.option("--catalog", "catalog_url", envvar="LAKESTEP_CATALOG", required=not url_alias, metavar="URL",
+                  help=CATALOG_HELP + ("  [required]" if url_alias else ""))
     @functools.wraps(f)
     def wrapper(*args: Any, as_json: bool, **kwargs: Any) -> Any:
+        if url_alias:
+            url = kwargs.pop("url")
+            kwargs["catalog_url"] = url if url is not None else kwargs["catalog_url"]
+            if kwargs["catalog_url"] is None:
+                raise click.MissingParameter(param_hint="'--catalog'", param_type="option")
         return f(*args, out=Output(as_json), **kwargs)
 
+    if url_alias:
+        wrapper = click.option("--url", "url", default=None, hidden=True, metavar="URL")(wrapper)
     return wrapper
 
 

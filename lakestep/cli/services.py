@@ -1,20 +1,23 @@
 """``lakestep coordinator``, ``lakestep maintenance`` and ``lakestep publish``: the long-running services.
 
 ``python -m lakestep.barrier.coordinator`` and ``python -m lakestep.catalog.maintenance``
-remain as aliases without the CLI's dependencies; both run the same code
-(:func:`lakestep.barrier.coordinator.serve`, :meth:`MaintenanceLoop.run`).
+run the commands ``lakestep coordinator`` and ``lakestep maintenance`` (they need the
+``cli`` extra too); ``--url`` is ``--catalog`` there, as it always was. Each runs until
+SIGTERM or SIGINT (:func:`stopped_by_signals`), then stops cleanly: the coordinator
+releases its lease, the maintenance loop finishes its round.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any
+import signal
+from typing import Any, Callable, Iterator
 
 import click
 from rich.table import Table as RichTable
 
-from ..barrier.coordinator import Coordinator, serve
-from .._cli import stopped_by_signals
+from ..barrier.coordinator import Coordinator
 from ..catalog.maintenance import MaintenanceLoop, RoundReport
 from ..secrets import mask_url
 from .common import common, open_catalog
@@ -32,6 +35,23 @@ def _logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+@contextlib.contextmanager
+def stopped_by_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT call ``stop()`` (a loop running in this thread is
+    told to return); the previous handlers are put back on the way out."""
+
+    def handler(signum: int, _frame: object) -> None:
+        logging.getLogger("lakestep").info("signal %d: stopping", signum)
+        stop()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 LOG_LEVEL = click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
@@ -57,7 +77,7 @@ LOG_LEVEL = click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WAR
 @click.option("--duration", type=click.FloatRange(min=0), default=None, help="stop after this many seconds")
 @click.option("--max-seals", type=click.IntRange(min=1), default=None, help="stop after sealing this many epochs")
 @LOG_LEVEL
-@common
+@common(url_alias=True)
 def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, lease: float, poll: float,
                     snapshot_every: int, retain_count: int, retain_seconds: float | None, holder: str | None,
                     duration: float | None, max_seals: int | None, log_level: str) -> None:
@@ -65,7 +85,8 @@ def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, l
 
     Runs until SIGTERM/SIGINT (or --duration / --max-seals), then releases
     the lease. Run several: one seals, the others stand by and take over
-    when its lease lapses. Replaces `python -m lakestep.barrier.coordinator`.
+    when its lease lapses. `python -m lakestep.barrier.coordinator` runs
+    this command (--url is --catalog).
 
     \b
     Example:
@@ -78,7 +99,11 @@ def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, l
                             retain_seconds=retain_seconds, holder=holder)
         logging.getLogger("lakestep.cli").info("coordinator %s on %s (seal=%s, interval=%gs, lease=%gs)",
                                                coord.holder, cat.url, seal, interval, lease)
-        serve(coord, duration=duration, max_seals=max_seals)
+        try:
+            with stopped_by_signals(coord.stop):  # run() is in this thread: stop() only tells it to return
+                coord.run(duration=duration, max_seals=max_seals)
+        finally:
+            coord.release()
     seals = [{"barrier": s.barrier, "opened_at": s.opened_at, "sealed_at": s.sealed_at, "token": s.token}
              for s in coord.seals]
     out.emit({"holder": coord.holder, "seals": seals})
@@ -102,14 +127,15 @@ def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, l
 @click.option("--no-cleanup", is_flag=True, help="compact and apply TTLs only")
 @click.option("--no-ttl", is_flag=True, help="do not apply table TTLs")
 @LOG_LEVEL
-@common
+@common(url_alias=True)
 def maintenance_cmd(out: Output, catalog_url: str, tables: tuple[str, ...], interval: float, major_every: int,
                     min_files: int, rounds: int | None, no_cleanup: bool, no_ttl: bool, log_level: str) -> None:
     """Run TTL, compaction and cleanup in a loop beside live writers.
 
     Each round, per table: apply its TTL, compact, clean up. A failing table
     is reported and retried next round. Runs until SIGTERM/SIGINT or
-    --rounds. Replaces `python -m lakestep.catalog.maintenance`.
+    --rounds. `python -m lakestep.catalog.maintenance` runs this command
+    (--url is --catalog).
 
     \b
     Example:

@@ -26,14 +26,12 @@ window must use ``repeatable_read``.
 
 from __future__ import annotations
 
-import datetime as dt
-import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import pyarrow as pa
 
+from ..clock import parse_timestamp
 from ..errors import QueryError
 
 if TYPE_CHECKING:
@@ -122,19 +120,12 @@ class ConsistentRead:
         self.close()
 
 
-_pipelines: "weakref.WeakKeyDictionary[Catalog, Pipeline]" = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
-
-
 def pipeline(catalog: "Catalog") -> "Pipeline":
-    """One :class:`Pipeline` per catalog: its topology, name and table caches serve every read."""
-    from ..barrier import Pipeline
+    """One :class:`Pipeline` per catalog: its topology, name and table caches serve every read
+    (:func:`lakestep.barrier.pipeline.shared_pipeline`)."""
+    from ..barrier.pipeline import shared_pipeline
 
-    with _lock:
-        p = _pipelines.get(catalog)
-        if p is None:
-            p = _pipelines[catalog] = Pipeline(catalog)
-        return p
+    return shared_pipeline(catalog)
 
 
 def _check(level: str, scope: str) -> None:
@@ -246,12 +237,3 @@ def consistent_arrow(catalog: "Catalog", tables: Sequence["str | TableRef"], **k
     """
     with consistent_read(catalog, tables, **kwargs) as cr:
         return cr.tables(), cr.info
-
-
-def parse_timestamp(text: str) -> dt.datetime:
-    """An ISO timestamp (TIMESTAMP AS OF, timestampAsOf), UTC when it names no zone."""
-    try:
-        ts = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise QueryError(f"TIMESTAMP AS OF needs an ISO timestamp, got {text!r}") from None
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=dt.timezone.utc)

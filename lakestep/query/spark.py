@@ -37,7 +37,9 @@ The protocol:
 The result is a lazy DataFrame and :class:`ReadInfo`. A ``repeatable_read``
 query holds its pins until :meth:`SparkQueryResult.release` (or ``with``);
 its leases lapse by themselves otherwise. This module does not import
-pyspark: it drives the session it is given.
+pyspark: it drives the session it is given. It builds on lakestep.streaming's
+Spark I/O (the ``lakestep`` format, :mod:`lakestep.streaming.scan`), never the
+reverse.
 
 Not guaranteed: the native scan does not compare each file's footer row
 count with the catalog's (the Python path does); a file replaced outside
@@ -90,8 +92,9 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
 
     ``native``: None (default) scans with Spark's own Parquet reader wherever it can (step 3),
     True also on object stores (Spark must reach the store itself), False never."""
-    from ..streaming import register
-    from ..streaming.progress import open_catalog
+    from ..streaming.catalog_cache import open_catalog
+    from ..streaming.datasource import register
+    from ..streaming.scan import native_frame, python_reason
 
     cat = open_catalog(catalog) if isinstance(catalog, str) else catalog
     url = catalog if isinstance(catalog, str) else cat.connection_url()
@@ -105,7 +108,7 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
         for label, plan in read.plans.items():
             ref = read.refs[label]
             name = _view(ref, plan.version)
-            why = _python_reason(plan, native)
+            why = python_reason(plan.location, plan.schema, native, merged=plan.merge_on_read)
             if why is None:
                 df = native_frame(spark, plan)
                 paths[label] = "native"
@@ -142,41 +145,3 @@ def spark_table(spark: Any, catalog: "Catalog | str", table: str, *, level: str 
     return spark_sql(spark, catalog, f"SELECT * FROM {ns}.{name}{travel}", level=level, scope=scope,
                      barrier=barrier, snapshot=snapshot, native=native)
 
-
-def _python_reason(plan: Any, native: bool | None) -> str | None:
-    """Why ``plan`` is read through the Python path (None: Spark's own scan can read it)."""
-
-    if native is False:
-        return "native=False"
-    if plan.merge_on_read:
-        return "a primary-key table, merged on read"
-    if "://" in plan.location and native is not True:
-        return "an object store: pass native=True when Spark reaches it itself"
-    for f in plan.schema:
-        bad = _unreadable(f.type)
-        if bad:
-            return f"column {f.name!r} is {f.type}: {bad}"
-    return None
-
-
-def _unreadable(t: Any) -> str | None:
-    import pyarrow as pa
-
-    T = pa.types
-    if T.is_timestamp(t) and t.unit == "ns":
-        return "Spark's Parquet reader takes no nanosecond timestamps"
-    if T.is_unsigned_integer(t) or T.is_dictionary(t) or T.is_large_list(t) or T.is_null(t):
-        return "no Spark type reads it back the same"
-    if T.is_struct(t):
-        return next((r for r in (_unreadable(c.type) for c in t) if r), None)
-    if T.is_list(t) or T.is_map(t):
-        return _unreadable(t.value_type if T.is_list(t) else t.item_type) or (
-            _unreadable(t.key_type) if T.is_map(t) else None)
-    return None
-
-
-def native_frame(spark: Any, plan: Any) -> Any:
-    """Step 3, native: Spark's Parquet scan of exactly the plan's files, with the table's schema."""
-    from ..streaming.derived import parquet_frame
-
-    return parquet_frame(spark, plan.location, plan.store(), plan.files, plan.schema)

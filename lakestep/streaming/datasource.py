@@ -20,13 +20,13 @@ Example (a root job from Kafka, a derived job from it)::
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource
 
 from ..catalog.files import Storage
 from ..errors import InvalidArgumentError
-from . import progress
+from .catalog_cache import open_catalog, required, storage_of
 
 
 def _spark_schema(table: Any) -> str:
@@ -36,7 +36,7 @@ def _spark_schema(table: Any) -> str:
 
 
 class LakestepDataSource(DataSource):
-    """``format("lakestep")``: batch reads and writes (batch.py), a streaming sink (sink.py)
+    """``format("lakestep")``: batch reads and writes (batch_io.py), a streaming sink (sink.py)
     and a streaming source (source.py) of lakestep tables."""
 
     @classmethod
@@ -46,16 +46,16 @@ class LakestepDataSource(DataSource):
     def schema(self) -> Any:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        cat = progress.open_catalog(progress.required(self.options, "catalog"), progress.storage_of(self.options))
-        return from_arrow_schema(cat.load_table(progress.required(self.options, "table")).schema)
+        cat = open_catalog(required(self.options, "catalog"), storage_of(self.options))
+        return from_arrow_schema(cat.load_table(required(self.options, "table")).schema)
 
     def reader(self, schema: Any) -> Any:
-        from .batch import LakestepBatchReader
+        from .batch_io import LakestepBatchReader
 
         return LakestepBatchReader(self.options, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
-        from .batch import LakestepBatchWriter
+        from .batch_io import LakestepBatchWriter
 
         return LakestepBatchWriter(self.options, overwrite, schema)
 
@@ -83,7 +83,7 @@ def register(spark: Any, *, check_executors: bool = True) -> Any:
     None when not checked (``check_executors=False``, checked before, Spark Connect).
     """
     from .executors import check_executors as _check
-    from .kafka import register_kafka_source
+    from .kafka.source import register_kafka_source
 
     found = _check(spark) if check_executors else None
     spark.dataSource.register(LakestepDataSource)
@@ -95,7 +95,7 @@ def register_job(url: str, job: str, *, sources: Sequence[str], sinks: Sequence[
     """Register a derived job (before starting its query): which tables it reads and writes."""
     from ..barrier import Pipeline
 
-    Pipeline(progress.open_catalog(url)).register_job(job, sources=sources, sinks=sinks)
+    Pipeline(open_catalog(url)).register_job(job, sources=sources, sinks=sinks)
 
 
 def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "append",
@@ -136,7 +136,7 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
         q = (df.writeStream.foreachBatch(foreach_batch(url, "shop.raw", job="ingest"))
                .option("checkpointLocation", "/ck/ingest").start())
     """
-    from .sink import SinkTarget
+    from .sink import SinkTarget, task_writer
 
     mode = {"overwrite": "complete", "upsert": "update"}.get(mode, mode)
     storage = Storage.of(storage_options)
@@ -146,7 +146,7 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
     if writer == "spark":
         from .native import check_target
 
-        check_target(progress.open_catalog(url, storage).load_table(table), dead_letter_table)
+        check_target(open_catalog(url, storage).load_table(table), dead_letter_table)
     target = SinkTarget.open(url, table, job=job, mode=mode, dead_letter=dead_letter_table, storage=storage)
 
     def run(df: Any, batch_id: int) -> None:
@@ -159,22 +159,8 @@ def foreach_batch(url: str, table: str, *, job: str | None = None, mode: str = "
 
             messages = [write(df, target, batch_id)]
         else:
-            messages = [pickle.loads(r[0]) for r in df.mapInArrow(_writer(target, batch_id), "m binary").collect()]
+            messages = [pickle.loads(r[0]) for r in df.mapInArrow(task_writer(target, batch_id), "m binary").collect()]
         target.commit(messages, batch_id)
 
     return run
 
-
-def _writer(target: Any, batch_id: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    def write(batches: Iterator[Any]) -> Iterator[Any]:  # executors
-        import pyarrow as pa
-        from pyspark import TaskContext
-
-        from .executors import freeze_worker_heap
-        from .sink import task_prefix
-
-        freeze_worker_heap()
-        msg = target.files().write(batches, task_prefix(TaskContext.get(), batch_id))
-        yield pa.RecordBatch.from_pydict({"m": [pickle.dumps(msg)]}, pa.schema([("m", pa.binary())]))
-
-    return write

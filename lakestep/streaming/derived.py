@@ -97,7 +97,8 @@ from ..barrier import Pipeline
 from ..barrier.jobs import BatchPlan, BatchResult, SourceRange
 from ..catalog.files import Storage, is_object_store
 from ..errors import CatalogUnavailableError, InvalidArgumentError, SchemaMismatchError
-from . import progress
+from .catalog_cache import open_catalog
+from .scan import native_frame, python_reason, spark_scan
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table
@@ -229,7 +230,7 @@ class DerivedJob:
 
     # ----------------------------------------------------------------- setup
     def _catalog(self) -> "Catalog":
-        return progress.open_catalog(self.url, self.storage)
+        return open_catalog(self.url, self.storage)
 
     def _register(self) -> None:
         p = Pipeline(self._catalog())
@@ -268,7 +269,7 @@ class DerivedJob:
         t = cat.load_table(s.table)
         files = t.added_files(s.from_data_version, s.to_data_version) \
             if s.to_data_version > s.from_data_version else []
-        why = _python_reason(t, self.native, merged=False)
+        why = python_reason(t.location, t.physical_schema if t.primary_key else t.schema, self.native)
         if why is not None:  # lakestep's reader drops a primary-key table's tombstones itself
             batch.paths[f"changes {s.table}"] = f"python ({why})"
             return _python(self.spark, t, files)
@@ -281,10 +282,9 @@ class DerivedJob:
         return df
 
     def _snapshot(self, batch: Batch, s: SourceRange) -> Any:
-        from ..query.spark import native_frame
-
         t = self._catalog().load_table(s.table)
-        why = _python_reason(t, self.native, merged=True)
+        why = python_reason(t.location, t.physical_schema if t.primary_key else t.schema, self.native,
+                            merged=bool(t.primary_key))
         if why is None:
             batch.paths[f"table {s.table}"] = "native"
             return native_frame(self.spark, t.read_plan(version=s.to_version))
@@ -346,10 +346,9 @@ class DerivedJob:
         target = self._target(sink)
         if self._spark_writes(sink, df):
             return write(df, target, plan.hi, schema_json=df.schema.json())
-        from .datasource import _writer
-        from .sink import FilesWritten
+        from .sink import FilesWritten, task_writer
 
-        msgs = [pickle.loads(r[0]) for r in df.mapInArrow(_writer(target, plan.hi), "m binary").collect()]
+        msgs = [pickle.loads(r[0]) for r in df.mapInArrow(task_writer(target, plan.hi), "m binary").collect()]
         out = FilesWritten()
         for m in msgs:
             out.files += m.files
@@ -556,77 +555,6 @@ class RunningJob:
 
 
 # --------------------------------------------------------------------- reading
-def _python_reason(t: "Table", native: bool | None, *, merged: bool) -> str | None:
-    """Why ``t`` is read through lakestep's reader (None: Spark's own scan can read it)."""
-    from ..query.spark import _unreadable
-
-    if native is False:
-        return "native=False"
-    if merged and t.primary_key:
-        return "a primary-key table, merged on read"
-    if is_object_store(t.location) and native is not True:
-        return "an object store: pass native=True when Spark reaches it itself"
-    for f in (t.physical_schema if t.primary_key else t.schema):
-        bad = _unreadable(f.type)
-        if bad:
-            return f"column {f.name!r} is {f.type}: {bad}"
-    return None
-
-
-def spark_scan(spark: Any, t: "Table", files: Sequence[Any], *, physical: bool = False) -> Any:
-    """Spark's Parquet scan of ``files`` (recorded files of table ``t``) with the table's schema
-    (``physical``: with a primary-key table's tombstone flag too); on a local disk their sizes
-    are checked first (:class:`~lakestep.errors.DataFileCorruptError` naming a file)."""
-    return parquet_frame(spark, t.location, _store(t), files, t.physical_schema if physical else t.schema)
-
-
-def parquet_frame(spark: Any, location: str, store: Any, files: Sequence[Any], schema: Any) -> Any:
-    """Spark's Parquet scan of ``files`` (relative to ``location``, reached through ``store``) read
-    with the Arrow ``schema``, no partition discovery; local files' sizes checked first. Also
-    :func:`lakestep.query.spark.native_frame`'s."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from ..catalog import reader
-
-    if not files:
-        return spark.createDataFrame([], from_arrow_schema(schema))
-    if is_object_store(location):
-        scheme = location.split("://", 1)[0]
-        paths = [store.full_path(f.path) for f in files]
-        paths = [p if "://" in p else f"{scheme}://{p}" for p in paths]
-    else:
-        paths = reader.local_paths(store, files)  # sizes checked: DataFileCorruptError
-    return _parquet_reader(spark, schema).load(paths[0] if len(paths) == 1 else paths)
-
-
-_READERS: dict[tuple[int, bytes], Any] = {}
-_READERS_LOCK = threading.Lock()
-
-
-def _parquet_reader(spark: Any, schema: Any) -> Any:
-    """A Parquet reader with ``schema``, no partition discovery, made once per session and schema:
-    every call to the JVM costs the driver a round trip, and a busy driver's Python threads
-    make each one wait for the interpreter (a new reader with a schema costs eight, a load of one
-    path through this one costs one). Loading does not change a reader."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    key = (id(spark), schema.serialize().to_pybytes())
-    with _READERS_LOCK:
-        got = _READERS.get(key)
-        if got is None:
-            if len(_READERS) >= 256:
-                _READERS.clear()
-            ddl = spark._jsparkSession.parseDataType(from_arrow_schema(schema).json()).toDDL()
-            got = _READERS[key] = spark.read.format("parquet").schema(ddl).option("recursiveFileLookup", "true")
-        return got
-
-
-def _store(t: "Table") -> Any:
-    from ..catalog.files import FileWriter
-
-    return FileWriter(t.location, t.catalog.storage)
-
-
 def _python(spark: Any, t: "Table", files: Sequence[Any]) -> Any:
     """``files`` read by lakestep's checked reader in Python workers (one task per file)."""
     from pyspark.sql.pandas.types import from_arrow_schema

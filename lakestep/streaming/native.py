@@ -61,7 +61,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .. import _failpoints
-from ..catalog.files import NewFile, _encode, _leaf_count, is_object_store, partition_key
+from ..catalog.files import NewFile, encode_value, is_object_store, leaf_count, partition_key
 from ..catalog.writes import conform
 from ..errors import SchemaMismatchError, StreamingJobError
 from .sink import ERROR_COL, FilesWritten, SinkTarget
@@ -290,7 +290,7 @@ def footer_stats(md: Any, schema: pa.Schema) -> dict[str, list[Any]]:
     leaf, at = {}, 0
     for f in arrow:
         leaf[f.name] = at if not pa.types.is_nested(f.type) else None
-        at += _leaf_count(f.type)
+        at += leaf_count(f.type)
     out: dict[str, list[Any]] = {}
     for f in schema:
         j = leaf.get(f.name)
@@ -321,14 +321,14 @@ def footer_stats(md: Any, schema: pa.Schema) -> dict[str, list[Any]]:
             hi = b if hi is None or b > hi else hi
         if not known:
             continue
-        out[f.name] = [_encode(lo), _encode(hi), nulls] if exact and lo is not None else [None, None, nulls]
+        out[f.name] = [encode_value(lo), encode_value(hi), nulls] if exact and lo is not None else [None, None, nulls]
     return out
 
 
 def _partition(store: Any, path: str, md: Any, stats: dict[str, list[Any]], shape: Any) -> dict[str, Any]:
     """A file's partition values: the bounds of its partition columns (one value each, step 1), or
     the first row's value where the footer has no bounds."""
-    from ..catalog.files import _decode
+    from ..catalog.files import decode_value
 
     part: dict[str, Any] = {}
     for name in shape.partition_by:
@@ -336,7 +336,7 @@ def _partition(store: Any, path: str, md: Any, stats: dict[str, list[Any]], shap
         if nulls == md.num_rows:
             part[name] = None
         elif lo is not None and lo == hi:
-            part[name] = _decode(lo)
+            part[name] = decode_value(lo)
         else:
             with store.fs.open_input_file(path) as fh:
                 part[name] = pq.read_table(fh, columns=[name]).column(0)[0].as_py()

@@ -12,7 +12,7 @@ Protocol of one micro-batch (numbered as it runs):
      with the open epoch, idempotently per ``(job, batchId)``: Spark's replay
      of a batch after a crash returns the first commit;
    * derived job: the batch's barriers are the ones its lakestep sources
-     agreed on (``progress.py``); the files are published through a
+     agreed on (``microbatch.py``); the files are published through a
      :class:`~lakestep.barrier.JobBatch`, tagged with the batch's barrier,
      idempotent per (job, barrier). An empty micro-batch still commits, and so
      precommits its barrier;
@@ -58,8 +58,9 @@ output mode through :func:`lakestep.streaming.foreach_batch` with
 from __future__ import annotations
 
 import logging
+import pickle
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -69,7 +70,8 @@ from ..catalog.files import FileWriter, NewFile, Storage
 from ..catalog.plan import SerializedSchemas
 from ..catalog.writes import conform
 from ..errors import InvalidArgumentError
-from . import progress
+from . import microbatch
+from .catalog_cache import open_catalog, required, storage_of
 from .executors import freeze_worker_heap
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,35 @@ class FilesWritten(WriterCommitMessage):
     files: list[NewFile] = field(default_factory=list)
     dead_letters: list[NewFile] = field(default_factory=list)
     rows: int = 0
+
+
+@dataclass
+class StagedFiles(FilesWritten):
+    """The files one task wrote for ``table``, before any commit: the row of
+    :data:`STAGED_COLUMN` a ``lakestep-kafka-ingest`` task yields (lakestep.streaming.kafka.ingestion)."""
+
+    table: str = ""
+
+
+def gather(batches: Iterator[pa.RecordBatch], table: str) -> FilesWritten:
+    """Sink side (executors): the file lists of a task's rows of :data:`STAGED_COLUMN`, as one message.
+
+    Raises:
+        SchemaMismatchError: a list was written for another table than ``table``.
+    """
+    from ..errors import SchemaMismatchError
+
+    out = FilesWritten()
+    for rb in batches:
+        for blob in rb.column(STAGED_COLUMN).to_pylist():
+            staged = pickle.loads(blob)
+            if not isinstance(staged, StagedFiles) or staged.table != table:
+                got = staged.table if isinstance(staged, StagedFiles) else type(staged).__name__
+                raise SchemaMismatchError(table, [f"{STAGED_COLUMN} holds files written for {got!r}, not for "
+                                                  f"{table!r}: start the query with lakestep.streaming.kafka.ingest"])
+            out.files += staged.files
+            out.rows += staged.rows
+    return out
 
 
 @dataclass(frozen=True)
@@ -214,7 +245,7 @@ class SinkTarget:
         lacks are refused here, before any file is written, unless
         ``merge_schema``: then they are added to the table as nullable columns.
         """
-        cat = progress.open_catalog(url, storage)
+        cat = open_catalog(url, storage)
         table = cat.load_table(table_name)
         dead_table = cat.load_table(dead_letter) if dead_letter else None
         if schema is not None:
@@ -228,7 +259,7 @@ class SinkTarget:
             raise InvalidArgumentError(f"update mode upserts by primary key, and {table.ident} has none",
                                        argument="mode", value=mode)
         dead = TableShape.of(dead_table) if dead_table is not None else None
-        progress.ensure_sink_registered(cat, job, table.ident, dead.ident if dead else None)
+        microbatch.ensure_sink_registered(cat, job, table.ident, dead.ident if dead else None)
         return cls(url, job, mode, TableShape.of(table), dead, retry or _retry.STREAMING)
 
     def files(self) -> BatchFiles:
@@ -245,9 +276,9 @@ class SinkTarget:
         # upserts are appends to a primary-key table: the newest file wins per key
         mode = "overwrite" if self.mode == "complete" else "append"
         results = _retry.retrying(
-            lambda: progress.commit_batch(progress.open_catalog(self.url, self.shape.storage), self.job, batch_id,
-                                          self.shape.ident, files, mode=mode,
-                                          dead_letter=(self.dead.ident, dead) if self.dead else None),
+            lambda: microbatch.commit_batch(open_catalog(self.url, self.shape.storage), self.job, batch_id,
+                                            self.shape.ident, files, mode=mode,
+                                            dead_letter=(self.dead.ident, dead) if self.dead else None),
             policy=self.retry, what=f"sink of job {self.job} (batch {batch_id})")
         if results and all(r.replayed for r in results):
             # a replay of a batch that had committed: these files are a second copy
@@ -303,8 +334,7 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Any, overwrite: bool, schema: Any = None) -> None:
         # Runs on the driver side: the only place that reads the catalog. Spark makes a new writer for
         # micro-batches of a running query too, so it waits out an unavailable database like a commit.
-        url, table, policy = progress.required(options, "catalog"), progress.required(options, "table"), \
-            wait_policy(options)
+        url, table, policy = required(options, "catalog"), required(options, "table"), wait_policy(options)
         #: the rows are lists of files already written (lakestep.streaming.kafka.ingest), not the table's rows
         self.staged = schema is not None and list(schema.fieldNames()) == [STAGED_COLUMN]
         self.target = _retry.retrying(
@@ -312,7 +342,7 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
                                     overwrite=overwrite, dead_letter=options.get("deadLetterTable"),
                                     schema=None if self.staged else schema,
                                     merge_schema=parse_flag(options.get("mergeSchema")),
-                                    storage=progress.storage_of(options), retry=policy),
+                                    storage=storage_of(options), retry=policy),
             policy=policy, what=f"sink of {table} (writer)")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:  # executors
@@ -320,8 +350,6 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
 
         freeze_worker_heap()
         if self.staged:
-            from .kafka.ingestion import gather
-
             return gather(iterator, self.target.shape.ident)
         return self.target.files().write(iterator, task_prefix(TaskContext.get()))
 
@@ -333,3 +361,19 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
         n = sum(len(m.files) + len(m.dead_letters) for m in messages if m is not None)
         log.warning("job %s batch %d aborted: its %d file(s) are kept (a commit may have landed); cleanup "
                     "removes the ones no commit recorded", self.target.job, batchId, n)
+
+
+def task_writer(target: SinkTarget, batch_id: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function (executors): each task writes its rows as files of ``target``
+    (:class:`BatchFiles`) and yields one row, ``m``: its pickled :class:`FilesWritten`. What
+    :func:`lakestep.streaming.foreach_batch` and :class:`~lakestep.streaming.DerivedJob` write with
+    when Spark's own writer does not (schema ``"m binary"``)."""
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:  # executors
+        from pyspark import TaskContext
+
+        freeze_worker_heap()
+        msg = target.files().write(batches, task_prefix(TaskContext.get(), batch_id))
+        yield pa.RecordBatch.from_pydict({"m": [pickle.dumps(msg)]}, pa.schema([("m", pa.binary())]))
+
+    return write

@@ -49,7 +49,8 @@ from .. import retry as _retry
 from ..barrier import Pipeline, triggers
 from ..catalog import reader
 from ..errors import CatalogUnavailableError, InvalidArgumentError
-from . import progress
+from .catalog_cache import open_catalog, required, storage_of
+from .microbatch import ensure_source_registered
 from .sink import TableShape, wait_policy
 from .executors import freeze_worker_heap
 
@@ -71,21 +72,37 @@ class FilesPartition(InputPartition):
         self.files = list(files)
 
 
+def max_barriers_per_trigger(options: Any) -> int:
+    """The option ``maxBarriersPerTrigger``: a whole number >= 1 (default 1).
+
+    Raises:
+        InvalidArgumentError: a ValueError naming the option.
+    """
+    raw = options.get("maxBarriersPerTrigger")
+    if raw is None or str(raw).strip() == "":
+        return 1
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidArgumentError(f"option maxBarriersPerTrigger must be a whole number >= 1, got {raw!r}",
+                                   argument="maxBarriersPerTrigger", value=raw)
+    return value
+
+
 class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Any) -> None:
-        self.url = progress.required(options, "catalog")
-        self.storage = progress.storage_of(options)
-        self.table = progress.required(options, "table")
-        self.job = progress.required(options, "job")
-        self.max_barriers = int(options.get("maxBarriersPerTrigger", "1"))
+        self.url = required(options, "catalog")
+        self.storage = storage_of(options)
+        self.table = required(options, "table")
+        self.job = required(options, "job")
+        self.max_barriers = max_barriers_per_trigger(options)
         self.retry = wait_policy(options)
-        if self.max_barriers < 1:
-            raise InvalidArgumentError("maxBarriersPerTrigger must be at least 1",
-                                       argument="maxBarriersPerTrigger", value=self.max_barriers)
 
         def start() -> tuple[TableShape, int]:
-            cat = progress.open_catalog(self.url, self.storage)
-            progress.ensure_source_registered(cat, self.job, self.table)
+            cat = open_catalog(self.url, self.storage)
+            ensure_source_registered(cat, self.job, self.table)
             # Decisions numbered above the mark are this run's (barrier/triggers.py, step 1).
             return TableShape.of(cat.load_table(self.table)), triggers.run_mark(cat, self.job)
 
@@ -98,20 +115,20 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _retry.retrying(fn, policy=self.retry, what=f"source {self.table} of job {self.job} ({step})")
 
     def _offset(self, barrier: int) -> dict[str, int]:
-        cat = progress.open_catalog(self.url, self.storage)
+        cat = open_catalog(self.url, self.storage)
         dv = Pipeline(cat).at(self.table, barrier).data_version if barrier > 0 else 0
         return {"barrier": barrier, "dv": dv}
 
     def initialOffset(self) -> dict[str, int]:
         return self._waiting(lambda: self._offset(
-            Pipeline(progress.open_catalog(self.url, self.storage)).job_frontier(self.job)), "initialOffset")
+            Pipeline(open_catalog(self.url, self.storage)).job_frontier(self.job)), "initialOffset")
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the barrier an availableNow query reads up to: the newest one
         every source of the job has precommitted now. The query then runs its
         batches (one barrier each, or ``maxBarriersPerTrigger``) up to it and stops."""
         self._target = self._waiting(
-            lambda: Pipeline(progress.open_catalog(self.url, self.storage)).ready_barrier(self.job),
+            lambda: Pipeline(open_catalog(self.url, self.storage)).ready_barrier(self.job),
             "prepareForTriggerAvailableNow")
         log.info("job %s: availableNow reads %s up to barrier %d", self.job, self.table, self._target)
 
@@ -124,11 +141,11 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def plan() -> int:
             if most < 1:
                 return s
-            nxt = Pipeline(progress.open_catalog(self.url, self.storage)).next_batch(self.job, max_barriers=most)
+            nxt = Pipeline(open_catalog(self.url, self.storage)).next_batch(self.job, max_barriers=most)
             return nxt.hi if nxt is not None and nxt.lo == s + 1 else s
 
         def decided() -> dict[str, int]:
-            cat = progress.open_catalog(self.url, self.storage)
+            cat = open_catalog(self.url, self.storage)
             end = triggers.decide(cat, self.job, s, n, plan, mark=self._mark)
             return start if end == s else self._offset(end)
 
@@ -139,7 +156,7 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
 
         def files() -> list[FilesPartition]:
-            t = progress.open_catalog(self.url, self.storage).load_table(self.table)
+            t = open_catalog(self.url, self.storage).load_table(self.table)
             return [FilesPartition([FileToRead(f.path, f.record_count, f.file_size)])
                     for f in t.added_files(int(start["dv"]), int(end["dv"]))]
 
@@ -157,7 +174,7 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._waiting(lambda: self._pin(end), "commit")
 
     def _pin(self, end: dict[str, int]) -> None:
-        cat = progress.open_catalog(self.url, self.storage)
+        cat = open_catalog(self.url, self.storage)
         t = cat.load_table(self.table)
         locker = f"stream:{self.job}:{self.table}"
         from ..catalog.lifecycle import release_locks

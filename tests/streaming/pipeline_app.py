@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from lakestep.barrier import Pipeline
     from lakestep.catalog.files import Storage
     from lakestep.streaming import register
-    from lakestep.streaming.progress import open_catalog
+    from lakestep.streaming.catalog_cache import open_catalog
     from lakestep.testing.spark import local_session
 
     storage = Storage.of(dict(kv.split("=", 1) for kv in args.storage))

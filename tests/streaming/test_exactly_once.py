@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import pyarrow as pa
 import pytest
@@ -32,7 +32,7 @@ import pytest
 from lakestep.barrier import Pipeline
 from lakestep.streaming import register_job
 from tests.processes import kill_tree, wait_dead
-from tests.waiting import wait_until
+from tests.waiting import exited, wait_until
 
 from tests.sparkcluster import HOOK_DIR
 
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from tests.sparkcluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+T = TypeVar("T")
 
 # Each run of the test costs minutes (a Spark start-up per kill), so it covers both catalog backends and
 # both kinds of storage in two variants: SQLite with the warehouse on the local disk, and PostgreSQL with
@@ -131,7 +133,7 @@ except OSError:
 if _spec and _sink:
     _job, _marker = _spec.split(":", 1)
     import time
-    import lakestep.streaming.progress as _pr
+    import lakestep.streaming.microbatch as _pr
     _orig = _pr.commit_batch
 
     def commit_batch(cat, job, batch_id, table, files, **kw):
@@ -213,14 +215,12 @@ class App:
         return (self.out.read_text(errors="replace")[-1500:] + "\n--- stderr ---\n"
                 + self.err.read_text(errors="replace")[-3000:])
 
-
-def wait_for(cond, timeout: float, what: str, app: App | None = None) -> Any:  # type: ignore[no-untyped-def]
-    return wait_until(
-        cond, what, timeout=timeout, interval=0.2,
-        failed=None if app is None else lambda: (
-            None if app.exited() is None else f"the app died (status {app.exited()}):\n{app.tail()}"),
-        detail=None if app is None else lambda: "\n" + app.tail(),
-    )
+    def wait(self, cond: Callable[[], T], what: str, timeout: float,
+             ignoring: tuple[type[BaseException], ...] = ()) -> T:
+        """:func:`wait_until` ``cond`` while the app runs: its exit ends the wait at once, and a
+        failed wait shows the tail of its output."""
+        return wait_until(cond, what, timeout=timeout, interval=0.2, failed=exited(self.proc, "the app"),
+                          detail=self.tail, ignoring=ignoring)
 
 
 class KeyedPipeline:
@@ -291,22 +291,23 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
                   arg if kind == "pause_after_commit" else None)
         heads = (raw.version, agg.version)
         try:
-            wait_for(app.ready, 120, "READY", app)
+            app.wait(app.ready, "READY", 120)
             if kind == "delay":
                 delay = rnd.uniform(5.0, 25.0)
                 time.sleep(delay)
                 log.append(f"run {run}: killed {delay:.1f}s after READY")
             elif kind == "after_commit":
                 n0 = cat.load_table(arg).count()  # a commit with rows: its replay has files to commit
-                wait_for(lambda: cat.load_table(arg).count() > n0, 150, f"a commit of rows to {arg}", app)
+                app.wait(lambda: cat.load_table(arg).count() > n0, f"a commit of rows to {arg}", 150)
                 log.append(f"run {run}: killed right after {arg} v{cat.load_table(arg).version}")
             elif kind == "pause_after_commit":
-                wait_for(app.marker.exists, 150, f"a commit of job {arg} with rows", app)
+                app.wait(app.marker.exists, f"a commit of job {arg} with rows", 150)
                 log.append(f"run {run}: killed after the catalog commit of {app.marker.read_text()}, "
                            f"before Spark's commit log")
             else:  # the failpoint kills the Python worker of the first commit: what does Spark do?
                 try:
-                    wait_for(lambda: app.exited() is not None, 300, "the app to fail")  # a hang, not a speed limit
+                    # a hang, not a speed limit
+                    wait_until(lambda: app.exited() is not None, "the app to fail", timeout=300)
                     outcome = f"app exited with status {app.exited()}"
                 except AssertionError:
                     outcome = "app still running after 300s"
@@ -327,10 +328,10 @@ def test_exactly_once_across_crashes(catalog_spec, kafka_broker, kafka_topic_nam
     app = App(tmp_path, run, args, None)
     p = Pipeline(cat)
     try:
-        wait_for(app.ready, 120, "READY", app)
-        wait_for(lambda: raw.count() >= len(produced), 240, f"{len(produced)} rows in s.raw", app)
+        app.wait(app.ready, "READY", 120)
+        app.wait(lambda: raw.count() >= len(produced), f"{len(produced)} rows in s.raw", 240)
         last = max(h.barrier for h in raw.history() if h.barrier is not None and h.added_rows)
-        wait_for(lambda: (p.frontier("s.agg") or 0) >= last, 240, f"s.agg to precommit barrier {last}", app)
+        app.wait(lambda: (p.frontier("s.agg") or 0) >= last, f"s.agg to precommit barrier {last}", 240)
     finally:
         app.kill()
     elapsed = time.time() - started

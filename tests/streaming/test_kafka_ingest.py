@@ -12,7 +12,7 @@ import pytest
 
 from lakestep.errors import SchemaMismatchError
 from lakestep.streaming.kafka import ingest
-from lakestep.streaming.kafka.ingestion import STAGED_COLUMN, StagedFiles, gather
+from lakestep.streaming.sink import STAGED_COLUMN, StagedFiles, gather
 from tests.s3server import summary
 from tests.streaming.kafka_helpers import await_end, produce_per_partition
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from lakestep.barrier import JobNotFoundError, Pipeline
-from lakestep.catalog.files import _decode
+from lakestep.catalog.files import decode_value
 from lakestep.errors import InvalidArgumentError, SchemaMismatchError, StreamingJobError
 from lakestep.streaming import foreach_batch, register
 from lakestep.streaming.native import local_master
@@ -76,7 +76,7 @@ def _by_partition(t: Any) -> dict[str, dict[str, Any]]:
         p["rows"] += f.record_count
         for col, (lo, hi, nulls) in json.loads(f.stats_json).items():
             s = p["stats"].setdefault(col, [None, None, 0, True])
-            lo, hi = _decode(lo), _decode(hi)
+            lo, hi = decode_value(lo), decode_value(hi)
             s[2] += nulls
             if lo is None and hi is None:
                 s[3] = s[3] and nulls == f.record_count  # bounds unknown unless the file is all nulls

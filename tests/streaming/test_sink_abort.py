@@ -11,7 +11,7 @@ import os
 import pyarrow as pa
 
 from lakestep import Catalog
-from lakestep.streaming.batch import LakestepBatchWriter
+from lakestep.streaming.batch_io import LakestepBatchWriter
 from lakestep.streaming.sink import BatchFiles, LakestepStreamWriter
 
 SCHEMA = pa.schema([("k", pa.int64())])

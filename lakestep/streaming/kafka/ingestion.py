@@ -44,14 +44,13 @@ commit never lands, are orphans until ``cleanup`` removes them (after the
 table's retention window), as with the sink. The row of ``_ls_files`` is
 lakestep's own plumbing: the ``lakestep-kafka-ingest`` format is meant to be
 started by :func:`ingest` only (with another sink its files are never
-committed).
+committed), and only :func:`ingest` registers it.
 """
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -60,8 +59,9 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from ...catalog.writes import conform
 from ...errors import SchemaMismatchError
-from .. import progress
-from ..sink import STAGED_COLUMN, FilesWritten, TableShape, task_prefix  # STAGED_COLUMN: a task's row
+from ..catalog_cache import open_catalog, required, storage_of
+# the sink side of the protocol (step 3): STAGED_COLUMN is a task's row, gather reads it back
+from ..sink import STAGED_COLUMN, StagedFiles, TableShape, gather, task_prefix  # noqa: F401  (gather: re-exported)
 from .errors import KafkaOptionError
 from .options import KafkaSourceOptions
 from .schema import arrow_schema
@@ -73,32 +73,6 @@ STAGED_SCHEMA = StructType([StructField(STAGED_COLUMN, BinaryType())])
 _STAGED_ARROW = pa.schema([pa.field(STAGED_COLUMN, pa.binary())])
 #: The options of the table side (the rest are ``lakestep-kafka``'s).
 _TABLE_OPTIONS = ("catalog", "table")
-
-
-@dataclass
-class StagedFiles(FilesWritten):
-    """The files one task wrote, and the table they were written for."""
-
-    table: str = ""
-
-
-def gather(batches: Iterator[pa.RecordBatch], table: str) -> FilesWritten:
-    """Sink side (executors): the file lists of a task's rows, as one message.
-
-    Raises:
-        SchemaMismatchError: a list was written for another table than ``table``.
-    """
-    out = FilesWritten()
-    for rb in batches:
-        for blob in rb.column(STAGED_COLUMN).to_pylist():
-            staged = pickle.loads(blob)
-            if not isinstance(staged, StagedFiles) or staged.table != table:
-                got = staged.table if isinstance(staged, StagedFiles) else type(staged).__name__
-                raise SchemaMismatchError(table, [f"{STAGED_COLUMN} holds files written for {got!r}, not for "
-                                                  f"{table!r}: start the query with lakestep.streaming.kafka.ingest"])
-            out.files += staged.files
-            out.rows += staged.rows
-    return out
 
 
 def _columns(shape: TableShape, include_headers: bool) -> list[str]:
@@ -162,8 +136,8 @@ class KafkaIngestSource(KafkaDataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = KafkaSourceOptions.from_options(self._kafka_options())
-        url, table = progress.required(self.options, "catalog"), progress.required(self.options, "table")
-        shape = TableShape.of(progress.open_catalog(url, progress.storage_of(self.options)).load_table(table))
+        url, table = required(self.options, "catalog"), required(self.options, "table")
+        shape = TableShape.of(open_catalog(url, storage_of(self.options)).load_table(table))
         return IngestStreamReader(options, shape)
 
     def reader(self, schema: StructType) -> Any:
@@ -191,12 +165,13 @@ def ingest(spark: Any, url: str, table: str, options: Mapping[str, Any], *, job:
     """
     from ..datasource import register
 
-    register(spark)
+    register(spark)  # the lakestep sink (and lakestep-kafka)
+    spark.dataSource.register(KafkaIngestSource)  # registered here only: it is for ingest's queries alone
     storage = {f"storage.{k}": str(v) for k, v in (storage_options or {}).items()}
     # checked now, on the driver (the source checks again when the query plans its first batch)
     parsed = KafkaSourceOptions.from_options(dict(options))
     _check_row_format(parsed)
-    _columns(TableShape.of(progress.open_catalog(url, progress.storage_of(storage)).load_table(table)),
+    _columns(TableShape.of(open_catalog(url, storage_of(storage)).load_table(table)),
              parsed.include_headers)
     df = (spark.readStream.format(INGEST_FORMAT).options(**{k: str(v) for k, v in options.items()})
           .options(**storage).option("catalog", url).option("table", table).load())

@@ -155,7 +155,7 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
       ``sasl_plain_username`` / ``sasl_plain_password``,
       ``[socket.]receive|send.buffer.bytes`` → ``receive|send_buffer_bytes``.
     * ``ssl.endpoint.identification.algorithm`` → ``ssl_check_hostname``
-      (``https`` → True, empty → False).
+      (``https`` → True, empty → False; any other value is refused).
     * ``sasl.jaas.config`` with Kafka's ``PlainLoginModule`` / ``ScramLoginModule``
       → ``sasl_plain_username`` + ``sasl_plain_password``.
     * ``api.version`` ``"2.8.0"`` → ``api_version=(2, 8, 0)``.
@@ -165,7 +165,7 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         KafkaOptionError: a ValueError naming the option, for unknown names, consumer-group settings
             (``enable.auto.commit``...; ``group.id`` is accepted and unused), ``auto.offset.reset``,
-            deserializers, JKS key/trust stores, unparsable values, or a missing
+            deserializers, JKS key/trust stores, unparsable values, or a missing (or empty)
             ``kafka.bootstrap.servers``. Secret values never appear in messages.
     """
     _import_kafka_python()
@@ -198,7 +198,11 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
                 put(key, val, option)
             continue
         if name == "ssl.endpoint.identification.algorithm":
-            put("ssl_check_hostname", value.strip().lower() == "https", option)
+            algorithm = value.strip().lower()
+            if algorithm not in ("https", ""):  # kafka-python checks the host name, or does not: nothing else
+                raise KafkaOptionError(f"option {option!r} must be 'https' (check the broker's host name) or empty "
+                                       f"(do not), got {value!r}", option=option)
+            put("ssl_check_hostname", algorithm == "https", option)
             continue
         key = _RENAMED.get(name, name.replace(".", "_").replace("-", "_"))
         if key not in defaults:
@@ -234,11 +238,11 @@ def kafka_consumer_config(options: Mapping[str, Any]) -> dict[str, Any]:
             raise KafkaOptionError(f"option {option!r} has an invalid value {shown}: {exc}", option=option) from None
         put(key, converted, option)
 
-    servers = str(config.get("bootstrap_servers", "")).strip()
-    if not servers:
+    servers = [s.strip() for s in str(config.get("bootstrap_servers", "")).split(",") if s.strip()]
+    if not servers:  # absent, empty, or only commas
         raise KafkaOptionError("option 'kafka.bootstrap.servers' is required (comma-separated host:port)",
                                option="kafka.bootstrap.servers")
-    config["bootstrap_servers"] = [s.strip() for s in servers.split(",") if s.strip()]
+    config["bootstrap_servers"] = servers
     return config
 
 
@@ -416,13 +420,14 @@ _IGNORED_OPTIONS = {
 #: Options of Spark's streaming source only: ignored by batch reads (as Spark does).
 _STREAMING_ONLY = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay", "idlepollinterval"}
 #: Options of Spark's batch reads only: refused by streaming queries (as Spark does).
-_BATCH_ONLY: dict[str, str] = {
-    "endingoffsets": "it is not valid for streaming queries",
-    "endingoffsetsbytimestamp": "it is not valid for streaming queries",
-    "endingtimestamp": "it is not valid for streaming queries",
+#: (Keys lowercased, as Spark hands options over; values: the option as documented, and why.)
+_BATCH_ONLY: dict[str, tuple[str, str]] = {
+    "endingoffsets": ("endingOffsets", "it is not valid for streaming queries"),
+    "endingoffsetsbytimestamp": ("endingOffsetsByTimestamp", "it is not valid for streaming queries"),
+    "endingtimestamp": ("endingTimestamp", "it is not valid for streaming queries"),
 }
-_UNSUPPORTED_OPTIONS = {
-    "maxpartitions": "use minPartitions (ranges are split, never merged)",
+_UNSUPPORTED_OPTIONS: dict[str, tuple[str, str]] = {
+    "maxpartitions": ("maxPartitions", "use minPartitions (ranges are split, never merged)"),
 }
 
 
@@ -495,7 +500,12 @@ def _parse_timestamps(
     raw = opts.get(per_partition.lower())
     if raw is None or not str(raw).strip():
         return None
-    parsed = parse_starting_offsets(str(raw), topics, name=per_partition)
+    try:  # JSON only: 'earliest' / 'latest' are no timestamps (refused below, with this option's own message)
+        json.loads(str(raw))
+    except json.JSONDecodeError:
+        parsed: StartingOffsets | None = None
+    else:
+        parsed = parse_starting_offsets(str(raw), topics, name=per_partition)
     if not isinstance(parsed, dict) or any(ts < 0 for ts in parsed.values()):
         raise KafkaOptionError(
             f"option {per_partition!r} must be JSON like {{\"topic\": {{\"0\": 1700000000000}}}} "
@@ -555,11 +565,11 @@ class KafkaSourceOptions:
         opts = {str(k).lower(): v for k, v in options.items()}
         consumer_config = kafka_consumer_config(opts)
         if not batch:
-            for name, why in _BATCH_ONLY.items():
-                if name in opts:
+            for key, (name, why) in _BATCH_ONLY.items():
+                if key in opts:
                     raise KafkaOptionError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}", option=name)
-        for name, why in _UNSUPPORTED_OPTIONS.items():
-            if name in opts:
+        for key, (name, why) in _UNSUPPORTED_OPTIONS.items():
+            if key in opts:
                 raise KafkaOptionError(f"option {name!r} is not supported by {FORMAT_NAME}: {why}", option=name)
         _non_negative_int(opts, "fetchOffset.numRetries")
         _non_negative_int(opts, "fetchOffset.retryIntervalMs")

@@ -582,8 +582,6 @@ def _check_schema(schema: StructType, options: KafkaSourceOptions) -> None:
 
 
 def register_kafka_source(spark: SparkSession) -> None:
-    """Register ``lakestep-kafka`` (and ``lakestep-kafka-ingest``, :mod:`.ingest`) with ``spark`` (idempotent)."""
-    from .ingestion import KafkaIngestSource
-
+    """Register ``lakestep-kafka`` with ``spark`` (idempotent). (``lakestep-kafka-ingest`` is
+    registered by :func:`lakestep.streaming.kafka.ingest`, the only one that starts it.)"""
     spark.dataSource.register(KafkaDataSource)
-    spark.dataSource.register(KafkaIngestSource)

@@ -43,13 +43,13 @@ _DB_NOW = {
 }
 
 
-def parse_timestamp(text: str) -> dt.datetime:
+def parse_timestamp(text: str, what: str = "TIMESTAMP AS OF") -> dt.datetime:
     """An ISO timestamp to travel to (``TIMESTAMP AS OF``, the option ``timestampAsOf``), UTC when
-    it names no zone; :class:`~lakestep.errors.QueryError` when it is none."""
+    it names no zone; :class:`~lakestep.errors.QueryError` naming ``what`` when it is none."""
     try:
         ts = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise QueryError(f"TIMESTAMP AS OF needs an ISO timestamp, got {text!r}") from None
+        raise QueryError(f"{what} needs an ISO timestamp, got {text!r}") from None
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=dt.timezone.utc)
 
 

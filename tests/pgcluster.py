@@ -22,13 +22,14 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from pathlib import Path
 
 import sqlalchemy as sa
+
+from lakestep.testing.ports import free_port
 
 
 def server_bindir() -> str:
@@ -45,12 +46,6 @@ def server_bindir() -> str:
         return str(Path(initdb).parent)
     raise RuntimeError("no PostgreSQL server binaries (initdb, pg_ctl): run scripts/ensure-services.sh, or set "
                        "LAKESTEP_TEST_PG_BIN")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PgCluster:

@@ -4,8 +4,13 @@ A wait has a generous timeout that catches a hang, never a speed limit: the
 condition decides, and the loop polls it (the short interval is how often it
 looks, not how long anything may take). ``failed`` is asked on every round
 and ends the wait at once with its message (a query or a process that died
-will not make the condition true later). :func:`in_thread` is the same idea
-for one call: it must return, and the limit only catches a hang.
+will not make the condition true later): :func:`exited` and :func:`died` make
+the usual ones, :func:`tail` the usual ``detail`` (a process's log).
+:func:`in_thread` is the same idea for one call: it must return, and the limit
+only catches a hang.
+
+Every test waits with :func:`wait_until`; benchmarks/ (which must not import
+tests/) has its own loop in benchmarks/freshness.py.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
@@ -26,23 +32,59 @@ def wait_until(
     failed: Callable[[], str | None] | None = None,
     interval: float = 0.05,
     detail: Callable[[], str] | None = None,
+    ignoring: tuple[type[BaseException], ...] = (),
 ) -> T:
     """Poll ``cond`` until it returns something true, and return that.
 
     Raises ``AssertionError`` naming ``what`` when ``failed`` reports a
-    failure or after ``timeout`` seconds (with ``detail()`` appended).
+    failure or after ``timeout`` seconds; ``detail()`` (a process's log, what
+    the condition saw last) is appended to either message. ``cond`` raising one
+    of ``ignoring`` counts as "not yet" (a database the test made unavailable);
+    any other error ends the wait.
     """
     deadline = time.monotonic() + timeout
     while True:
-        got = cond()
+        try:
+            got = cond()
+        except ignoring:
+            got = None  # type: ignore[assignment]
         if got:
             return got
-        if failed is not None and (why := failed()):
-            raise AssertionError(f"{why} while waiting for {what}")
-        if time.monotonic() > deadline:
-            extra = f": {detail()}" if detail is not None else ""
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{extra}")
+        why = failed() if failed is not None else None
+        if why or time.monotonic() > deadline:
+            head = f"{why} while waiting for {what}" if why else f"timed out after {timeout:g}s waiting for {what}"
+            raise AssertionError(head + _detail(detail))
         time.sleep(interval)
+
+
+def _detail(detail: Callable[[], str] | None) -> str:
+    if detail is None:
+        return ""
+    try:
+        return f"\n{detail()}"
+    except Exception as e:  # noqa: BLE001 - the failure is the wait's; say why there is no detail
+        return f"\n(no detail: {e!r})"
+
+
+def exited(proc: Any, name: str) -> Callable[[], str | None]:
+    """A ``failed`` for a process (a ``subprocess.Popen``): None while it runs, else that
+    ``name`` exited, with its status."""
+    return lambda: None if proc.poll() is None else f"{name} exited (status {proc.returncode})"
+
+
+def died(query: Any, name: str = "the query") -> Callable[[], str | None]:
+    """A ``failed`` for a Spark streaming query: None while it runs, else what killed it
+    (:func:`query_failure`)."""
+    def why() -> str | None:
+        failure = query_failure(query)
+        return None if failure is None else f"{name} died: {failure}"
+
+    return why
+
+
+def tail(path: Path, chars: int = 3000) -> Callable[[], str]:
+    """A ``detail``: the last ``chars`` characters of the file at ``path`` (a process's log)."""
+    return lambda: path.read_text(errors="replace")[-chars:]
 
 
 def in_thread(fn: Callable[[], Any], limit: float = 300.0) -> Any:

@@ -44,8 +44,9 @@ class Head:
 
 
 @dataclass
-class Plan:
-    """The resolved effect of one change at the current head."""
+class ResolvedChange:
+    """The resolved effect of one change at the current head: the files its commit removes
+    (``remove_ids``, or ``remove_all_live``), adds and re-adds, or that it is ``discarded``."""
 
     change: TableChange
     remove_ids: list[int] = field(default_factory=list)
@@ -172,15 +173,15 @@ class Resolver:
         """The matrix cell of this change and the commit ``other_version``."""
         return MATRIX[(later_kind(self.c), earlier_kind(self.ops.get(other_version, ("?",))[0]))]
 
-    def resolve(self) -> Plan:
+    def resolve(self) -> ResolvedChange:
         return PLANNERS[later_kind(self.c)](self)
 
     # ------------------------------------------------------- APPEND / upsert
-    def _both_land(self) -> Plan:
-        return Plan(self.c, add=list(self.c.added))
+    def _both_land(self) -> ResolvedChange:
+        return ResolvedChange(self.c, add=list(self.c.added))
 
     # ---------------------------------------------------------------- COMPACT
-    def _compact(self) -> Plan:
+    def _compact(self) -> ResolvedChange:
         ids = sorted(self.c.read_ids)
         if self.c.base_version != self.head.version:
             gone = self._removed_among(ids)
@@ -190,8 +191,8 @@ class Resolver:
                     "compaction of %s discarded: input file %s was removed by version %s (%s)",
                     self.c.ident, fid, rv, self.ops.get(rv, ("?",))[0],
                 )
-                return Plan(self.c, discarded=True, notes={"discarded_by": rv})
-        return Plan(
+                return ResolvedChange(self.c, discarded=True, notes={"discarded_by": rv})
+        return ResolvedChange(
             self.c,
             remove_ids=ids,
             removed_rows=sum(f.record_count for f in self.c.removed),
@@ -208,9 +209,9 @@ class Resolver:
         return out
 
     # ------------------------------------------------------------- OVERWRITE
-    def _overwrite(self) -> Plan:
+    def _overwrite(self) -> ResolvedChange:
         c = self.c
-        plan = Plan(c)
+        plan = ResolvedChange(c)
         if c.scope is None:  # the whole table: everything live at commit time
             plan.remove_all_live = True
             plan.add = list(c.added)
@@ -238,10 +239,10 @@ class Resolver:
         return plan
 
     # ------------------------------------------------- DELETE / UPDATE / MERGE
-    def _rewrite(self) -> Plan:
+    def _rewrite(self) -> ResolvedChange:
         c = self.c
         read = c.read_ids
-        plan = Plan(c, add=list(c.added))
+        plan = ResolvedChange(c, add=list(c.added))
         if c.base_version == self.head.version:
             plan.remove_ids = sorted(read)
             plan.removed_rows = sum(f.record_count for f in c.removed)
@@ -259,7 +260,7 @@ class Resolver:
             self._check_serializable()
         return plan
 
-    def _undo_compactions(self, plan: Plan, gone: dict[int, int]) -> None:
+    def _undo_compactions(self, plan: ResolvedChange, gone: dict[int, int]) -> None:
         """Undo, by metadata, the concurrent compactions that took files L read.
 
         The compaction outputs holding those rows are removed; their other
@@ -322,7 +323,7 @@ class Resolver:
                 )
 
     # ---------------------------------------------------------------- RESTORE
-    def _restore(self) -> Plan:
+    def _restore(self) -> ResolvedChange:
         """RESTORE: make the live files exactly those live at ``base_version``, by metadata.
 
         1. every live file whose path was not live at the target is removed;
@@ -350,7 +351,7 @@ class Resolver:
             sa.or_(f.removed_version.is_(None), f.removed_version > v)))]
         live = live_files(self.conn, c.table_id)
         want, have = {x.path for x in at_v}, {x.path for x in live}
-        plan = Plan(c, notes={"restored_to": v})
+        plan = ResolvedChange(c, notes={"restored_to": v})
         for x in live:
             if x.path not in want:
                 plan.remove_ids.append(x.file_id)
@@ -380,10 +381,14 @@ class Resolver:
 
 
 #: The planner of each row of :data:`MATRIX`: the named procedure that applies its rules.
-PLANNERS: dict[Kind, Callable[[Resolver], Plan]] = {
+PLANNERS: dict[Kind, Callable[[Resolver], ResolvedChange]] = {
     Kind.APPEND: Resolver._both_land,
     Kind.OVERWRITE: Resolver._overwrite,
     Kind.REWRITE: Resolver._rewrite,
     Kind.COMPACT: Resolver._compact,
     Kind.RESTORE: Resolver._restore,
 }
+
+#: The former name (not to be confused with :class:`lakestep.catalog.plan.ReadPlan`, a read's files). Not
+#: public: kept only until commit.py imports ``ResolvedChange`` (the one module that uses it).
+Plan = ResolvedChange

@@ -79,7 +79,7 @@ def read_plan(cat: Any, table: str, options: Any) -> Any:
     if "timestampasof" in given:
         from ..clock import parse_timestamp
 
-        return t.read_plan(as_of=parse_timestamp(str(given["timestampasof"])))
+        return t.read_plan(as_of=parse_timestamp(str(given["timestampasof"]), what="option timestampAsOf"))
     if "snapshot" in given:
         return t.read_plan(snapshot=str(given["snapshot"]))
     if "barrier" in given:
@@ -89,7 +89,7 @@ def read_plan(cat: Any, table: str, options: Any) -> Any:
     if "level" in given:
         from ..barrier.pipeline import shared_pipeline
 
-        lease = float(options.get("leaseSeconds") or 300.0)
+        lease = _float(options.get("leaseSeconds") or 300.0, "leaseSeconds")
         choice = shared_pipeline(cat).choose([t.ident], level=str(given["level"]),  # type: ignore[arg-type]
                                              scope=str(options.get("scope") or "query"),  # type: ignore[arg-type]
                                              lease_seconds=lease)
@@ -104,11 +104,18 @@ def _int(value: Any, name: str) -> int:
         raise QueryError(f"option {name} must be a whole number, got {value!r}") from None
 
 
+def _float(value: Any, name: str) -> float:
+    try:
+        return float(str(value))
+    except ValueError:
+        raise QueryError(f"option {name} must be a number, got {value!r}") from None
+
+
 class LakestepBatchReader(DataSourceReader):
     def __init__(self, options: Any, schema: Any) -> None:
         cat = open_catalog(required(options, "catalog"), storage_of(options))
         self.plan = read_plan(cat, required(options, "table"), options)
-        self.max_partitions = int(options.get("maxPartitions") or 256)
+        self.max_partitions = _int(options.get("maxPartitions") or 256, "maxPartitions")
         if self.max_partitions < 1:
             raise QueryError("option maxPartitions must be at least 1")
         log.info("reading %s at version %d: %d file(s)", self.plan.table, self.plan.version, len(self.plan.files))

@@ -320,13 +320,17 @@ def wait_policy(options: Any) -> _retry.RetryPolicy:
     except ValueError:
         raise InvalidArgumentError(f"option catalogWaitSeconds must be a number of seconds, got {value!r}",
                                    argument="catalogWaitSeconds", value=value) from None
+    if not seconds >= 0:  # NaN too
+        raise InvalidArgumentError(f"option catalogWaitSeconds must be >= 0 seconds, got {value!r}",
+                                   argument="catalogWaitSeconds", value=value)
     return _retry.RetryPolicy(deadline=seconds)
 
 
 def parse_flag(value: Any, option: str = "mergeSchema") -> bool:
     v = str(value or "false").strip().lower()
     if v not in ("true", "false"):
-        raise InvalidArgumentError(f"expected true or false, got {value!r}", argument=option, value=value)
+        raise InvalidArgumentError(f"option {option} must be true or false, got {value!r}", argument=option,
+                                   value=value)
     return v == "true"
 
 

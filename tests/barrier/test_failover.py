@@ -16,6 +16,7 @@ after it was paused or killed, and tokens only grew.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -42,11 +43,13 @@ def start(spec: Any, holder: str) -> subprocess.Popen[bytes]:
     )
 
 
-def wait_for(p: Pipeline, pred: Callable[[list[Seal]], bool], timeout: float = 30.0) -> list[Seal]:
-    return wait_until(
-        lambda: (lambda seals: seals if pred(seals) else None)(p.seals()), "the seals", timeout=timeout,
-        interval=0.02, detail=lambda: f"seals {[(s.barrier, s.holder) for s in p.seals()][-10:]}",
-    )
+def seals_where(p: Pipeline, pred: Callable[[list[Seal]], bool]) -> Callable[[], list[Seal] | None]:
+    """A condition for ``wait_until``: the seals so far, once ``pred`` holds of them."""
+    def cond() -> list[Seal] | None:
+        seals = p.seals()
+        return seals if pred(seals) else None
+
+    return cond
 
 
 def test_failover(catalog_spec: Any, catalog: Catalog) -> None:
@@ -64,16 +67,18 @@ def test_failover(catalog_spec: Any, catalog: Catalog) -> None:
             stop.wait(0.01)  # paced, and ends as soon as the test stops it
 
     procs = {h: start(catalog_spec, h) for h in ("A", "B")}
+    wait = functools.partial(wait_until, timeout=30.0, interval=0.02,
+                             detail=lambda: f"seals {[(s.barrier, s.holder) for s in p.seals()][-10:]}")
     feeder = threading.Thread(target=ingest, daemon=True)
     feeder.start()
     try:
-        seals = wait_for(p, lambda s: len(s) >= 5)
+        seals = wait(seals_where(p, lambda s: len(s) >= 5), "five seals")
         first, second = seals[-1].holder, ("B" if seals[-1].holder == "A" else "A")
 
         # 1. pause the leader past its lease
         procs[first].send_signal(signal.SIGSTOP)
         paused_at = time.time()
-        seals = wait_for(p, lambda s: s[-1].holder == second)
+        seals = wait(seals_where(p, lambda s: s[-1].holder == second), f"a seal by {second}")
         took_over = next(s for s in seals if s.holder == second)
         last_of_first = max(s.sealed_at for s in seals if s.holder == first)
         print(f"takeover after a pause: {took_over.sealed_at - paused_at:.2f}s (lease {LEASE}s)")
@@ -81,17 +86,20 @@ def test_failover(catalog_spec: Any, catalog: Catalog) -> None:
         # database's clock; how soon after is the machine's business, not a property to assert
         assert took_over.sealed_at >= last_of_first + LEASE
         procs[first].send_signal(signal.SIGCONT)
-        wait_for(p, lambda s: sum(x.holder == second for x in s) >= 10)  # it keeps sealing, alone
+        # it keeps sealing, alone
+        wait(seals_where(p, lambda s: sum(x.holder == second for x in s) >= 10), f"ten seals by {second}")
         # 2. kill the new leader: the resumed one takes over
         procs[second].send_signal(signal.SIGKILL)
         procs[second].wait(10)
         killed_at = time.time()
-        seals = wait_for(p, lambda s: s[-1].holder == first and s[-1].sealed_at > killed_at)
+        seals = wait(seals_where(p, lambda s: s[-1].holder == first and s[-1].sealed_at > killed_at),
+                     f"a seal by {first} after the kill")
         back = next(s for s in seals if s.holder == first and s.sealed_at > killed_at)
         last_of_second = max(s.sealed_at for s in seals if s.holder == second)
         print(f"takeover after SIGKILL: {back.sealed_at - killed_at:.2f}s (lease {LEASE}s)")
         assert back.sealed_at >= last_of_second + LEASE
-        wait_for(p, lambda s: sum(x.holder == first and x.sealed_at > killed_at for x in s) >= 5)
+        wait(seals_where(p, lambda s: sum(x.holder == first and x.sealed_at > killed_at for x in s) >= 5),
+             f"five seals by {first} after the kill")
         # 3. a clean stop releases the lease
         procs[first].send_signal(signal.SIGTERM)
         assert procs[first].wait(15) == 0, procs[first].stderr.read() if procs[first].stderr else ""

@@ -24,6 +24,7 @@ and no consistent read (before, during or after) saw ``s.b != f(s.a)``.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import subprocess
 import sys
@@ -236,6 +237,10 @@ class Parts:
                 self.failed_reads += 1
             self.stop.wait(0.05)
 
+    def failed(self) -> str | None:
+        """For ``wait_until``: a part that failed ends the wait at once."""
+        return f"a part failed: {self.errors[0]!r}" if self.errors else None
+
     def close(self) -> None:
         self.stop.set()
         if self.maint is not None:
@@ -246,20 +251,6 @@ class Parts:
             t.join(120)
         for cat in self.catalogs:
             cat.close()
-
-
-def wait_for(cond: Callable[[], bool], what: str, parts: Parts, limit: float = 300.0) -> None:
-    """Wait until ``cond()`` (tests/waiting.py); a part that failed ends the wait at once."""
-    wait_until(lambda: _holds(cond), what, timeout=limit,
-               failed=lambda: f"a part failed: {parts.errors[0]!r}" if parts.errors else None)
-
-
-def _holds(cond: Callable[[], bool]) -> bool:
-    """``cond()``; False while the test's own catalog cannot reach the database either."""
-    try:
-        return cond()
-    except CatalogUnavailableError:
-        return False
 
 
 def _setup(spec: CatalogSpec) -> None:
@@ -290,15 +281,17 @@ def test_the_catalog_database_goes_away_for_20_seconds(backend, request, tmp_pat
     p = Pipeline(parts.open())
     q = spec.open(timeouts=TIMEOUTS[backend], commit_retries=0)
     parts.catalogs.append(q)
+    # a part that failed ends a wait at once; the test's own catalog may not reach the database either
+    wait = functools.partial(wait_until, timeout=300.0, failed=parts.failed, ignoring=(CatalogUnavailableError,))
     try:
         parts.start()
-        wait_for(lambda: len(parts.written) >= 10 and parts.batches >= 2 and parts.reads >= 3
-                 and parts.maint is not None and parts.maint.rounds >= 1, "running pipeline", parts)
+        wait(lambda: len(parts.written) >= 10 and parts.batches >= 2 and parts.reads >= 3
+             and parts.maint is not None and parts.maint.rounds >= 1, "running pipeline")
         written_before = len(parts.written)
         fault.begin()
         began = time.monotonic()
         try:
-            wait_for(lambda: all(wait_lines.started[w] >= 1 for w in waiting), "wait of every part", parts)
+            wait(lambda: all(wait_lines.started[w] >= 1 for w in waiting), "wait of every part")
             # a query now fails fast (on SQLite a write: reads are answered in WAL mode)
             # (the query's catalog: commit_retries=0, so a SQLite write waits one busy timeout, not six)
             query: Callable[[], Any] = (lambda: p.choose(["s.a", "s.b"])) if backend == "postgres" else (
@@ -309,12 +302,12 @@ def test_the_catalog_database_goes_away_for_20_seconds(backend, request, tmp_pat
         finally:
             fault.end()
         outage = time.monotonic() - began
-        wait_for(lambda: all(wait_lines.ended[w] >= 1 for w in waiting), "end of every wait", parts)
-        wait_for(lambda: len(parts.written) >= written_before + 10, "writes after the outage", parts)
+        wait(lambda: all(wait_lines.ended[w] >= 1 for w in waiting), "end of every wait")
+        wait(lambda: len(parts.written) >= written_before + 10, "writes after the outage")
         sealed = p.open_epoch() - 1
-        wait_for(lambda: (p.frontier("s.b") or 0) >= sealed, f"s.b at barrier {sealed}", parts)
+        wait(lambda: (p.frontier("s.b") or 0) >= sealed, f"s.b at barrier {sealed}")
         reads_after = parts.reads
-        wait_for(lambda: parts.reads >= reads_after + 3, "reads after the outage", parts)
+        wait(lambda: parts.reads >= reads_after + 3, "reads after the outage")
     finally:
         parts.close()
     assert not parts.errors, parts.errors

@@ -37,12 +37,6 @@ def _rows(ids: list[int], part: str) -> pa.Table:
     )
 
 
-def _wait_for_versions(t: Any, version: int) -> None:
-    """Pace a worker by the table's progress (not by the clock): until the head reaches ``version``."""
-    wait_until(lambda: t.catalog.load_table(t.ident).version >= version, f"version {version} of {t.ident}",
-               timeout=600, interval=0.01)
-
-
 # ---- what each worker process runs (called through Worker.call) -----------
 def appender(cat: Catalog, n: int, count: int) -> list[dict[str, Any]]:
     t = cat.load_table("t.t")
@@ -59,7 +53,9 @@ def compactor(cat: Catalog, count: int) -> list[dict[str, Any]]:
     t = cat.load_table("t.t")
     log = []
     for i in range(count):
-        _wait_for_versions(t, 8 * (i + 1))  # spread over the appenders' run
+        # spread over the appenders' run: paced by the table's progress, not by the clock
+        v = 8 * (i + 1)
+        wait_until(lambda: cat.load_table("t.t").version >= v, f"version {v} of t.t", timeout=600, interval=0.01)
         r = t.compact(min_files=3)
         log.append({"version": r.version, "discarded": r.discarded, "removed": r.removed_files})
     return log
@@ -69,7 +65,8 @@ def mutator(cat: Catalog, count: int) -> list[dict[str, Any]]:
     t = cat.load_table("t.t")
     log = []
     for seq in range(count):
-        _wait_for_versions(t, 10 * (seq + 1))
+        v = 10 * (seq + 1)  # paced by the table's progress, not by the clock
+        wait_until(lambda: cat.load_table("t.t").version >= v, f"version {v} of t.t", timeout=600, interval=0.01)
         if seq % 2 == 0:
             ids = [9_000_000 + seq * 10 + k for k in range(2)]
             r = t.overwrite(_rows(ids, "hot"), partitions=[{"part": "hot"}])

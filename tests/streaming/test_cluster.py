@@ -39,7 +39,7 @@ import pytest
 from lakestep.barrier import Pipeline
 from lakestep.streaming import register_job
 from tests.sparkcluster import REPO_ROOT, lakestep_zip
-from tests.streaming.test_exactly_once import AGG, AGG2, RAW, App, check_exactly_once, wait_for
+from tests.streaming.test_exactly_once import AGG, AGG2, RAW, App, check_exactly_once
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -164,7 +164,7 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
     spark_cluster.hold_next_sink_task()  # step 1
     app = App(tmp_path, 1, args, None, submit=(spark_cluster, zipped))
     try:
-        wait_for(app.ready, 240, "READY", app)
+        app.wait(app.ready, "READY", 240)
         phase("READY")
         # records only now: the queries started idle (the driver JVM gives each data source's Python process 10 s
         # to connect back, which a loaded machine can exceed while batches run)
@@ -176,7 +176,7 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
         assert locations and all(loc.endswith("/lakestep.zip") and "/worker" in loc and str(tmp_path) not in loc
                                  for loc in locations), found.group(1)
 
-        held = wait_for(spark_cluster.held, 240, "a sink task on worker 0 to hold mid-batch", app)  # step 2
+        held = app.wait(spark_cluster.held, "a sink task on worker 0 to hold mid-batch", 240)  # step 2
         heads = (raw.refresh().version, agg.refresh().version, agg2.refresh().version)
         phase("held")
         spark_cluster.kill_worker(0)
@@ -185,12 +185,12 @@ def test_exactly_once_when_a_worker_dies_mid_batch(catalog_spec, spark_cluster, 
         assert app.exited() is None, app.tail()
 
         produce(40)  # step 3
-        wait_for(lambda: raw.count() >= len(produced), 240, f"{len(produced)} rows in s.raw", app)  # step 4
+        app.wait(lambda: raw.count() >= len(produced), f"{len(produced)} rows in s.raw", 240)  # step 4
         phase("all in s.raw")
         p = Pipeline(cat)
         last = max(h.barrier for h in raw.history() if h.barrier is not None and h.added_rows)
         for t in ("s.agg", "s.agg2"):
-            wait_for(lambda t=t: (p.frontier(t) or 0) >= last, 240, f"{t} to precommit barrier {last}", app)
+            app.wait(lambda t=t: (p.frontier(t) or 0) >= last, f"{t} to precommit barrier {last}", 240)
         phase("derived caught up")
     finally:
         app.kill()

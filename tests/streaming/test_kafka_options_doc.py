@@ -167,7 +167,7 @@ def test_timestamp_options_parse_like_spark() -> None:
         ({"startingOffsetsByTimestamp": '{"t": {"0": -1}}'}, "'startingOffsetsByTimestamp' must be JSON"),
         ({"startingOffsetsByTimestamp": '{"u": {"0": 1}}'}, "'startingOffsetsByTimestamp' names topic 'u'"),
         ({"startingOffsetsByTimestampStrategy": "skip"}, "'error' or 'latest'"),
-        ({"endingTimestamp": "5"}, "'endingtimestamp' is not supported.*streaming"),
+        ({"endingTimestamp": "5"}, "'endingTimestamp' is not supported.*streaming"),
     ]:
         with pytest.raises(ValueError, match=message):
             KafkaSourceOptions.from_options({**base, **options})

@@ -180,7 +180,7 @@ def test_source_options_validation() -> None:
         ({**base, "startingOffsets": "yesterday"}, "'startingOffsets'"),
         ({**base, "rowFormat": "csv"}, "'rowFormat'"),
         ({**base, "minPartitions": "-1"}, "'minPartitions' must be a positive integer"),
-        ({**base, "maxPartitions": "3"}, "'maxpartitions' is not supported"),
+        ({**base, "maxPartitions": "3"}, "'maxPartitions' is not supported"),
     ]
     for options, message in bad:
         with pytest.raises(ValueError, match=message):

@@ -10,16 +10,9 @@ from pyspark.errors import StreamingQueryException
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog import schema as S
 from lakestep.streaming import register, register_job
-from tests.waiting import wait_until
+from tests.waiting import died, wait_until
 
 pytestmark = pytest.mark.spark
-
-
-def wait_for(cond, timeout: float = 120.0, what: str = "condition", query=None) -> None:  # type: ignore[no-untyped-def]
-    """Wait for ``cond``; fail at once with the cause if ``query`` died meanwhile."""
-    died = None if query is None else lambda: (
-        None if query.exception() is None else f"the query died ({query.exception()})")
-    wait_until(cond, what, timeout=timeout, interval=0.3, failed=died)
 
 
 def test_root_sink_exactly_once_with_epochs(spark, catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -33,7 +26,7 @@ def test_root_sink_exactly_once_with_epochs(spark, catalog_spec, tmp_path) -> No
          .option("job", "ingest").option("checkpointLocation", str(tmp_path / "ck"))
          .trigger(processingTime="500 milliseconds").start())
     try:
-        wait_for(lambda: raw.count() >= 100, what="100 rows")
+        wait_until(lambda: raw.count() >= 100, "100 rows", interval=0.3, failed=died(q))
     finally:
         q.stop()
     ids = raw.to_arrow().column("id").to_pylist()
@@ -95,21 +88,24 @@ def test_join_of_two_sources_processes_matching_barriers(spark, catalog_spec, tm
     try:
         for e in range(1, 5):
             if e == 3:  # a restarted query (same checkpoint) must not follow the first run's decisions
-                wait_for(lambda: (p.frontier("s.j") or 0) >= 2, what="the join job to reach barrier 2", query=q)
+                wait_until(lambda: (p.frontier("s.j") or 0) >= 2, "the join job to reach barrier 2", interval=0.3,
+                           failed=died(q))
                 q.stop()
                 q = start()
             a.append({"id": [e * 100 + i for i in range(3)], "e": [e] * 3}, barrier=OPEN_EPOCH)
             coord.seal()
             # the join job asks twice while s.b lags: it must not run ahead of the slow job
             asked = decisions()
-            wait_for(lambda: decisions() >= asked + 2, what="two triggers of the join job", query=q)
+            wait_until(lambda: decisions() >= asked + 2, "two triggers of the join job", interval=0.3,
+                       failed=died(q))
             plan = p.next_batch("slow")
             assert plan is not None
             rows = a.to_arrow(version=plan.sources["s.a"].to_version,
                               where=[("e", ">=", plan.lo), ("e", "<=", plan.hi)])
             with p.batch(plan) as batch:
                 batch.append("s.b", rows)
-        wait_for(lambda: (p.frontier("s.j") or 0) >= 4, what="the join job to reach barrier 4", query=q)
+        wait_until(lambda: (p.frontier("s.j") or 0) >= 4, "the join job to reach barrier 4", interval=0.3,
+                   failed=died(q))
     finally:
         q.stop()
         coord.release()

@@ -29,21 +29,12 @@ from lakestep.barrier import Pipeline
 from lakestep.catalog.maintenance import MaintenanceLoop
 from lakestep.errors import CatalogUnavailableError
 from lakestep.retry import RetryPolicy
-from tests.streaming.test_exactly_once import App, KeyedPipeline, agg_rows, check_exactly_once, transform, wait_for
+from tests.streaming.test_exactly_once import App, KeyedPipeline, agg_rows, check_exactly_once, transform
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 OUTAGE_SECONDS = 20.0  # how long the database stays away: the fault itself, never a threshold
-
-
-def quiet(cond):  # type: ignore[no-untyped-def]
-    """``cond`` that is False (not an error) while the test's own catalog cannot reach the database."""
-    def check() -> bool:
-        try:
-            return bool(cond())
-        except CatalogUnavailableError:
-            return False
-    return check
 
 
 def test_a_streaming_pipeline_survives_its_catalog_database_going_away(own_pg, pg_cluster, kafka_broker,
@@ -88,11 +79,11 @@ def test_a_streaming_pipeline_survives_its_catalog_database_going_away(own_pg, p
     app = App(tmp_path, 1, args, None, log_lakestep=True)
     threads = [threading.Thread(target=reader, daemon=True)]
     try:
-        wait_for(app.ready, 180, "READY", app)
+        app.wait(app.ready, "READY", 180)
         for t in threads:
             t.start()
         maint.start()
-        wait_for(lambda: raw.count() >= 100 and (p.frontier("s.agg") or 0) >= 2, 240, "a running pipeline", app)
+        app.wait(lambda: raw.count() >= 100 and (p.frontier("s.agg") or 0) >= 2, "a running pipeline", 240)
 
         pg_cluster.stop("fast")
         began = time.monotonic()
@@ -106,11 +97,14 @@ def test_a_streaming_pipeline_survives_its_catalog_database_going_away(own_pg, p
             pg_cluster.start()
         outage = time.monotonic() - began
         produce(60)
-        wait_for(quiet(lambda: raw.count() >= len(produced)), 300, f"{len(produced)} rows in s.raw", app)
+        # the test's own catalog may not reach the database yet either: not yet, not an error
+        app.wait(lambda: raw.count() >= len(produced), f"{len(produced)} rows in s.raw", 300,
+                 ignoring=(CatalogUnavailableError,))
         last = max(h.barrier for h in raw.history() if h.barrier is not None and h.added_rows)
-        wait_for(quiet(lambda: (p.frontier("s.agg") or 0) >= last), 300, f"s.agg to precommit barrier {last}", app)
+        app.wait(lambda: (p.frontier("s.agg") or 0) >= last, f"s.agg to precommit barrier {last}", 300,
+                 ignoring=(CatalogUnavailableError,))
         ok_after = reads["ok"]
-        wait_for(lambda: reads["ok"] >= ok_after + 2, 120, "consistent reads after the outage")
+        wait_until(lambda: reads["ok"] >= ok_after + 2, "consistent reads after the outage", timeout=120)
         assert app.exited() is None, f"the application failed:\n{app.tail()}"
     finally:
         stop.set()

@@ -109,6 +109,10 @@ EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
         ("era = [c.barrier for c in history if c.version >= start and", ">=", ">",
          "the RESTORE left out of its era: if it was the era's only barriered commit, the fallback takes the "
          "newest barriered commit, which is that RESTORE"),
+        ("if c.barrier is not None and c.barrier <= e and lo < c.version < hi", "<", "<=",
+         "lo < c.version: the RESTORE at lo joins its era's search only when the test after the search would "
+         "pick it anyway (barriers increase within an era); c.version < hi: the commit at hi is a newer RESTORE "
+         "tagged > e or untagged, which the search leaves out by its barrier"),
     ],
     "lakestep/catalog/resolver.py": [
         ("S.commits.c.version > self.c.base_version", ">", ">=",

@@ -119,9 +119,7 @@ def frontier(kind: TableKind, tag_: int | None, open_: int) -> int | None:
 
 def catching_up(m: Member, open_: int) -> bool:
     """Rule 5: a derived table below the joined barrier it must reach."""
-    if m.kind != "derived" or m.joined <= 0:
-        return False
-    return tag_frontier(m.tag, open_) < m.joined
+    return m.kind == "derived" and tag_frontier(m.tag, open_) < m.joined  # joined 0: never (frontiers >= 0)
 
 
 # -- 6-7: jobs and the COMMIT set --------------------------------------------------------------

@@ -34,11 +34,11 @@ from typing import Any, Callable
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, Pipeline, RollbackRefusedError, rules
+from lakestep.barrier import OPEN_EPOCH, BarrierNotRetainedError, Pipeline, RollbackRefusedError, rules
 from lakestep.barrier import facts as F
 from lakestep.barrier.facts_cache import FactsCache
 from lakestep.barrier.graph import Graph
@@ -46,7 +46,7 @@ from lakestep.catalog import epoch
 
 from ..conftest import _pg_spec
 
-EXAMPLES = int(os.environ.get("LAKESTEP_RULES_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("LAKESTEP_RULES_EXAMPLES", "40"))
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 N = 5  # tables s.t0 .. s.t4
 SCOPES: tuple[rules.Scope, ...] = ("query", "related", "global")
@@ -68,6 +68,22 @@ PHASES = [Phase.explicit, Phase.reuse, Phase.generate] if os.environ.get("LAKEST
 program = st.lists(step, min_size=6, max_size=16)
 
 
+# Programs every run takes (hypothesis may not draw them): a late job whose table reaches
+# exactly its joined barrier while every other table is ahead (it joins the COMMIT set and
+# holds e* back); a rollback's RESTORE, then a manual RESTORE (no barrier) with nothing after
+# it: the tag falls back to the newest barriered commit, the rollback's.
+JOINS_EXACTLY = (
+    [("derived", [0], True), ("root", [0], False), ("unmanaged", [0], False), ("derived", [0], False)],
+    [("root", 0), ("seal", 0), ("job", 0), ("seal", 0), ("job", 0), ("seal", 0), ("job", 0), ("register", 0),
+     ("seal", 0), ("job", 1), ("job", 0), ("job", 0), ("job", 0), ("job", 0)],
+)
+RESTORE_AFTER_ROLLBACK = (
+    [("derived", [0], False), ("root", [0], False), ("unmanaged", [0], False), ("unmanaged", [0], False)],
+    [("root", 0), ("seal", 0), ("job", 16), ("root", 0), ("seal", 0), ("job", 16), ("root", 0), ("seal", 0),
+     ("job", 16), ("seal", 0), ("rollback", 1), ("restore", 1)],
+)
+
+
 def name(i: int) -> str:
     return f"s.t{i}"
 
@@ -82,6 +98,8 @@ class World:
         self.cache = FactsCache()
         catalog.create_namespace("s", exist_ok=True)
         self.tables = [catalog.create_table(name(i), KV) for i in range(N)]
+        # a derived job with an odd index also writes a second sink, s.x<i> (a job frontier is a min)
+        self.extra = {i: catalog.create_table(f"s.x{i}", KV) for i in range(1, N, 2)}
         self.kinds = ["root"] + [k for k, _, _ in spec]
         self.sources = [[]] + [sorted({s % i for s in src}) for i, (_, src, _) in enumerate(spec, start=1)]
         self.late = [False] + [late for _, _, late in spec]
@@ -92,7 +110,7 @@ class World:
         for i in range(N):
             if self.kinds[i] == "root" or (self.kinds[i] == "derived" and not self.late[i]):
                 self.register(i)
-        self.ids = {self.tables[i].ident: i for i in range(N)}
+        self.by_tid = {t.table_id: t for t in [*self.tables, *self.extra.values()]}
 
     def register(self, i: int) -> None:
         if i in self.registered or self.kinds[i] == "unmanaged":
@@ -100,7 +118,8 @@ class World:
         if self.kinds[i] == "root":
             self.p.register_job(f"in{i}", sinks=[name(i)], external_input=True)
         else:
-            self.p.register_job(f"job{i}", sources=[name(s) for s in self.sources[i]], sinks=[name(i)])
+            sinks = [name(i)] + ([self.extra[i].ident] if i in self.extra else [])
+            self.p.register_job(f"job{i}", sources=[name(s) for s in self.sources[i]], sinks=sinks)
         self.registered.add(i)
 
     def row(self) -> pa.Table:
@@ -126,11 +145,11 @@ class World:
                 t.append(self.row())
             t.compact(min_files=2)
         elif kind == "stamp":  # a writer outside the protocol stamps a non-root table with the open epoch
-            others = [i for i in range(N) if self.kinds[i] != "root"]
+            others = [self.tables[i] for i in range(N) if self.kinds[i] != "root"] + list(self.extra.values())
             if others:
-                self.tables[others[arg % len(others)]].append(self.row(), barrier=OPEN_EPOCH)
+                others[arg % len(others)].append(self.row(), barrier=OPEN_EPOCH)
         elif kind == "restore":  # a manual RESTORE (no barrier) to an earlier version
-            t = self.tables[arg % N]
+            t = (self.tables + list(self.extra.values()))[arg % (N + len(self.extra))]
             t.refresh()
             if t.version > 1:
                 t.restore(1 + arg // N % (t.version - 1))
@@ -207,6 +226,8 @@ class World:
                     e = rules.e_star((members[t] for t in scope), open_, q)
                     got_rows = F.choice_rows(conn, scope | q, q)
                     assert got_rows is not None
+                    if any(r.facts.tag is None and r.facts.restore_version is not None for r in got_rows[3].values()):
+                        continue  # its precondition: the statement reads no tag before a RESTORE without one
                     assert got_rows[2] == e.barrier, ("choice_rows", which, q, got_rows[2], e)
                     for t in q & e.managed.keys():
                         r = got_rows[3][t]
@@ -220,17 +241,20 @@ class World:
                             assert wide[0] == e.barrier and set(wide[2]) == set(e.held), ("index", which, q, wide, e)
                             n += 1
             committed = rules.committed((members[t] for t in graph.derived if t in members), open_)
+            # committed is e* of every managed table, none queried (both rules; e* is checked above)
+            assert committed == rules.e_star((members[t] for t in graph.managed), open_).barrier
+            assert committed <= epoch.sealed(open_)
             jobs = {j: (job.sink_ids, job.source_ids) for j, job in graph.jobs.items() if not job.external_input}
         # the public paths, each in its own read
         for q in queried_sets:
-            idents = [self.tables[self.ids_by_tid(t)].ident for t in sorted(q)]
+            idents = [self.by_tid[t].ident for t in sorted(q)]
             for which in SCOPES:
                 scope = rules.scope(graph, q, which)
                 e = rules.e_star((members[t] for t in scope), open_, q)
                 c = self.p.choose(idents, scope=which)
                 assert c.barrier == e.barrier, ("choose", which, q, c.explanation.text())
-                for ident in idents:
-                    t = self.tables[self.ids[ident]].table_id
+                for t in sorted(q):
+                    ident = self.by_tid[t].ident
                     if t in e.managed:
                         assert c.versions[ident] == rules.version_at(hist[t], e.barrier)[0], ("choose v", ident)
                     tc = c.explanation.tables[ident]
@@ -240,15 +264,14 @@ class World:
         assert self.p.committed_barrier() == committed
         for j, (sinks, sources) in jobs.items():
             jf = rules.job_frontier(rules.frontier(members[s].kind, members[s].tag, open_) for s in sinks)
-            assert self.p.job_frontier(j) == jf
+            assert self.p.job_frontier(j) == jf == min(rules.tag_frontier(members[s].tag, open_) for s in sinks)
             ready = rules.ready((rules.frontier(members[s].kind, members[s].tag, open_) for s in sources
                                  if members[s].kind != "unmanaged"), open_)
-            assert self.p.next_barrier(j) == (jf + 1 if jf + 1 <= ready else None), (j, jf, ready)
+            nxt = self.p.next_barrier(j)
+            assert nxt == (jf + 1 if jf + 1 <= ready else None), (j, jf, ready)
+            assert nxt is None or nxt <= epoch.sealed(open_)  # only sealed barriers are planned
             n += 2
         return n
-
-    def ids_by_tid(self, tid: int) -> int:
-        return next(i for i, t in enumerate(self.tables) if t.table_id == tid)
 
 
 def run_many(examples: int, fresh: Callable[[], Catalog]) -> dict[str, int]:
@@ -257,6 +280,8 @@ def run_many(examples: int, fresh: Callable[[], Catalog]) -> dict[str, int]:
     @settings(max_examples=examples, deadline=None, derandomize=True, database=None, phases=PHASES,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(topology, program)
+    @example(*JOINS_EXACTLY)
+    @example(*RESTORE_AFTER_ROLLBACK)
     def run(spec: list[tuple[str, list[int], bool]], prog: list[tuple[str, int]]) -> None:
         cat = fresh()
         try:
@@ -324,6 +349,18 @@ def test_version_rule_examples(history: list[rules.Commit], e: int, want: tuple[
     assert rules.version_at(history, e) == want
 
 
+def test_version_rule_refuses_a_pruned_history() -> None:
+    """Rule 9 cannot answer when cleanup pruned the record of m or of the commit after m (the
+    property test's catalogs are never cleaned up)."""
+    full = [rules.Commit(0, None, 0), rules.Commit(1, 1, 1), rules.Commit(2, 2, 2), rules.Commit(3, 3, 3)]
+    assert rules.version_at(full[2:], 2) == (2, 2)  # m = 2 and m + 1 kept: fine
+    assert rules.version_at(full[3:], 3) == (3, 3)  # m = head: nothing after it is needed
+    with pytest.raises(BarrierNotRetainedError):
+        rules.version_at([full[1], full[3]], 1)  # m = 1 kept, 2 pruned
+    with pytest.raises(BarrierNotRetainedError):
+        rules.version_at(full[3:], 0)  # m = 0 pruned
+
+
 def test_e_star_examples() -> None:
     """Rule 8 by hand: a root at O - 1, a derived table behind holds e* back, one catching up is left
     out unless queried, an unmanaged one never counts."""
@@ -334,3 +371,17 @@ def test_e_star_examples() -> None:
     assert rules.e_star(ms, 6, queried={3}).barrier == 1
     assert rules.e_star([rules.Member(4, "unmanaged")], 6).barrier == 5
     assert rules.committed(ms, 6) == 3 and rules.commit_set(ms, 6) == [1, 2]
+    # a derived table exactly at its joined barrier has joined; a tag above O - 1 counts as O - 1
+    assert not rules.catching_up(rules.Member(5, "derived", tag=4, joined=4), 6)
+    assert rules.committed([rules.Member(5, "derived", tag=9)], 6) == 5
+    assert rules.job_frontier([3, 5]) == 3 and rules.job_frontier([]) == 0
+    assert rules.ready([], 6) == 5 and rules.ready([3, 5], 6) == 3
+
+
+def test_tag_examples() -> None:
+    """Rule 2 by hand: the newest era's highest barrier; after a RESTORE without a barrier and
+    nothing tagged since, the newest barriered commit by version (here the rollback's RESTORE)."""
+    h = [rules.Commit(0, None, 0), rules.Commit(1, 1, 1), rules.Commit(2, 3, 2)]
+    assert rules.tag(h) == 3
+    h += [rules.Commit(3, 1, 3, True), rules.Commit(4, None, 4, True)]
+    assert rules.tag(h) == 1

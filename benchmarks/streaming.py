@@ -560,19 +560,11 @@ def run_kafka_stages(spark: Any, root: Path, params: dict[str, Any]) -> dict[str
 
 # --------------------------------------------------------------------------- (c)
 def run_barrier_latency(spark: Any, root: Path, barriers: int) -> dict[str, Any]:
-    from lakestep.barrier import OPEN_EPOCH, Pipeline
-    from lakestep.streaming import register_job
+    from lakestep.barrier import OPEN_EPOCH
+    from lakestep.testing.spark import root_and_derived
 
     cat = Catalog(warehouse=str(root / "wh-barrier"))
-    cat.create_namespace("ns")
-    schema = pa.schema([("id", pa.int64()), ("e", pa.int64())])
-    rt = cat.create_table("ns.root", schema)
-    derived = cat.create_table("ns.derived", schema)
-    p = Pipeline(cat)
-    p.register_job("feed", sinks=["ns.root"], external_input=True)
-    register_job(cat.url, "derived", sources=["ns.root"], sinks=["ns.derived"])
-    coord = p.coordinator(interval=3600)
-    assert coord.acquire()
+    p, coord, rt, derived = root_and_derived(cat, cat.url, "ns.root", "ns.derived", "derived")
     src = (spark.readStream.format("lakestep").option("catalog", cat.url).option("table", "ns.root")
            .option("job", "derived").load())
     q = (src.writeStream.format("lakestep").option("catalog", cat.url).option("table", "ns.derived")

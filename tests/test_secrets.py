@@ -29,7 +29,9 @@ def test_mask_url(text: str, masked: str) -> None:
     assert mask_url(text) == masked
 
 
-def _pg_url_with_password(pg_url: str, database: str | None = None) -> str:
+def pg_url_with_password(pg_url: str, database: str | None = None) -> str:
+    """``pg_url`` with the password SECRET (and, given, another ``database``): the test server
+    trusts local connections, so any password works. Also tests/cli/test_actions.py's."""
     scheme, rest = pg_url.split("://", 1)
     userinfo, hostpart = rest.split("@", 1)
     if database is not None:
@@ -39,7 +41,7 @@ def _pg_url_with_password(pg_url: str, database: str | None = None) -> str:
 
 def test_catalog_attributes_and_errors_hide_the_password(pg_spec, caplog) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.DEBUG)
-    url = _pg_url_with_password(pg_spec.url)  # the test server trusts local connections: any password works
+    url = pg_url_with_password(pg_spec.url)  # the test server trusts local connections: any password works
     cat = Catalog(url, warehouse=pg_spec.warehouse)
     try:
         assert SECRET not in repr(cat) and SECRET not in cat.url and SECRET not in str(vars(cat))
@@ -47,8 +49,8 @@ def test_catalog_attributes_and_errors_hide_the_password(pg_spec, caplog) -> Non
     finally:
         cat.close()
     bad = [f"postgres ql://postgres:{SECRET}@127.0.0.1/x",           # malformed
-           _pg_url_with_password(pg_spec.url).replace(":5432", ":1"),  # refused
-           _pg_url_with_password(pg_spec.url, "no_such_db_lakestep")]  # missing database
+           pg_url_with_password(pg_spec.url).replace(":5432", ":1"),  # refused
+           pg_url_with_password(pg_spec.url, "no_such_db_lakestep")]  # missing database
     for u in bad:
         with pytest.raises(errors.LakestepError) as ei:
             Catalog(u, warehouse=pg_spec.warehouse, timeouts=None)
@@ -62,8 +64,8 @@ def test_cli_errors_are_one_masked_line(module: str, tmp_path) -> None:  # type:
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for url in (f"postgres ql://postgres:{SECRET}@127.0.0.1/x",
-                _pg_url_with_password(PG_URL).replace(":5432", ":1"),
-                _pg_url_with_password(PG_URL, "no_such_db_lakestep")):
+                pg_url_with_password(PG_URL).replace(":5432", ":1"),
+                pg_url_with_password(PG_URL, "no_such_db_lakestep")):
         args = [sys.executable, "-m", module, "--url", url]
         if module.endswith("maintenance"):
             args += ["--rounds", "1"]

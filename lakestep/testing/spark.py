@@ -12,16 +12,24 @@ standalone master or worker)::
 :func:`local_session` is a quiet local session built with it (test applications run
 in their own processes, benchmarks).
 
-Importing this module does not load pyspark (:func:`local_session` does).
+:func:`root_and_derived` sets up the catalog side of one derived streaming job (a root
+table, a table derived from it, a coordinator that seals only when told).
+
+Importing this module does not load pyspark (:func:`local_session` and
+:func:`root_and_derived` do).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ..barrier import Coordinator, Pipeline
+    from ..catalog import Catalog, Table
 
 LEVELS = ("off", "fatal", "error", "warn", "info", "debug", "trace", "all")
 
@@ -91,3 +99,32 @@ def local_session(app: str, workdir: "str | Path", *, cores: int = 2, level: str
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel(level.upper())
     return spark
+
+
+def root_and_derived(catalog: "Catalog", url: str, root: str, derived: str,
+                     job: str) -> "tuple[Pipeline, Coordinator, Table, Table]":
+    """The catalog side of a derived streaming job, for a test or a benchmark: the tables ``root``
+    and ``derived`` ("namespace.name", in one namespace, which is made here; columns ``id`` and
+    ``e``, int64); ``root`` written by the external job ``feed``; ``job`` registered to read
+    ``root`` and write ``derived`` (:func:`lakestep.streaming.register_job` on ``url``, the
+    catalog's URL as the streaming query names it); and a coordinator that holds the lease and
+    seals only when told. Returns the pipeline, the coordinator (the caller releases it) and
+    the two tables. Raises :class:`~lakestep.barrier.BarrierError` when another coordinator
+    holds the lease. Imports pyspark."""
+    import pyarrow as pa
+
+    from ..barrier import Pipeline
+    from ..barrier.errors import BarrierError
+    from ..streaming import register_job
+
+    catalog.create_namespace(root.split(".")[0])
+    schema = pa.schema([("id", pa.int64()), ("e", pa.int64())])
+    root_table = catalog.create_table(root, schema)
+    derived_table = catalog.create_table(derived, schema)
+    p = Pipeline(catalog)
+    p.register_job("feed", sinks=[root], external_input=True)
+    register_job(url, job, sources=[root], sinks=[derived])
+    coord = p.coordinator(interval=3600)
+    if not coord.acquire():
+        raise BarrierError(f"another coordinator holds the lease of the catalog of {root!r}")
+    return p, coord, root_table, derived_table

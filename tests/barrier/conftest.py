@@ -7,7 +7,7 @@ from typing import Iterator
 import pyarrow as pa
 import pytest
 
-from lakestep import Catalog
+from lakestep import Catalog, Table
 from lakestep.barrier import Coordinator, Pipeline
 
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
@@ -38,3 +38,13 @@ def coordinator(catalog: Catalog) -> Iterator[Coordinator]:
 
 def make_tables(catalog: Catalog, *names: str) -> list[str]:
     return [catalog.create_table(f"s.{n}", KV).ident for n in names]
+
+
+def root_and_copy(catalog: Catalog, p: Pipeline, *, copy: bool = True) -> Table:
+    """The usual topology, in the namespace s (made already): s.a, the table of the root job
+    ``ingest``, and (``copy``) s.d, made from s.a by the job ``copy``. Returns s.a."""
+    make_tables(catalog, *(("a", "d") if copy else ("a",)))
+    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    if copy:
+        p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    return catalog.load_table("s.a")

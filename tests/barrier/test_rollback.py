@@ -7,7 +7,7 @@ import pytest
 from lakestep import Catalog, CommitConflict
 from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline, RollbackRefusedError, StaleBatchError
 
-from .conftest import KV, kv, make_tables, rows
+from .conftest import KV, kv, root_and_copy, rows
 from .test_states import copy_of, process
 
 
@@ -50,10 +50,7 @@ def test_restore_past_retention_needs_a_pin(catalog: Catalog) -> None:
 
 def pipeline_at(catalog: Catalog, p: Pipeline, coord: Coordinator) -> None:
     """a (root) -> d (copy of a); barriers 1..3 sealed, d processed 1..2, snapshot of 1."""
-    make_tables(catalog, "a", "d")
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
-    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
-    a = catalog.load_table("s.a")
+    a = root_and_copy(catalog, p)
     for i in (1, 2, 3):
         a.append(kv((i, i)), barrier=OPEN_EPOCH)
         coord.seal()
@@ -114,15 +111,12 @@ def test_rollback_of_a_lagging_table_and_snapshot_progress(catalog: Catalog, pip
     assert p.choose(["s.a", "s.d"], level="repeatable_read").barrier == 3
 
 
-def test_version_at_in_older_eras_after_two_rollbacks(catalog: Catalog) -> None:
+def test_version_at_in_older_eras_after_two_rollbacks(catalog: Catalog, pipeline: Pipeline) -> None:
     """Barriers older than the last restore are found by the era loop (states.py: the newest era,
     then the restore itself, then the era before): every barrier reads exactly its rows."""
-    catalog.create_namespace("s")
-    make_tables(catalog, "a")
-    p = Pipeline(catalog)
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p = pipeline
+    a = root_and_copy(catalog, p, copy=False)
     coord = Coordinator(catalog)
-    a = catalog.load_table("s.a")
     for k in (1, 2, 3, 4):  # barrier k holds rows 1..k
         a.append(kv((k, k)), barrier=OPEN_EPOCH)
         coord.seal()
@@ -141,17 +135,13 @@ def test_version_at_in_older_eras_after_two_rollbacks(catalog: Catalog) -> None:
     coord.release()
 
 
-def test_a_rolled_back_derived_table_stands_at_the_rollback_barrier(catalog: Catalog) -> None:
+def test_a_rolled_back_derived_table_stands_at_the_rollback_barrier(catalog: Catalog, pipeline: Pipeline) -> None:
     """After a rollback to r, a derived table whose job has not run since has its RESTORE (tagged r)
     as its newest barriered commit: its frontier is r, and a consistent read answers r, in the
     one-statement choice and in the general path alike (a fresh pipeline, no cached topology)."""
-    catalog.create_namespace("s")
-    make_tables(catalog, "a", "d")
-    p = Pipeline(catalog)
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
-    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    p = pipeline
+    a = root_and_copy(catalog, p)
     coord = Coordinator(catalog)
-    a = catalog.load_table("s.a")
     for k in (1, 2, 3, 4):
         a.append(kv((k, k)), barrier=OPEN_EPOCH)
         coord.seal()
@@ -166,16 +156,13 @@ def test_a_rolled_back_derived_table_stands_at_the_rollback_barrier(catalog: Cat
     coord.release()
 
 
-def test_version_at_an_older_restores_own_barrier(catalog: Catalog) -> None:
+def test_version_at_an_older_restores_own_barrier(catalog: Catalog, pipeline: Pipeline) -> None:
     """A barrier equal to an older RESTORE's tag, while the newest era starts above it: the
     era loop answers that RESTORE itself (the newest commit tagged <= e), not the version it
     restored from the era before (the same rows, but a version cleanup may prune first)."""
-    catalog.create_namespace("s")
-    make_tables(catalog, "a")
-    p = Pipeline(catalog)
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p = pipeline
+    a = root_and_copy(catalog, p, copy=False)
     coord = Coordinator(catalog)
-    a = catalog.load_table("s.a")
     for k in (1, 2, 3, 4):
         a.append(kv((k, k)), barrier=OPEN_EPOCH)
         coord.seal()
@@ -190,15 +177,13 @@ def test_version_at_an_older_restores_own_barrier(catalog: Catalog) -> None:
     coord.release()
 
 
-def test_version_at_in_an_older_era_includes_the_commits_that_change_no_rows(catalog: Catalog) -> None:
+def test_version_at_in_an_older_era_includes_the_commits_that_change_no_rows(catalog: Catalog,
+                                                                              pipeline: Pipeline) -> None:
     """Rule 2 of the version rule holds in older eras too (the era loop, states._version_at_slow):
     a commit after m that changes no rows belongs to m's barrier; the next data change does not."""
-    catalog.create_namespace("s")
-    make_tables(catalog, "a")
-    p = Pipeline(catalog)
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
+    p = pipeline
+    a = root_and_copy(catalog, p, copy=False)
     coord = Coordinator(catalog)
-    a = catalog.load_table("s.a")
     a.append(kv((1, 1)), barrier=OPEN_EPOCH)  # v1: barrier 1
     a.append(kv())  # v2: no rows, no barrier
     coord.seal()
@@ -212,17 +197,13 @@ def test_version_at_in_an_older_era_includes_the_commits_that_change_no_rows(cat
     coord.release()
 
 
-def test_a_derived_table_restored_without_a_barrier_keeps_its_frontier(catalog: Catalog) -> None:
+def test_a_derived_table_restored_without_a_barrier_keeps_its_frontier(catalog: Catalog, pipeline: Pipeline) -> None:
     """A plain RESTORE (no barrier; here to the table's own newest version, so no row changes)
     starts an era with no barrier tag: the derived table's frontier is still the newest barrier
     its commits carry, from the era before (states.facts_ex), and its job goes on from there."""
-    catalog.create_namespace("s")
-    make_tables(catalog, "a", "d")
-    p = Pipeline(catalog)
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
-    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    p = pipeline
+    a, d = root_and_copy(catalog, p), catalog.load_table("s.d")
     coord = Coordinator(catalog)
-    a, d = catalog.load_table("s.a"), catalog.load_table("s.d")
     for k in (1, 2):
         a.append(kv((k, k)), barrier=OPEN_EPOCH)
         coord.seal()

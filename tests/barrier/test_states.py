@@ -20,7 +20,7 @@ from lakestep.catalog.lifecycle import live_locks
 from lakestep.clock import ManualClock
 from lakestep.errors import VersionNotFoundError
 
-from .conftest import kv, make_tables, rows
+from .conftest import kv, make_tables, root_and_copy, rows
 
 
 def process(p: Pipeline, job: str, fn: Callable[[dict[str, list[tuple[int, int]]]], list[tuple[int, int]]],
@@ -70,9 +70,7 @@ def test_next_barrier_waits_for_every_source(catalog: Catalog, pipeline: Pipelin
 
 def _copy_job_first_batch(catalog: Catalog, p: Pipeline, coordinator: Coordinator):  # type: ignore[no-untyped-def]
     """s.a (root, job ingest) -> s.d (derived, job copy); barrier 1 sealed; the copy job's first plan."""
-    make_tables(catalog, "a", "d")
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
-    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    root_and_copy(catalog, p)
     coordinator.seal()
     plan = p.next_batch("copy")
     assert plan is not None
@@ -125,11 +123,8 @@ def test_the_choice_answers_the_version_rule_after_commits_that_change_no_rows(
     """Commits after m that change no rows (here two empty appends) belong to m's barrier:
     version_at and read_committed (one statement, states._CHOICE) both answer the newest of
     them, exactly; a data change after them is left out, whether barriered or not."""
-    make_tables(catalog, "a", "d")
     p = pipeline
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
-    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
-    a = catalog.load_table("s.a")
+    a = root_and_copy(catalog, p)
     a.append(kv((1, 1)), barrier=OPEN_EPOCH)  # v1: barrier 1
     coordinator.seal()
     assert [a.append(kv()).data_version for _ in range(2)] == [1, 1]  # v2, v3: no rows, no new data version
@@ -252,12 +247,9 @@ def test_repeatable_read_pins_snapshots(catalog: Catalog, pipeline: Pipeline, co
 def test_snapshots_every_k_retention_and_cleanup(clocked: Catalog, clock: ManualClock) -> None:
     catalog = clocked
     catalog.create_namespace("s")
-    make_tables(catalog, "a", "d")
     p = Pipeline(catalog)
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
-    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    a = root_and_copy(catalog, p)
     coord = Coordinator(catalog, snapshot_every=2, retain_count=2)
-    a = catalog.load_table("s.a")
     for i in range(7):
         a.overwrite(kv((i, i)), barrier=OPEN_EPOCH)
         coord.seal()
@@ -299,12 +291,10 @@ def test_a_snapshot_is_gone_at_its_expiry_instant(clocked: Catalog, clock: Manua
     repeatable_read, the SNAPSHOT state and the since-frontier of status (as for cleanup's pins)."""
     catalog = clocked
     catalog.create_namespace("s")
-    make_tables(catalog, "a", "d")
     p = Pipeline(catalog)
-    p.register_job("ingest", sinks=["s.a"], external_input=True)
-    p.register_job("copy", sources=["s.a"], sinks=["s.d"])
+    a = root_and_copy(catalog, p)
     coord = Coordinator(catalog, snapshot_every=1, retain_count=None, retain_seconds=60)
-    catalog.load_table("s.a").append(kv((1, 1)), barrier=OPEN_EPOCH)
+    a.append(kv((1, 1)), barrier=OPEN_EPOCH)
     coord.seal()
     process(p, "copy", copy_of("s.a"), catalog)
     assert coord.snapshot() == [1]

@@ -8,7 +8,7 @@ from lakestep import Catalog, errors
 from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline, diagnose, epochs, lag_history
 from lakestep.catalog.pins import pinned_storage
 
-from .conftest import kv, make_tables
+from .conftest import kv, make_tables, root_and_copy
 from .test_states import copy_of, process
 
 
@@ -54,10 +54,7 @@ def test_status_agrees_with_the_states_of_each_cell(catalog: Catalog, pipeline: 
 
 def test_lag_history_replays_seals_and_commits(catalog: Catalog, pipeline: Pipeline,
                                                coordinator: Coordinator) -> None:
-    make_tables(catalog, "a", "d")
-    pipeline.register_job("ingest", sinks=["s.a"], external_input=True)
-    pipeline.register_job("copy", sources=["s.a"], sinks=["s.d"])
-    a = catalog.load_table("s.a")
+    a = root_and_copy(catalog, pipeline)
     a.append(kv((1, 1)), barrier=OPEN_EPOCH)
     coordinator.seal()
     coordinator.seal()

@@ -28,6 +28,7 @@ from lakestep import Catalog, errors
 from lakestep.barrier import Pipeline
 from lakestep.catalog.lifecycle import live_locks
 
+# also the tables of tests/catalog/test_error_hierarchy.py
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.string())])
 ROWS = {"id": [1, 2, 3], "name": ["a", "b", "c"], "day": ["d1", "d1", "d2"]}
 
@@ -152,12 +153,17 @@ def state(cat: Catalog) -> tuple[Any, ...]:
     return cat.list_namespaces(), tables, len(live_locks(cat)), disk(cat.warehouse)
 
 
-@pytest.fixture
-def cat(catalog: Catalog) -> Catalog:
+def with_tables(catalog: Catalog) -> Catalog:
+    """The namespace s, with s.t (partitioned by day) and s.pk (keyed by id), both holding ROWS."""
     catalog.create_namespace("s")
     catalog.create_table("s.t", SCHEMA, partition_by=["day"]).append(ROWS)
     catalog.create_table("s.pk", SCHEMA, primary_key=["id"]).upsert(ROWS)
     return catalog
+
+
+@pytest.fixture
+def cat(catalog: Catalog) -> Catalog:
+    return with_tables(catalog)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

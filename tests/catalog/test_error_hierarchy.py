@@ -13,7 +13,6 @@ Every case runs on SQLite and PostgreSQL.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
 
 import pyarrow as pa
 import pytest
@@ -26,20 +25,13 @@ from lakestep.catalog.backend import DatabaseTimeouts
 from lakestep.clock import ManualClock
 from lakestep.query.read import consistent_read
 
-SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.string())])
-ROWS = {"id": [1, 2, 3], "name": ["a", "b", "c"], "day": ["d1", "d1", "d2"]}
+from .test_bad_input import ROWS, SCHEMA, t, with_tables
+from .test_bad_input import Case as BadInputCase
 
 
 @dataclass(frozen=True)
-class Case:
-    name: str
-    call: Callable[[Catalog], Any]
-    error: type[Exception]
+class Case(BadInputCase):
     builtin: type[Exception] | None = ValueError  # the builtin the error also is
-
-
-def t(cat: Catalog) -> Any:
-    return cat.load_table("s.t")
 
 
 def two_writes(cat: Catalog) -> None:
@@ -160,10 +152,8 @@ CASES = [
 
 @pytest.fixture
 def cat(catalog: Catalog) -> Catalog:
-    catalog.create_namespace("s")
-    catalog.create_table("s.t", SCHEMA, partition_by=["day"]).append(ROWS)
-    catalog.create_table("s.flat", SCHEMA)
-    catalog.create_table("s.pk", SCHEMA, primary_key=["id"]).upsert(ROWS)
+    """The tables of test_bad_input.py, and s.flat (not partitioned, empty)."""
+    with_tables(catalog).create_table("s.flat", SCHEMA)
     return catalog
 
 

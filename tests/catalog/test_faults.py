@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from lakestep import Catalog, _failpoints, errors
+from lakestep import Catalog, Table, _failpoints, errors
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog.backend import DatabaseTimeouts
 from tests.waiting import in_thread
@@ -31,6 +31,21 @@ def ids(cat: Catalog, name: str) -> list[int]:
 
 def checked_out(cat: Catalog) -> int:
     return int(cat.backend.engine.pool.checkedout())  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def proxied_t(pg_proxied) -> Iterator[tuple[Catalog, Table, Any]]:  # type: ignore[no-untyped-def]
+    """A PostgreSQL catalog reached through the proxy, with the table s.t holding ids 1 and 2:
+    the catalog, the table and the proxy."""
+    spec, proxy = pg_proxied
+    cat = spec.open()
+    try:
+        cat.create_namespace("s")
+        t = cat.create_table("s.t", SCHEMA)
+        t.append({"id": [1, 2], "v": ["x", "y"]})
+        yield cat, t, proxy
+    finally:
+        cat.close()
 
 
 # ------------------------------------------------------- answers lost after a commit
@@ -94,63 +109,49 @@ def test_answer_lost_after_multi_table_commit_lands(catalog_spec, request) -> No
         cat.close()
 
 
-def test_a_keyed_commit_whose_answer_and_lookup_were_lost_is_found_as_its_own(pg_proxied) -> None:  # type: ignore[no-untyped-def]
+def test_a_keyed_commit_whose_answer_and_lookup_were_lost_is_found_as_its_own(proxied_t) -> None:  # type: ignore[no-untyped-def]
     """A keyed transaction lands; its answer is lost, and so is the lookup by uuid that would
     have found it. The next attempt finds the key taken: by this very transaction (its uuid),
     so it returns its own results as committed (not replayed), and nothing commits twice."""
-    spec, proxy = pg_proxied
-    cat = spec.open()
+    cat, t, proxy = proxied_t
+
+    def lose_answer_and_lookup(name: str) -> None:
+        _failpoints.disarm(name)
+        proxy.cut_after(b"ls_txn.txn_uuid = ")  # the lookup by uuid: its answer is cut too
+        raise errors.CatalogUnavailableError("the connection broke after COMMIT (failpoint)")
+
+    _failpoints.arm("commit.after_db_commit", lose_answer_and_lookup)
     try:
-        cat.create_namespace("s")
-        t = cat.create_table("s.t", SCHEMA)
-        t.append({"id": [1, 2], "v": ["x", "y"]})
-
-        def lose_answer_and_lookup(name: str) -> None:
-            _failpoints.disarm(name)
-            proxy.cut_after(b"ls_txn.txn_uuid = ")  # the lookup by uuid: its answer is cut too
-            raise errors.CatalogUnavailableError("the connection broke after COMMIT (failpoint)")
-
-        _failpoints.arm("commit.after_db_commit", lose_answer_and_lookup)
-        try:
-            tx = cat.transaction(job_id="j", batch_id=1)
-            tx.delete(t, [("id", "=", 1)])
-            [r] = in_thread(tx.commit)
-        finally:
-            _failpoints.disarm()
-            proxy.heal()
-        assert proxy.cuts == 1
-        assert (r.version, r.operation, r.replayed, tx.replayed) == (2, "DELETE", False, False)
-        assert ids(cat, "s.t") == [2] and t.version == 2
-        assert checked_out(cat) == 0
+        tx = cat.transaction(job_id="j", batch_id=1)
+        tx.delete(t, [("id", "=", 1)])
+        [r] = in_thread(tx.commit)
     finally:
-        cat.close()
+        _failpoints.disarm()
+        proxy.heal()
+    assert proxy.cuts == 1
+    assert (r.version, r.operation, r.replayed, tx.replayed) == (2, "DELETE", False, False)
+    assert ids(cat, "s.t") == [2] and t.version == 2
+    assert checked_out(cat) == 0
 
 
-def test_a_replay_whose_lookup_is_lost_waits_and_answers_the_first_commit(pg_proxied) -> None:  # type: ignore[no-untyped-def]
+def test_a_replay_whose_lookup_is_lost_waits_and_answers_the_first_commit(proxied_t) -> None:  # type: ignore[no-untyped-def]
     """A transaction replays a recorded key, and the connection breaks while it looks up the
     first commit's result: it does not land (its uuid is not recorded), so the commit waits,
     tries again and answers the first commit's result, marked replayed."""
-    spec, proxy = pg_proxied
-    cat = spec.open()
+    cat, t, proxy = proxied_t
+    with cat.transaction(job_id="j", batch_id=1) as first:
+        first.delete(t, [("id", "=", 1)])
+    again = cat.transaction(job_id="j", batch_id=1)
+    again.delete(t, [("id", "=", 2)])
+    proxy.cut_after(b"ls_txn.batch_id = ")  # the lookup by key (the key check says batch_id >=)
     try:
-        cat.create_namespace("s")
-        t = cat.create_table("s.t", SCHEMA)
-        t.append({"id": [1, 2], "v": ["x", "y"]})
-        with cat.transaction(job_id="j", batch_id=1) as first:
-            first.delete(t, [("id", "=", 1)])
-        again = cat.transaction(job_id="j", batch_id=1)
-        again.delete(t, [("id", "=", 2)])
-        proxy.cut_after(b"ls_txn.batch_id = ")  # the lookup by key (the key check says batch_id >=)
-        try:
-            [r] = in_thread(again.commit)
-        finally:
-            proxy.heal()
-        assert proxy.cuts == 1
-        assert again.replayed and r == dataclasses.replace(first.results[0], replayed=True)
-        assert ids(cat, "s.t") == [2] and t.version == 2
-        assert checked_out(cat) == 0
+        [r] = in_thread(again.commit)
     finally:
-        cat.close()
+        proxy.heal()
+    assert proxy.cuts == 1
+    assert again.replayed and r == dataclasses.replace(first.results[0], replayed=True)
+    assert ids(cat, "s.t") == [2] and t.version == 2
+    assert checked_out(cat) == 0
 
 
 def test_killed_connections_never_duplicate_or_leak(pg_spec, pg_admin) -> None:  # type: ignore[no-untyped-def]

@@ -21,6 +21,7 @@ import pytest
 from lakestep.barrier import Pipeline
 
 from ..conftest import CatalogSpec
+from ..test_secrets import SECRET, pg_url_with_password
 from .conftest import ORPHAN, ROOT, SCRIPT, Shop, lakestep, lakestep_process
 
 COMMANDS = ["tables", "describe", "barriers", "lineage", "compact", "cleanup", "rollback", "coordinator",
@@ -209,22 +210,11 @@ def test_catalog_from_env_or_warehouse_and_errors(catalog_spec: CatalogSpec, tmp
         assert [t["table"] for t in wh.json()["tables"]] == ["n.t"]
 
 
-SECRET = "s3cretPw"
-
-
-def _with_password(url: str, database: str | None = None) -> str:
-    scheme, rest = url.split("://", 1)
-    userinfo, host = rest.split("@", 1)
-    if database is not None:
-        host = host.split("/", 1)[0] + "/" + database
-    return f"{scheme}://{userinfo.split(':')[0]}:{SECRET}@{host}"
-
-
 def test_passwords_are_masked_everywhere(pg_spec: CatalogSpec, tmp_path: Path) -> None:
     cat = pg_spec.open()
     cat.create_namespace("n")
     cat.close()
-    url = _with_password(pg_spec.url)  # the test server trusts local connections: any password works
+    url = pg_url_with_password(pg_spec.url)  # the test server trusts local connections: any password works
     for args in (("tables",), ("tables", "--json"), ("barriers",), ("lineage",), ("doctor",),
                  ("report", "--html", str(tmp_path / "r.html"))):
         r = lakestep(*args, catalog=url)
@@ -234,7 +224,8 @@ def test_passwords_are_masked_everywhere(pg_spec: CatalogSpec, tmp_path: Path) -
     assert re.match(r"postgresql(\+psycopg2)?://postgres:\*\*\*@127\.0\.0\.1", shown), shown
     page = (tmp_path / "r.html").read_text()
     assert SECRET not in page and ":***@" in page
-    for u in (_with_password(pg_spec.url).replace(":5432", ":1"), _with_password(pg_spec.url, "no_such_db_ls")):
+    for u in (pg_url_with_password(pg_spec.url).replace(":5432", ":1"),
+              pg_url_with_password(pg_spec.url, "no_such_db_ls")):
         r = lakestep("doctor", catalog=u)
         assert r.code == 1 and SECRET not in r.out + r.err and "Traceback" not in r.err
         assert r.err.startswith("error: ") and len(r.err.splitlines()) == 1, r.err

@@ -10,6 +10,7 @@ from pyspark.errors import StreamingQueryException
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog import schema as S
 from lakestep.streaming import register, register_job
+from lakestep.testing.spark import root_and_derived
 from tests.waiting import died, wait_until
 
 pytestmark = pytest.mark.spark
@@ -126,15 +127,7 @@ def test_max_barriers_per_trigger_through_the_source(spark, catalog_spec, tmp_pa
     covers up to 3 barriers, and ends where a source's data changes: batches [1], [2..4], [5..7].
     With the option ignored (or its default, 1) the job would commit seven batches."""
     cat = catalog_spec.open()
-    cat.create_namespace("s")
-    schema = pa.schema([("id", pa.int64()), ("e", pa.int64())])
-    a = cat.create_table("s.a", schema)
-    d = cat.create_table("s.d", schema)
-    p = Pipeline(cat)
-    p.register_job("feed", sinks=["s.a"], external_input=True)
-    register_job(catalog_spec.url, "copy3", sources=["s.a"], sinks=["s.d"])
-    coord = p.coordinator(interval=3600)
-    assert coord.acquire()
+    p, coord, a, d = root_and_derived(cat, catalog_spec.url, "s.a", "s.d", "copy3")
     for e in range(1, 8):
         if e in (1, 7):
             a.append({"id": [e * 10, e * 10 + 1], "e": [e, e]}, barrier=OPEN_EPOCH)

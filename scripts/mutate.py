@@ -78,6 +78,9 @@ TARGETS: dict[str, list[str]] = {
         "tests/barrier/test_rules.py", "tests/barrier/test_states.py", "tests/barrier/test_rollback.py",
         "tests/barrier/test_status.py", "tests/barrier/test_coordinator.py", "tests/barrier/test_topology.py",
     ],
+    "lakestep/barrier/snapshots.py": [
+        "tests/barrier/test_states.py", "tests/barrier/test_coordinator.py", "tests/barrier/test_simulation.py",
+    ],
 }
 
 # Mutants the operators below do not make, named where they came from: (the exact source text,
@@ -92,7 +95,6 @@ NAMED: dict[str, list[tuple[str, str]]] = {
          "return max(((f or 0) for f in sink_frontiers), default=0)"),
         ("return min([sealed(open_), *((f or 0) for f in source_frontiers)])",
          "return min([open_, *((f or 0) for f in source_frontiers)])"),
-        ("out = min(out, tag_frontier(m.tag, open_))", "out = min(out, m.tag or 0)"),
         ("return max(older, key=lambda c: c.version).barrier", "return max(older, key=lambda c: c.barrier).barrier"),
     ],
     "lakestep/catalog/resolver.py": [
@@ -105,6 +107,10 @@ NAMED: dict[str, list[tuple[str, str]]] = {
 # the listing shows it, its replacement, why). They are listed, not run (--equivalent runs them
 # too). An entry that matches no mutant stops the run: the code moved, look at it again.
 EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
+    "lakestep/barrier/snapshots.py": [
+        ("OR s.expires_at > :now)", "SQL >", ">=",
+         "the count below requires a live (> :now) snapshot of :first at that barrier too (:first is in :ids)"),
+    ],
     "lakestep/barrier/rules.py": [
         ("era = [c.barrier for c in history if c.version >= start and", ">=", ">",
          "the RESTORE left out of its era: if it was the era's only barriered commit, the fallback takes the "
@@ -113,6 +119,8 @@ EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
          "lo < c.version: the RESTORE at lo joins its era's search only when the test after the search would "
          "pick it anyway (barriers increase within an era); c.version < hi: the commit at hi is a newer RESTORE "
          "tagged > e or untagged, which the search leaves out by its barrier"),
+        ("if c.version > m and c.data_version > dv", ">", ">=",
+         "version m itself has data version dv, not a greater one"),
     ],
     "lakestep/catalog/resolver.py": [
         ("S.commits.c.version > self.c.base_version", ">", ">=",
@@ -154,8 +162,6 @@ EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
         ("if not ids or len(ids) > _CHUNK:", "or", "and", "the general path answers the same: speed only"),
         ("if not ids or len(ids) > _CHUNK:", ">", ">=", "the general path answers the same: speed only"),
         ("if not ids or len(ids) > _CHUNK:", ">", "<", "the general path answers the same: speed only"),
-        ("OR s.expires_at > :now)", "SQL >", ">=",
-         "the count below requires a live (> :now) snapshot of :first at that barrier too (:first is in :ids)"),
         ("if m is None or", "is", "is not",
          "always the era loop: its first seek plus its RESTORE test is the one statement's seek of the newest "
          "era split in two (barriers increase with versions within an era), same dv, next change and checks"),

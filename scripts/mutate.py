@@ -132,6 +132,12 @@ EQUIVALENT: dict[str, list[tuple[str, str, str, str]]] = {
          "never decides: the same compaction's age was checked, with <=, when its output was undone above"),
     ],
     "lakestep/barrier/facts.py": [
+        # the span of a kept answer (FactsCache.versions_at): speed only, or never decides
+        ("h.barrier > :e AND h.version >= COALESCE(x.restore_v, 0)) AS hi", "SQL >", ">=",
+         "hi = e only where m carries e itself: an empty span, the answer is asked again (speed only)"),
+        ("h.barrier > :e AND h.version >= COALESCE(x.restore_v, 0)) AS hi", "SQL >=", ">",
+         "a span exists only when m is in the newest era, tagged >= the RESTORE's barrier and <= e: the RESTORE "
+         "is never above e"),
         # the tag and m of the newest era with its RESTORE left out: NULL where the RESTORE was the
         # answer, and NULL is what sends each statement to its exact fallback
         ("c.barrier IS NOT NULL AND c.version >= COALESCE(w.restore_v, 0)", "SQL >=", ">",

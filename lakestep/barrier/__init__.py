@@ -13,10 +13,11 @@ No pyspark here: the barrier coordinator works, and is tested, with no JVM.
 * :meth:`Pipeline.status` and :func:`diagnose` give the operator's view: where
   each table stands, lag, health checks (status.py, health.py).
 
-How states are derived from commits and seals: states.py.
+How states are derived from commits and seals: the rules in rules.py (each defined once), applied by
+states.py to the facts facts.py reads.
 """
 
-from ..catalog.changes import OPEN_EPOCH
+from ..catalog.epoch import OPEN_EPOCH
 from .choose import Choice, Explanation, Level, Scope, TableChoice
 from .epochs import Lease, Seal
 from .errors import (

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from ..catalog import schema as S
 from ..catalog.checks import check_barrier
 from ..errors import VersionNotFoundError
-from .choose import Choice, Level, Resolver, Scope, norm_idents, choose
+from .choose import Choice, Level, Scope, TableIds, norm_idents, choose
 from .epochs import Seal, epoch_row, open_epoch
 from .errors import BarrierNotRetainedError, JobNotFoundError
 from .jobs import BatchPlan, JobBatch, plan_batch
@@ -64,7 +64,7 @@ class Pipeline:
     def __init__(self, catalog: "Catalog") -> None:
         self.catalog = catalog
         self.topology = Topology(catalog)
-        self._resolver = Resolver()
+        self._resolver = TableIds()
         self._tables: dict[str, "Table"] = {}
 
     def table(self, ident: str, table_id: int | None = None) -> "Table":
@@ -189,7 +189,7 @@ class Pipeline:
         return self.at(table, barrier, strict=strict).version
 
     def at(self, table: "str | Table", barrier: int, *, strict: bool = True) -> At:
-        """The version of ``table`` at ``barrier`` (states.py's rule), with its data version.
+        """The version of ``table`` at ``barrier`` (rules.py, rule 9), with its data version.
 
         Refused (:class:`BarrierNotRetainedError`) below the oldest barrier the
         coordinator's snapshots retain, when retention is in force; with

@@ -14,7 +14,7 @@ every table of the topology, in one database transaction:
    all three);
 4. refuse (:class:`RollbackRefusedError`) when a live snapshot of a topology
    table carries a barrier above ``to``: snapshots are never rolled back;
-5. for every table of the topology: its version at ``to`` (states.py); a
+5. for every table of the topology: its version at ``to`` (rules.py, rule 9); a
    RESTORE to that version is needed when its rows differ from the head's,
    or, for a derived table, when its frontier is past ``to``;
 6. commit those RESTOREs, each tagged with barrier ``to``: the whole topology

@@ -4,7 +4,8 @@ No pyspark here: the catalog works, and is tested, with no JVM.
 """
 
 from .catalog import Catalog, Transaction, parse_ident
-from .changes import OPEN_EPOCH, CommitResult, Operation
+from .changes import CommitResult, Operation
+from .epoch import OPEN_EPOCH
 from ..errors import LockNotFoundError, SnapshotExistsError
 from .lifecycle import Snapshot, VersionLock
 from .files import DataFile

@@ -13,7 +13,7 @@ import operator
 from typing import Any
 
 from ..errors import InvalidArgumentError, InvalidIdentifierError
-from .changes import OPEN_EPOCH
+from .epoch import OPEN_EPOCH
 from .files import check_identifier
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1

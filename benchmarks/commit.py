@@ -26,20 +26,32 @@ Measured, with targets:
 Each lakestep PostgreSQL measurement gets a fresh database, dropped at the end.
 Output: a plain-text table on stdout, every number in the JSON file ``--out``.
 
-Run: ``python -m benchmarks.commit [--n 500] [--history 10000] [--skip-peers] [--quick]``
+``--statements`` measures no time at all: per lakestep backend, the SQL statements
+one append sends (counted with SQLAlchemy's ``before_cursor_execute``: a table's
+first append, then ``--n`` more, default 20) and the Python function calls per
+append (cProfile, the data file write included). Both are deterministic, so they
+tell a regression of the commit path on a machine too busy for timings. Targets:
+at most :data:`STATEMENT_TARGETS` statements per append. JSON: ``--out``, by
+default benchmarks/results/commit-statements.json.
+
+Run: ``python -m benchmarks.commit [--n 500] [--history 10000] [--skip-peers] [--quick] [--statements]``
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import cProfile
 import datetime as dt
 import json
 import multiprocessing as mp
 import operator
 import os
 import platform
+import pstats
 import queue
+import re
 import statistics
 import sys
 import tempfile
@@ -48,6 +60,8 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from sqlalchemy import event
 
 import lakestep
 from lakestep import Catalog, Table
@@ -61,6 +75,9 @@ CONCURRENCY_TARGET = 0.8
 HISTORY_TARGET = 1.5
 LIST_TARGET_MS = 20.0
 LIST_RUNS = 20
+#: --statements: the most statements one append (after a table's first) may send.
+STATEMENT_TARGETS: dict[str, int] = {"sqlite": 7, "postgres": 1}
+STATEMENT_APPENDS = 20
 _OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le, "<": operator.lt,
                                                    "==": operator.eq}
 
@@ -199,6 +216,88 @@ def run_history(history: int, samples: int, workdir: Path, backend: Backend, pg_
         }
 
 
+_LABEL = re.compile(r"^(?:(BEGIN|COMMIT|ROLLBACK|WITH)\b.*|(INSERT INTO|UPDATE|DELETE FROM) (\w+).*"
+                    r"|(SELECT)\b.*?\bFROM (\w+).*)$", re.DOTALL)
+
+
+def statement_label(sql: str) -> str:
+    """A statement's verb and first table (``INSERT INTO ls_file``, ``SELECT FROM ls_table``),
+    or its first two words."""
+    m = _LABEL.match(" ".join(sql.split()))
+    if m is None:
+        return " ".join(sql.split()[:2])
+    if m.group(1):
+        return " ".join(sql.split()[:2]) if m.group(1) == "BEGIN" else m.group(1)
+    if m.group(2):
+        return f"{m.group(2)} {m.group(3)}"
+    return f"SELECT FROM {m.group(5)}"
+
+
+def count_statements(n: int, workdir: Path, backend: Backend, pg_dsn: str) -> dict[str, Any]:
+    """--statements: what lakestep's append sends, no timing (see the module docstring)."""
+    with new_catalog(workdir, backend, pg_dsn) as cat:
+        # Calls first, on a table of their own: a listener leaves the engine's event dispatch
+        # slower even once removed.
+        profiled = cat.create_table("bench.profiled", SCHEMA)
+        batches = [make_batch(i) for i in range(n + 1)]
+        profiled.append(batches[0])
+        prof = cProfile.Profile()
+        prof.enable()
+        for b in batches[1:]:
+            profiled.append(b)
+        prof.disable()
+        calls = pstats.Stats(prof).total_calls  # type: ignore[attr-defined]
+
+        table = cat.create_table("bench.t", SCHEMA)
+        seen: list[str] = []
+
+        def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+            seen.append(statement)
+
+        event.listen(cat.backend.engine, "before_cursor_execute", record)
+        try:
+            table.append(batches[0])
+            first = [statement_label(s) for s in seen]
+            counts = []
+            for b in batches[1:]:
+                seen.clear()
+                table.append(b)
+                counts.append(len(seen))
+            last = [statement_label(s) for s in seen]
+        finally:
+            event.remove(cat.backend.engine, "before_cursor_execute", record)
+    return {"appends": n, "first_append": len(first), "per_append_min": min(counts), "per_append_max": max(counts),
+            "python_calls_per_append": round(calls / n, 1), "first_append_statements": first,
+            "append_statements": last, "kinds": dict(collections.Counter(last))}
+
+
+def run_statements(args: argparse.Namespace) -> None:
+    """The --statements mode (no peers, no timing)."""
+    n = args.n if args.n is not None else STATEMENT_APPENDS
+    result: dict[str, Any] = {"machine": machine_info(), "params": {"n": n, "rows_per_commit": 100},
+                              "statements": {}}
+    with tempfile.TemporaryDirectory(prefix="lakestep-bench-") as tmp:
+        for b in BACKENDS:
+            (Path(tmp) / b).mkdir()
+            result["statements"][b] = _attempt(lambda: count_statements(n, Path(tmp) / b, b, args.pg_dsn))
+    checks = [Check(f"statements per append[{b}]", r.get("per_append_max"), "<=", STATEMENT_TARGETS[b])
+              for b, r in result["statements"].items()]
+    result["checks"] = [c.to_json() for c in checks]
+    result["targets"] = {"statements_per_append_max": STATEMENT_TARGETS}
+    out = Path(args.out or "benchmarks/results/commit-statements.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    rows = [[b, r.get("first_append"), r.get("per_append_max"), r.get("python_calls_per_append"), r.get("error")]
+            for b, r in result["statements"].items()]
+    print(text_table(f"lakestep {lakestep.__version__}: SQL statements per append ({n} appends of 100 rows)",
+                     ["backend", "first append", "append", "python calls/append", "error"], rows))
+    for b, r in result["statements"].items():
+        print(f"\n{b}, one append: " + ", ".join(r.get("append_statements", [])))
+    print("\n" + text_table("Targets", ["check", "value", "target", "result"],
+                            [[c.name, c.value, f"{c.op} {c.target:g}", c.result] for c in checks]))
+    print(f"\n{sum(c.result == 'PASS' for c in checks)}/{len(checks)} targets met; JSON: {out}")
+
+
 # ------------------------------------------------------------------------ report
 def machine_info() -> dict[str, Any]:
     versions = {}
@@ -292,13 +391,20 @@ def _attempt(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--n", type=int, default=None, help="sequential commits per system (500; quick: 40)")
+    parser.add_argument("--n", type=int, default=None,
+                        help="sequential commits per system (500; quick: 40; --statements: 20 appends)")
     parser.add_argument("--history", type=int, default=None, help="commits of the aged table (10000; quick: 300)")
-    parser.add_argument("--out", default="benchmarks/results/commit.json")
+    parser.add_argument("--out", default=None,
+                        help="JSON file (benchmarks/results/commit.json; --statements: commit-statements.json)")
     parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN)
     parser.add_argument("--skip-peers", action="store_true", help="measure lakestep only")
     parser.add_argument("--quick", action="store_true", help="small numbers: a smoke run")
+    parser.add_argument("--statements", action="store_true",
+                        help="count SQL statements and Python calls per lakestep append (no timing), then exit")
     args = parser.parse_args(argv)
+    if args.statements:
+        run_statements(args)
+        return
     n = args.n if args.n is not None else (40 if args.quick else 500)
     history = args.history if args.history is not None else (300 if args.quick else 10_000)
     samples = 30 if args.quick else 200
@@ -341,7 +447,7 @@ def main(argv: list[str] | None = None) -> None:
     result["checks"] = [c.to_json() for c in checks]
     result["targets"] = {"ratio_min": RATIO_TARGETS, "concurrency_min": CONCURRENCY_TARGET,
                          "history_p50_ratio_max": HISTORY_TARGET, "files_ms_max": LIST_TARGET_MS}
-    out = Path(args.out)
+    out = Path(args.out or "benchmarks/results/commit.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(report(result, checks))

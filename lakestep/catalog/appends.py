@@ -28,23 +28,28 @@ per table, whatever the writers' clocks say.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Sequence
 
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from .. import _failpoints
 from ..errors import InvalidArgumentError, TableNotFoundError
+from . import epoch
 from . import schema as S
-from .changes import FILE_FIELDS, OPEN_EPOCH, CommitResult, KeyReplayed, TableChange, file_row
-from .commit import READ_OPEN_EPOCH, open_epoch_for_commit, record_file_stats
-from .stats_sql import file_stats_rows
+from . import stats_sql
+from .changes import FILE_FIELDS, OPEN_EPOCH, CommitResult, KeyReplayed, TableChange, file_row, file_values
+from .commit import insert_file_rows
 
 _INSERT_COLS = ("table_id", *FILE_FIELDS)
 _FILE_COLS = ", ".join(_INSERT_COLS)
-# The catalog's epoch read (commit.READ_OPEN_EPOCH), as SQL text for a CTE.
-_EPOCH_SQL = str(READ_OPEN_EPOCH.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+# The values of the PostgreSQL statement's file rows, in the order of _INSERT_COLS: from
+# its VALUES list ``v`` and the head update ``h``.
+_PG_FILE_VALUES = ", ".join({
+    "table_id": "%(tid)s", "added_version": "h.version", "removed_version": "NULL", "path": "v.path",
+    "record_count": "v.rc", "file_size": "v.fs", "partition": "v.part", "stats": "v.stats",
+    "source_ids": "v.src", "seq": "v.seq"}[k] for k in _INSERT_COLS)
 
 
 def _result(c: TableChange, *, version: int, dv: int, at: float, barrier: int | None) -> CommitResult:
@@ -59,42 +64,53 @@ def _summary(c: TableChange) -> str:
     return json.dumps(c.summary, default=str) if c.summary else "{}"
 
 
+@functools.lru_cache(maxsize=64)
+def _sqlite_head_sql(k: int) -> str:
+    """The head update of :func:`sqlite_append`; with ``k`` > 0 column sets of the files
+    added, it also returns how many of them the table has recorded (stats_sql.known_sets_sql)."""
+    known = f", {stats_sql.known_sets_sql(k)}" if k else ""
+    return ("UPDATE ls_table SET version = version + 1, data_version = data_version + ?, "
+            "last_commit_at = CASE WHEN last_commit_at + 1e-6 > ? THEN last_commit_at + 1e-6 ELSE ? END, "
+            f"stamp = {S.STAMP_SQL['sqlite']} "
+            "WHERE table_id = ? RETURNING version, data_version, last_commit_at" + known)
+
+
 def sqlite_append(conn: Connection, changes: Sequence[TableChange], txn: dict[str, Any]) -> list[CommitResult]:
-    """Inside the caller's BEGIN IMMEDIATE transaction."""
+    """Inside the caller's BEGIN IMMEDIATE transaction. Per table: the head update (which
+    also tells whether the table has the column sets of the new files' statistics rows),
+    then the files (their ids by RETURNING), their statistics rows, the column sets only
+    when some are missing, and the commit row."""
     cur = conn.exec_driver_sql
     if txn["job_id"] is not None:  # commit.py step 2b
         taken = cur("SELECT 1 FROM ls_txn WHERE job_id = ? AND batch_id >= ? LIMIT 1",
                     (txn["job_id"], txn["batch_id"])).fetchone()
         if taken:
             raise KeyReplayed(txn["job_id"], txn["batch_id"])
-    epoch = open_epoch_for_commit(conn) if any(c.barrier == OPEN_EPOCH for c in changes) else None
+    open_ = epoch.read_for_commit(conn) if any(c.barrier == OPEN_EPOCH for c in changes) else None
     now = txn["committed_at"]
     advanced = []
     for c in sorted(changes, key=lambda c: c.table_id):
-        row = cur(
-            "UPDATE ls_table SET version = version + 1, data_version = data_version + ?, "
-            "last_commit_at = CASE WHEN last_commit_at + 1e-6 > ? THEN last_commit_at + 1e-6 ELSE ? END, "
-            f"stamp = {S.STAMP_SQL['sqlite']} "
-            "WHERE table_id = ? RETURNING version, data_version, last_commit_at",
-            (1 if c.added else 0, now, now, c.table_id),
-        ).fetchone()
+        copied, sets = stats_sql.copies([(f.record_count, f.stats_json) for f in c.added])
+        params = (1 if c.added else 0, now, now, c.table_id)
+        row = cur(_sqlite_head_sql(len(sets)), (*params, c.table_id, *sets) if sets else params).fetchone()
         if row is None:
             raise TableNotFoundError(c.ident)
-        advanced.append((c, int(row[0]), int(row[1]), float(row[2])))
-    txn_id = cur(
-        "INSERT INTO ls_txn (txn_uuid, job_id, batch_id, committed_at) VALUES (?, ?, ?, ?) RETURNING txn_id",
+        missing = sets if sets and row[3] != len(sets) else None  # column sets to record
+        advanced.append((c, int(row[0]), int(row[1]), float(row[2]), copied, missing))
+    txn_id = cur(  # txn_id is the rowid: one row inserted, its id is the cursor's lastrowid
+        "INSERT INTO ls_txn (txn_uuid, job_id, batch_id, committed_at) VALUES (?, ?, ?, ?)",
         (txn["txn_uuid"], txn["job_id"], txn["batch_id"], now),
-    ).fetchone()[0]
+    ).lastrowid
     _failpoints.hit("commit.locked")
     results = []
-    for c, v, dv, at in advanced:
+    for c, v, dv, at, copied, missing in advanced:
         if c.added:
-            rows = [file_row(c.table_id, v, f) for f in c.added]
-            cur(f"INSERT INTO ls_file ({_FILE_COLS}) VALUES ({', '.join('?' * len(_INSERT_COLS))})",
-                [tuple(r[k] for k in _INSERT_COLS) for r in rows])
-            record_file_stats(conn, c.table_id, v, rows)
+            ids = insert_file_rows(conn, [file_values(c.table_id, v, f) for f in c.added])
+            stats_sql.insert_rows(conn, stats_sql.rows_of(c.table_id, ids, copied))
+            if missing:
+                stats_sql.record_sets(conn, c.table_id, missing)
         _failpoints.hit("commit.after_add")
-        result = _result(c, version=v, dv=dv, at=at, barrier=epoch if c.barrier == OPEN_EPOCH else c.barrier)
+        result = _result(c, version=v, dv=dv, at=at, barrier=c.barrier if open_ is None else epoch.stamp(c.barrier, open_))
         cur(
             "INSERT INTO ls_commit (table_id, version, data_version, operation, base_version, txn_id, barrier, "
             "committed_at, added_files, removed_files, added_rows, removed_rows, summary) "
@@ -141,7 +157,7 @@ def _postgres_one(conn: Connection, c: TableChange, txn: dict[str, Any], txn_id:
     }
     ctes = []
     if c.barrier == OPEN_EPOCH:
-        ctes.append(f"e AS ({_EPOCH_SQL})")
+        ctes.append(f"e AS ({epoch.FOR_COMMIT_SQL})")
         barrier_sql = "(SELECT open_epoch FROM e)"
     else:
         barrier_sql = "%(barrier)s::bigint"
@@ -171,11 +187,8 @@ def _postgres_one(conn: Connection, c: TableChange, txn: dict[str, Any], txn_id:
             params.update({f"p{i}": row["path"], f"r{i}": row["record_count"], f"s{i}": row["file_size"],
                            f"pa{i}": row["partition"], f"st{i}": row["stats"], f"src{i}": row["source_ids"],
                            f"seq{i}": row["seq"]})
-        from_values = {"table_id": "%(tid)s", "added_version": "h.version", "removed_version": "NULL",
-                       "path": "v.path", "record_count": "v.rc", "file_size": "v.fs", "partition": "v.part",
-                       "stats": "v.stats", "source_ids": "v.src", "seq": "v.seq"}
         ctes.append(
-            f"f AS (INSERT INTO ls_file ({_FILE_COLS}) SELECT {', '.join(from_values[k] for k in _INSERT_COLS)} "
+            f"f AS (INSERT INTO ls_file ({_FILE_COLS}) SELECT {_PG_FILE_VALUES} "
             f"FROM h, (VALUES {', '.join(values)}) AS v(path, rc, fs, part, stats, src, seq) RETURNING file_id, path)"
         )
         ctes.extend(_postgres_stats(c, params))
@@ -201,9 +214,8 @@ def _postgres_stats(c: TableChange, params: dict[str, Any]) -> list[str]:
     """The CTEs recording the typed statistics rows (stats_sql.py) of the files inserted by
     CTE ``f`` and their column sets, in the same statement. A path names one new file."""
     stats_values = []
-    sets: dict[str, str] = {}
-    for i, f in enumerate(c.added):
-        got = file_stats_rows(f.record_count, f.stats_json)
+    copied, sets = stats_sql.copies([(f.record_count, f.stats_json) for f in c.added])
+    for i, got in enumerate(copied):
         for j, (col, nulls, lo, hi, w) in enumerate(got):
             k = f"{i}_{j}"
             # CAST, not ::bigint: the driver writes -9223372036854775808 as a literal, which
@@ -211,8 +223,6 @@ def _postgres_stats(c: TableChange, params: dict[str, Any]) -> list[str]:
             stats_values.append(f"(%(p{i})s, %(sc{k})s, CAST(%(sn{k})s AS bigint), CAST(%(sl{k})s AS bigint), "
                                 f"CAST(%(sh{k})s AS bigint), CAST(%(sw{k})s AS integer))")
             params.update({f"sc{k}": col, f"sn{k}": nulls, f"sl{k}": lo, f"sh{k}": hi, f"sw{k}": w})
-        cols = [g[0] for g in got]
-        sets.setdefault(S.columns_digest(cols), S.columns_json(cols))
     ctes = []
     if stats_values:
         ctes.append(

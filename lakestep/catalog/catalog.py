@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 import uuid
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs

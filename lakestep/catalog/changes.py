@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
+from . import epoch
 from . import schema as S
 from .files import DataFile, NewFile
 from .predicates import Predicate
@@ -18,9 +19,8 @@ Isolation = Literal["snapshot", "serializable"]
 #: How files written elsewhere are committed (Transaction.add_files).
 FilesMode = Literal["append", "overwrite"]
 
-# A commit with this barrier is stamped with the catalog's open epoch, read in
-# the commit's own database transaction under a lock that sealing waits for.
-OPEN_EPOCH = -1
+# The placeholder barrier of a root commit (epoch.py owns it).
+OPEN_EPOCH = epoch.OPEN_EPOCH
 
 
 class Operation(str, enum.Enum):
@@ -140,13 +140,22 @@ assert [f.name for f in dataclasses.fields(DataFile)] == [
     "FILE_COLS and DataFile's fields must stay in the same order (row_to_file)")
 
 
-def file_row(table_id: int, version: int, f: "NewFile | DataFile") -> dict[str, Any]:
-    """The ``ls_file`` row recording ``f`` as added by ``version`` (a re-added file keeps its
-    position in commit order, and loses its sources: it is no rewrite)."""
+#: The columns of a new ``ls_file`` row, in the order of :func:`file_values`.
+FILE_ROW_FIELDS = ("table_id", *FILE_FIELDS)
+
+
+def file_values(table_id: int, version: int, f: "NewFile | DataFile") -> tuple[Any, ...]:
+    """The ``ls_file`` row recording ``f`` as added by ``version``, as a tuple of
+    :data:`FILE_ROW_FIELDS` (for driver SQL; a re-added file keeps its position in commit
+    order, and loses its sources: it is no rewrite)."""
     sources = f.source_ids if isinstance(f, NewFile) else None
-    return {"table_id": table_id, "path": f.path, "record_count": f.record_count, "file_size": f.file_size,
-            "added_version": version, "removed_version": None, "partition": f.partition_json,
-            "stats": f.stats_json, "source_ids": json.dumps(sources) if sources else None, "seq": f.seq}
+    return (table_id, f.path, f.record_count, f.file_size, version, None, f.partition_json, f.stats_json,
+            json.dumps(sources) if sources else None, f.seq)
+
+
+def file_row(table_id: int, version: int, f: "NewFile | DataFile") -> dict[str, Any]:
+    """:func:`file_values` as a mapping of column name to value."""
+    return dict(zip(FILE_ROW_FIELDS, file_values(table_id, version, f)))
 
 
 def chunks(ids: Sequence[int], n: int = 500) -> Iterable[Sequence[int]]:

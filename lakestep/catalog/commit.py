@@ -47,6 +47,7 @@ stay on storage as orphans until cleanup removes them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -66,11 +67,21 @@ from ..errors import (
     SchemaChangedConflict,
     TableNotFoundError,
 )
+from . import epoch
 from . import schema as S
 from . import stats_sql
-from .changes import OPEN_EPOCH, CommitResult, KeyReplayed, NeedsRebase, TableChange, chunks, file_row
+from .changes import (
+    FILE_ROW_FIELDS,
+    OPEN_EPOCH,
+    CommitResult,
+    KeyReplayed,
+    NeedsRebase,
+    TableChange,
+    chunks,
+    file_values,
+)
 from .files import DataFile, NewFile
-from .resolver import Head, Plan, Resolver
+from .resolver import Head, ResolvedChange, Resolver
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +103,6 @@ _INSERT_TXN = sa.insert(S.txns).returning(S.txns.c.txn_id)
 # Step 2b: a key at or below the job's newest recorded batch is a replay.
 _KEY_TAKEN = sa.select(sa.literal(1)).where(
     S.txns.c.job_id == sa.bindparam("job"), S.txns.c.batch_id >= sa.bindparam("batch")).limit(1)
-# FOR SHARE on PostgreSQL (a seal's FOR UPDATE waits for it); SQLite has one writer.
-READ_OPEN_EPOCH = sa.select(S.epoch.c.open_epoch).where(S.epoch.c.id == 1).with_for_update(read=True)
-_INSERT_FILES = sa.insert(S.files)
 _INSERT_COMMIT = sa.insert(S.commits)
 _UPDATE_HEAD = (
     sa.update(S.tables)
@@ -106,11 +114,6 @@ _UPDATE_HEAD = (
         stamp=S.NextStamp(),
     )
 )
-def open_epoch_for_commit(conn: Connection) -> int:
-    """The open epoch, read inside the commit's own database transaction under the
-    lock that sealing waits for: the catalog's one read of the epoch (barrier/epochs.py
-    owns every other one)."""
-    return int(conn.execute(READ_OPEN_EPOCH).scalar_one())
 
 
 def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, Head]:
@@ -182,8 +185,8 @@ def commit_once(conn: Connection, changes: Sequence[TableChange], txn_row: dict[
     if job_id is not None and conn.execute(_KEY_TAKEN, {"job": job_id, "batch": txn_row["batch_id"]}).first():
         raise KeyReplayed(job_id, txn_row["batch_id"])
     if any(c.barrier == OPEN_EPOCH for c in changes):
-        open_epoch = open_epoch_for_commit(conn)
-        changes = [dataclasses.replace(c, barrier=open_epoch) if c.barrier == OPEN_EPOCH else c for c in changes]
+        open_ = epoch.read_for_commit(conn)
+        changes = [dataclasses.replace(c, barrier=epoch.stamp(c.barrier, open_)) for c in changes]
 
     heads = _lock_heads(conn, changes)
     txn_id = conn.execute(_INSERT_TXN, txn_row).scalar_one()
@@ -231,17 +234,66 @@ def commit_once(conn: Connection, changes: Sequence[TableChange], txn_row: dict[
 def _insert_files(
     conn: Connection, table_id: int, version: int, added: Sequence[NewFile], readd: Sequence[DataFile]
 ) -> int:
-    rows = [file_row(table_id, version, f) for f in (*added, *readd)]
-    if rows:
-        conn.execute(_INSERT_FILES, rows)
-        record_file_stats(conn, table_id, version, rows)
-    return len(rows)
+    files = (*added, *readd)
+    if files:
+        ids = insert_file_rows(conn, [file_values(table_id, version, f) for f in files])
+        record_file_stats(conn, table_id, ids, files)
+    return len(files)
 
 
-def record_file_stats(conn: Connection, table_id: int, version: int, rows: Sequence[dict[str, Any]]) -> None:
-    """The typed statistics rows (stats_sql.py) of the file rows just inserted for ``version``,
-    in the same transaction (stats_sql.insert_added)."""
-    stats_sql.insert_added(conn, table_id, version, [(r["path"], r["record_count"], r["stats"]) for r in rows])
+#: File rows per INSERT statement of :func:`insert_file_rows` (10 parameters a row: far
+#: below the parameters SQLite and PostgreSQL take in one statement).
+FILE_CHUNK = 500
+_PATH = FILE_ROW_FIELDS.index("path")
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_files_sql(n: int, mark: str) -> str:
+    """The INSERT of ``n`` file rows, ``mark`` the driver's positional parameter."""
+    row = f"({', '.join([mark] * len(FILE_ROW_FIELDS))})"
+    return (f"INSERT INTO ls_file ({', '.join(FILE_ROW_FIELDS)}) VALUES {', '.join([row] * n)} "
+            "RETURNING file_id, path")
+
+
+def insert_file_rows(conn: Connection, values: Sequence[tuple[Any, ...]]) -> list[int]:
+    """Insert new ``ls_file`` rows (tuples of ``FILE_ROW_FIELDS``: changes.file_values) in the
+    caller's transaction; return their ids, in the order of ``values``.
+
+    One statement per :data:`FILE_CHUNK` rows (a multi-row VALUES, on both backends), whose
+    RETURNING gives the ids: nothing is read back. Neither database promises the order of
+    RETURNING rows, so ids are matched to rows by path; a path twice in one statement (a
+    file re-added twice) takes its ids in id order, which is insertion order on both
+    backends and, either way, the same file with the same statistics."""
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    ids: list[int] = []
+    for i in range(0, len(values), FILE_CHUNK):
+        chunk = values[i:i + FILE_CHUNK]
+        params = chunk[0] if len(chunk) == 1 else tuple([v for row in chunk for v in row])
+        got = conn.exec_driver_sql(_insert_files_sql(len(chunk), mark), params).all()
+        ids.extend(_ids_in_order([row[_PATH] for row in chunk], got))
+    return ids
+
+
+def _ids_in_order(paths: Sequence[str], got: Sequence[Any]) -> list[int]:
+    """The ids of RETURNING rows (file_id, path), in the order of ``paths``."""
+    if len(got) != len(paths):
+        raise InternalError(f"inserted {len(paths)} file rows, the database returned {len(got)} ids")
+    if len(paths) == 1:
+        return [int(got[0][0])]
+    by_path: dict[str, list[int]] = {}
+    for fid, path in sorted((int(r[0]), r[1]) for r in got):
+        by_path.setdefault(path, []).append(fid)
+    try:
+        return [by_path[p].pop(0) for p in paths]
+    except (KeyError, IndexError):
+        raise InternalError("the ids the database returned for new file rows do not match their paths") from None
+
+
+def record_file_stats(conn: Connection, table_id: int, file_ids: Sequence[int],
+                      files: Sequence[NewFile | DataFile]) -> None:
+    """The typed statistics rows (stats_sql.py) and column sets of files just inserted with
+    ids ``file_ids`` (same order), in the same transaction (stats_sql.insert_added)."""
+    stats_sql.insert_added(conn, table_id, [(fid, f.record_count, f.stats_json) for fid, f in zip(file_ids, files)])
 
 
 def _record_commit(
@@ -266,7 +318,7 @@ def _record_commit(
     )
 
 
-def _apply_removals(conn: Connection, plan: Plan, v: int) -> int:
+def _apply_removals(conn: Connection, plan: ResolvedChange, v: int) -> int:
     t = S.files.c
     if plan.remove_all_live:
         rows = conn.execute(

@@ -388,7 +388,3 @@ PLANNERS: dict[Kind, Callable[[Resolver], ResolvedChange]] = {
     Kind.COMPACT: Resolver._compact,
     Kind.RESTORE: Resolver._restore,
 }
-
-#: The former name (not to be confused with :class:`lakestep.catalog.plan.ReadPlan`, a read's files). Not
-#: public: kept only until commit.py imports ``ResolvedChange`` (the one module that uses it).
-Plan = ResolvedChange

@@ -12,6 +12,8 @@ also forced to increase per table, see ``commit.py``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Callable
 
 import sqlalchemy as sa
@@ -20,6 +22,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement
 
 from ..errors import CatalogCorruptError, CatalogVersionError
+from .files import file_stats_rows
 
 metadata = sa.MetaData()
 
@@ -405,8 +408,6 @@ stats_columns = sa.Table(
 
 
 def _v8(conn: Connection) -> None:
-    from .stats_sql import stats_rows
-
     file_stats.create(conn, checkfirst=True)
     stats_columns.create(conn, checkfirst=True)
     f = files.c
@@ -431,15 +432,22 @@ def _v8(conn: Connection) -> None:
         last = int(batch[-1][0])
 
 
-def columns_json(cols: list[str]) -> str:
-    import json
+def stats_rows(table_id: int, file_id: int, count: int, stats_json: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The ``ls_file_stats`` rows of one file, and the columns they cover: the bounds that
+    files.file_stats_rows copies from the file's statistics JSON."""
+    got = file_stats_rows(count, stats_json)
+    rows = [{"file_id": file_id, "table_id": table_id, "column_name": c, "null_count": n, "min_value": a,
+             "max_value": b, "width": w} for c, n, a, b, w in got]
+    return rows, [r[0] for r in got]
 
+
+def columns_json(cols: list[str]) -> str:
+    """A set of columns as ``ls_stats_columns.columns`` records it: a JSON list, sorted."""
     return json.dumps(sorted(cols), separators=(",", ":"))
 
 
 def columns_digest(cols: list[str]) -> str:
-    import hashlib
-
+    """The key of a set of columns in ``ls_stats_columns``: sha256 of :func:`columns_json`."""
     return hashlib.sha256(columns_json(cols).encode()).hexdigest()
 
 

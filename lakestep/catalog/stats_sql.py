@@ -3,7 +3,8 @@
 The verdicts of :mod:`predicates` are made from ``ls_file.stats`` (JSON) in
 Python; at 10^6 live files, parsing every file's JSON takes seconds. This
 module copies the bounds that SQL compares exactly into ``ls_file_stats`` when
-files are recorded (:func:`stats_rows`), and turns a filter into one SQL
+files are recorded (:func:`copies`, :func:`rows_of`; the copy of one file's
+statistics is ``files.file_stats_rows``), and turns a filter into one SQL
 condition on them (:func:`candidates`), so that the database lists the
 candidate files of a read through an index. The Python verdict still judges
 every listed file: the SQL condition only has to keep a superset.
@@ -33,73 +34,27 @@ every listed file: the SQL condition only has to keep a superset.
 
 from __future__ import annotations
 
-import datetime as dt
+import functools
 import json
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 import sqlalchemy as sa
 
 from . import schema as S
+from .files import INT64_MIN, file_stats_rows, sql_int
 from .predicates import Predicate
 
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 MAX_IN = 16
-_EPOCH = dt.date(1970, 1, 1)
-
-
-def sql_int(v: Any) -> int | None:
-    """``v`` as the BIGINT stored for it, or None when it is not copied (step 1)."""
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int):
-        return v if INT64_MIN <= v <= INT64_MAX else None
-    if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
-        return (v - _EPOCH).days
-    return None
-
-
-def _decoded(v: Any) -> Any:
-    if isinstance(v, dict) and set(v) == {"$d"}:
-        try:
-            return dt.date.fromisoformat(v["$d"])
-        except (TypeError, ValueError):
-            return None
-    return v if not isinstance(v, dict) else None
-
-
-def file_stats_rows(count: int, stats_json: str) -> list[tuple[str, int, int | None, int | None, int | None]]:
-    """(column, null_count, min, max, width) of the columns a file's statistics copy (step 1)."""
-    try:
-        stats = json.loads(stats_json) if stats_json else {}
-    except ValueError:
-        return []
-    out = []
-    if not isinstance(stats, dict):
-        return out
-    for col, v in stats.items():
-        if not isinstance(v, list) or len(v) != 3:
-            continue
-        lo, hi, nulls = v
-        if isinstance(nulls, bool) or not isinstance(nulls, int) or not INT64_MIN <= nulls <= INT64_MAX:
-            continue
-        if lo is None and hi is None:
-            if nulls == count:  # every value null: comparisons never match
-                out.append((col, nulls, None, None, None))
-            continue
-        a, b = sql_int(_decoded(lo)), sql_int(_decoded(hi))
-        if a is None or b is None or a > b:
-            continue
-        out.append((col, nulls, a, b, (b - a).bit_length()))
-    return out
-
-
-def stats_rows(table_id: int, file_id: int, count: int, stats_json: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The ``ls_file_stats`` rows of one file, and the columns they cover."""
-    got = file_stats_rows(count, stats_json)
-    rows = [{"file_id": file_id, "table_id": table_id, "column_name": c, "null_count": n, "min_value": a,
-             "max_value": b, "width": w} for c, n, a, b, w in got]
-    return rows, [r[0] for r in got]
+#: The ``ls_file_stats`` rows of one file, and the columns they cover (step 1: the copy
+#: itself is files.file_stats_rows; the schema's migration backfilled with the same rows).
+stats_rows = S.stats_rows
+#: One file's copied bounds: (column, null_count, min, max, width) (files.file_stats_rows).
+Copied = list[tuple[str, int, int | None, int | None, int | None]]
+#: The columns of an ``ls_file_stats`` row, in the order of the tuples of :func:`rows_of`.
+STATS_COLS = ("file_id", "column_name", "table_id", "null_count", "min_value", "max_value", "width")
+_INSERT_STATS_SQLITE = (f"INSERT INTO ls_file_stats ({', '.join(STATS_COLS)}) "
+                        f"VALUES ({', '.join('?' * len(STATS_COLS))})")
 
 
 def copied_type(t: pa.DataType) -> bool:
@@ -241,32 +196,63 @@ def candidates(conn: sa.Connection, pred: Predicate, schema: pa.Schema, table_id
     return parts[0] if len(parts) == 1 else sa.union_all(*parts)
 
 
-def insert_added(conn: sa.Connection, table_id: int, version: int, files: Sequence[tuple[str, int, str]]) -> None:
-    """Record the stats rows of the files ``version`` just added ((path, record_count,
-    stats_json), in insertion order) and their column sets, in the caller's transaction.
-    The new file ids are read back by path (in id order: a path added twice takes its ids
-    in turn)."""
-    f = S.files.c
-    ids: dict[str, list[int]] = {}
-    for path, fid in conn.execute(sa.select(f.path, f.file_id).where(
-            f.table_id == table_id, f.added_version == version).order_by(f.file_id)).all():
-        ids.setdefault(path, []).append(int(fid))
-    rows: list[tuple[Any, ...]] = []
+@functools.lru_cache(maxsize=1024)
+def column_set(cols: tuple[str, ...]) -> tuple[str, str]:
+    """(digest, JSON) of a set of columns, as ``ls_stats_columns`` records it
+    (schema.columns_digest, schema.columns_json). Cached: it depends on the names only,
+    never on a table or a database."""
+    return S.columns_digest(list(cols)), S.columns_json(list(cols))
+
+
+def copies(files: Iterable[tuple[int, str]]) -> tuple[list[Copied], dict[str, str]]:
+    """Of files (record_count, stats_json): each one's copied bounds (step 1), in order, and
+    the column sets they cover (digest -> JSON; step 2), each once. A file that copies no
+    column has a set too: the empty one, which turns the SQL narrowing off for the table."""
+    per_file: list[Copied] = []
     sets: dict[str, str] = {}
-    for path, count, stats_json in files:
-        fid = ids[path].pop(0)
+    for count, stats_json in files:
         got = file_stats_rows(count, stats_json)
-        rows.extend((fid, col, table_id, n, a, b, w) for col, n, a, b, w in got)
-        cols = [g[0] for g in got]
-        sets.setdefault(S.columns_digest(cols), S.columns_json(cols))
-    if rows and conn.dialect.name == "sqlite":  # in-process: the driver's executemany is cheapest
-        conn.exec_driver_sql(
-            "INSERT INTO ls_file_stats (file_id, column_name, table_id, null_count, min_value, max_value, width) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-    elif rows:  # one multi-row statement (SQLAlchemy's insertmanyvalues), not a round trip a row
-        keys = ("file_id", "column_name", "table_id", "null_count", "min_value", "max_value", "width")
-        conn.execute(sa.insert(S.file_stats), [dict(zip(keys, r)) for r in rows])
+        per_file.append(got)
+        digest, cols = column_set(tuple([g[0] for g in got]))
+        sets[digest] = cols
+    return per_file, sets
+
+
+def rows_of(table_id: int, file_ids: Sequence[int], per_file: Sequence[Copied]) -> list[tuple[Any, ...]]:
+    """The ``ls_file_stats`` rows (tuples of :data:`STATS_COLS`) of files with ids ``file_ids``
+    whose copied bounds are ``per_file`` (:func:`copies`, same order)."""
+    return [(fid, col, table_id, n, a, b, w) for fid, got in zip(file_ids, per_file) for col, n, a, b, w in got]
+
+
+def insert_rows(conn: sa.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Insert ``ls_file_stats`` rows (:func:`rows_of`) in the caller's transaction: one
+    statement, none when there are no rows."""
+    if not rows:
+        return
+    if conn.dialect.name == "sqlite":  # in-process: the driver's executemany is cheapest
+        conn.exec_driver_sql(_INSERT_STATS_SQLITE, rows)
+    else:  # one multi-row statement (SQLAlchemy's insertmanyvalues), not a round trip a row
+        conn.execute(sa.insert(S.file_stats), [dict(zip(STATS_COLS, r)) for r in rows])
+
+
+def insert_added(conn: sa.Connection, table_id: int, files: Sequence[tuple[int, int, str]]) -> None:
+    """Record the stats rows of files just added to the table ((file_id, record_count,
+    stats_json)) and their column sets, in the caller's transaction: two statements (one
+    when no file copies any bounds)."""
+    per_file, sets = copies([(count, stats_json) for _, count, stats_json in files])
+    insert_rows(conn, rows_of(table_id, [f[0] for f in files], per_file))
     record_sets(conn, table_id, sets)
+
+
+@functools.lru_cache(maxsize=64)
+def known_sets_sql(k: int) -> str:
+    """A scalar subquery in SQLite's parameter style: how many of ``k`` distinct digests the
+    table has recorded in ``ls_stats_columns``. Parameters: the table id, then the digests.
+    Read inside the commit's write transaction (SQLite has one writer), it tells exactly
+    whether :func:`record_sets` has anything to record: no in-process state that another
+    process, a dropped table or a rolled-back commit could make wrong."""
+    return (f"(SELECT count(*) FROM ls_stats_columns WHERE table_id = ? AND digest IN "
+            f"({', '.join('?' * k)}))")
 
 
 def record_sets(conn: sa.Connection, table_id: int, sets: dict[str, str]) -> None:

@@ -22,7 +22,7 @@ from ..errors import ArgumentTypeError, DataOutOfRangeError, InvalidArgumentErro
 from .changes import Isolation, Operation, TableChange
 from . import pk
 from . import properties as P
-from .files import DataFile, NewFile
+from .files import DataFile
 from .predicates import Filter, Predicate, Verdict
 
 if TYPE_CHECKING:

@@ -282,20 +282,15 @@ def run_statements(args: argparse.Namespace) -> None:
             result["statements"][b] = _attempt(lambda: count_statements(n, Path(tmp) / b, b, args.pg_dsn))
     checks = [Check(f"statements per append[{b}]", r.get("per_append_max"), "<=", STATEMENT_TARGETS[b])
               for b, r in result["statements"].items()]
-    result["checks"] = [c.to_json() for c in checks]
     result["targets"] = {"statements_per_append_max": STATEMENT_TARGETS}
-    out = Path(args.out or "benchmarks/results/commit-statements.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
     rows = [[b, r.get("first_append"), r.get("per_append_max"), r.get("python_calls_per_append"), r.get("error")]
             for b, r in result["statements"].items()]
-    print(text_table(f"lakestep {lakestep.__version__}: SQL statements per append ({n} appends of 100 rows)",
-                     ["backend", "first append", "append", "python calls/append", "error"], rows))
-    for b, r in result["statements"].items():
-        print(f"\n{b}, one append: " + ", ".join(r.get("append_statements", [])))
-    print("\n" + text_table("Targets", ["check", "value", "target", "result"],
-                            [[c.name, c.value, f"{c.op} {c.target:g}", c.result] for c in checks]))
-    print(f"\n{sum(c.result == 'PASS' for c in checks)}/{len(checks)} targets met; JSON: {out}")
+    text = [text_table(f"lakestep {lakestep.__version__}: SQL statements per append ({n} appends of 100 rows)",
+                       ["backend", "first append", "append", "python calls/append", "error"], rows)]
+    text += [f"\n{b}, one append: " + ", ".join(r.get("append_statements", [])) for b, r in result["statements"].items()]
+    text.append("\n" + text_table("Targets", ["check", "value", "target", "result"],
+                                  [[c.name, c.value, f"{c.op} {c.target:g}", c.result] for c in checks]))
+    finish(Path(args.out or "benchmarks/results/commit-statements.json"), result, checks, "\n".join(text))
 
 
 # ------------------------------------------------------------------------ report
@@ -309,6 +304,15 @@ def machine_info() -> dict[str, Any]:
         "cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
         "lakestep": lakestep.__version__, "versions": versions,
     }
+
+
+def finish(out: Path, result: dict[str, Any], checks: list[Check], text: str) -> None:
+    """The end of every benchmark run: the JSON at ``out`` (checks included), the report, the tally."""
+    result["checks"] = [c.to_json() for c in checks]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(text)
+    print(f"\n{sum(c.result == 'PASS' for c in checks)}/{len(checks)} targets met; JSON: {out}")
 
 
 def text_table(title: str, headers: list[str], rows: list[list[Any]]) -> str:
@@ -444,14 +448,9 @@ def main(argv: list[str] | None = None) -> None:
                 lambda: run_history(history, samples, workdir(f"hist-{b}"), b, args.pg_dsn))
 
     checks = build_checks(result["sequential"], result["concurrency"], result["history"], args.skip_peers)
-    result["checks"] = [c.to_json() for c in checks]
     result["targets"] = {"ratio_min": RATIO_TARGETS, "concurrency_min": CONCURRENCY_TARGET,
                          "history_p50_ratio_max": HISTORY_TARGET, "files_ms_max": LIST_TARGET_MS}
-    out = Path(args.out or "benchmarks/results/commit.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(report(result, checks))
-    print(f"\n{sum(c.result == 'PASS' for c in checks)}/{len(checks)} targets met; JSON: {out}")
+    finish(Path(args.out or "benchmarks/results/commit.json"), result, checks, report(result, checks))
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ import pyarrow as pa
 import lakestep
 from lakestep import Catalog
 
-from .commit import Check, text_table
+from .commit import Check, finish, text_table
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SINK_TARGET = 0.9
@@ -754,12 +754,7 @@ def main(argv: list[str] | None = None) -> None:
                   for rnd in kd.get("rounds", []) for k in ("noop", "python-null", "lakestep", "ingest", "in-process")}
         checks.append(Check("(d) rows read by every reader, every round", landed.pop() if len(landed) == 1 else None,
                             "==", params["stage_messages"]))
-    r["checks"] = [c.to_json() for c in checks]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(r, indent=2) + "\n")
-    print(report(r, checks))
-    print(f"\n{sum(c.result == 'PASS' for c in checks)}/{len(checks)} targets met; JSON: {out}")
+    finish(Path(args.out), r, checks, report(r, checks))
 
 
 if __name__ == "__main__":

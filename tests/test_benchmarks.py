@@ -27,6 +27,18 @@ def test_query_benchmark_runs(tmp_path: Path) -> None:
     assert "overhead ms" in r.stdout
 
 
+def test_commit_benchmark_counts_statements(tmp_path: Path) -> None:
+    """``benchmarks.commit --statements``: the commit path's statements per append (no timing)."""
+    out = tmp_path / "statements.json"
+    r = subprocess.run([sys.executable, "-m", "benchmarks.commit", "--statements", "--n", "5", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert {c["name"]: c["result"] for c in got["checks"]} == {
+        "statements per append[sqlite]": "PASS", "statements per append[postgres]": "PASS"}
+    assert "2/2 targets met" in r.stdout
+
+
 def test_scale_benchmark_runs(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     r = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--backends", "sqlite,postgres", "--runs", "2",

@@ -35,6 +35,7 @@ def query_cmd(out: Output, catalog_url: str, sql: str, level: str, scope: str, m
       lakestep query "SELECT * FROM shop.daily JOIN shop.totals USING (day)" --level repeatable_read --json
     """
     from ..query import duckdb_query
+    from ..query.rows import records
 
     with open_catalog(catalog_url) as cat:
         with out.progress("querying", None):
@@ -43,15 +44,15 @@ def query_cmd(out: Output, catalog_url: str, sql: str, level: str, scope: str, m
     read_doc: dict[str, Any] = {"level": read.level, "scope": read.scope, "barrier": read.barrier,
                                 "versions": dict(read.versions), "behind": dict(read.behind),
                                 "explanation": str(read.explanation)}
-    out.emit({"columns": table.column_names, "rows": table.to_pylist(), "num_rows": table.num_rows,
-              "read": read_doc})
+    columns, rows = records(table)  # every column, a duplicate name as name_2 (query/rows.py)
+    out.emit({"columns": columns, "rows": rows, "num_rows": table.num_rows, "read": read_doc})
     if out.json:
         return
     grid = RichTable(title=f"{table.num_rows} row(s)" + (f", first {max_rows} shown" if table.num_rows > max_rows
                                                          else ""), title_justify="left")
-    for name in table.column_names:
+    for name in columns:
         grid.add_column(name)
-    for row in table.slice(0, max_rows).to_pylist():
+    for row in rows[:max_rows]:
         grid.add_row(*["NULL" if v is None else str(v) for v in row.values()])
     out.print(grid)
     at = "no common barrier (newest versions)" if read.barrier is None else f"barrier {read.barrier}"

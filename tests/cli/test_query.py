@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from lakestep.query.rows import labels
+
 from .conftest import Shop, lakestep
 
 JOIN = "SELECT d.k, d.v AS daily, s.v AS summary FROM shop.daily d JOIN shop.summary s ON d.k = s.k ORDER BY d.k"
@@ -38,6 +40,27 @@ def test_query_levels_and_text_output(shop: Shop) -> None:
     assert run.code == 0, run.err
     assert "read read_committed (scope query) at barrier 2" in run.out
     assert f"{len(expected(shop, 2))} row(s)" in run.out
+
+
+def test_query_keeps_columns_that_share_a_name(shop: Shop) -> None:
+    """README's example (d.v, s.v), with s.v shifted so that the two columns differ: both are shown
+    and serialized, the second as v_2."""
+    sql = "SELECT d.k, d.v, s.v + 1000 AS v FROM shop.daily d JOIN shop.summary s ON d.k = s.k ORDER BY d.k"
+    want = [{"k": r["k"], "v": r["daily"], "v_2": r["summary"] + 1000} for r in expected(shop, 2)]
+    assert want and any(r["v"] != r["v_2"] for r in want)  # the two columns differ: a lost one would show
+    doc = lakestep("query", sql, "--json", catalog=shop.url).json()
+    assert doc["columns"] == ["k", "v", "v_2"] and doc["rows"] == want
+    run = lakestep("query", sql, "--max-rows", "1", catalog=shop.url)
+    assert run.code == 0, run.err
+    first = want[0]
+    line = next(ln for ln in run.out.splitlines() if ln.strip().startswith("│") and f" {first['k']} " in ln)
+    cells = [c.strip() for c in line.strip().strip("│").split("│")]
+    assert cells == [str(first["k"]), str(first["v"]), str(first["v_2"])]
+
+
+def test_labels_of_duplicate_names() -> None:
+    assert labels(["k", "v", "v"]) == ["k", "v", "v_2"]
+    assert labels(["v", "v", "v_2", "v"]) == ["v", "v_3", "v_2", "v_4"]  # a label never repeats a real name
 
 
 def test_query_time_travel_and_errors(shop: Shop) -> None:

@@ -232,6 +232,8 @@ class MaintenanceLoop:
         return reports
 
     def start(self) -> threading.Thread:
+        """Run rounds in a thread until :meth:`stop`; a stopped loop may be started again."""
+        self._stop.clear()
         self._thread = threading.Thread(target=self.run, name="lakestep-maintenance", daemon=True)
         self._thread.start()
         return self._thread
@@ -240,8 +242,10 @@ class MaintenanceLoop:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            self._thread = None
         if self.publisher is not None:
             self.publisher.close()
+            self.publisher = None  # a restarted loop makes a new one
 
 
 if __name__ == "__main__":  # python -m lakestep.catalog.maintenance: the command `lakestep maintenance`

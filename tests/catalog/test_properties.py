@@ -16,6 +16,8 @@ from lakestep.catalog import schema as S
 from lakestep.catalog.maintenance import MaintenanceLoop, apply_ttl
 from lakestep.catalog.properties import DEFAULT_RETENTION_SECONDS, KNOWN
 
+from ..waiting import wait_until
+
 SCHEMA = pa.schema([("id", pa.int64()), ("at", pa.timestamp("us", tz="UTC")), ("name", pa.string())])
 
 BAD = [
@@ -131,6 +133,21 @@ def test_maintenance_survives_a_bad_table(ns: Catalog) -> None:
         assert "error" not in report.tables[ident], report.tables[ident]
         assert report.tables[ident]["compacted_files"] == 3
         assert len(ns.load_table(ident).files()) == 1
+
+
+def test_a_stopped_maintenance_loop_starts_again(ns: Catalog) -> None:
+    """stop() then start(): the loop runs rounds again (it once exited at once: its stop stayed set)."""
+    ns.create_table("s.a", SCHEMA)
+    loop = MaintenanceLoop(ns, interval=0.01)
+    loop.start()
+    wait_until(lambda: loop.rounds >= 1, what="a first round")
+    loop.stop()
+    done = loop.rounds
+    thread = loop.start()
+    wait_until(lambda: loop.rounds > done, what="a round after the restart", failed=lambda: (
+        None if thread.is_alive() else "the restarted loop's thread ended"))
+    loop.stop()
+    assert not thread.is_alive()
 
 
 def test_maintenance_logs_and_skips_a_failing_table(ns: Catalog, caplog) -> None:  # type: ignore[no-untyped-def]

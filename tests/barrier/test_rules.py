@@ -244,6 +244,9 @@ class World:
             # committed is e* of every managed table, none queried (both rules; e* is checked above)
             assert committed == rules.e_star((members[t] for t in graph.managed), open_).barrier
             assert committed <= epoch.sealed(open_)
+            cs = rules.commit_set((members[t] for t in graph.managed), open_)  # and the COMMIT set's lowest
+            assert committed == min([epoch.sealed(open_)] + [rules.tag_frontier(members[t].tag, open_) for t in cs
+                                                              if members[t].kind == "derived"])
             jobs = {j: (job.sink_ids, job.source_ids) for j, job in graph.jobs.items() if not job.external_input}
         # the public paths, each in its own read
         for q in queried_sets:

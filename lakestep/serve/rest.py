@@ -15,8 +15,8 @@ the spec's status and error type; lakestep/serve/app.py puts it behind Starlette
    file as the publisher wrote it: ``main`` is the newest barrier every table has
    (publisher.py), each table read at the moment of its own request.
 4. **Pinned warehouse** (prefix ``barrier=N``): the same metadata with ``main``
-   (``current-snapshot-id`` and ``refs.main``) moved to the snapshot the tag
-   ``barrier-N`` names. A table with no barrier tag at all (an unmanaged table: no
+   (``current-snapshot-id``, ``refs.main`` and the end of ``snapshot-log``: :func:`pinned`)
+   moved to the snapshot the tag ``barrier-N`` names. A table with no barrier tag at all (an unmanaged table: no
    barrier covers it) is answered as published; a table with barrier tags but not
    ``barrier-N`` is not there at N: 404.
 5. **Warehouses at config time** (:meth:`PublishedCatalog.config`):
@@ -141,6 +141,25 @@ def paged(keys: list[str], token: str | None, size: str | None) -> tuple[list[st
     rest = [k for k in keys if after is None or k > after]
     page = rest[:n]
     return page, (encode_token(page[-1]) if len(rest) > n else None)
+
+
+def pinned(md: dict[str, Any], sid: int) -> dict[str, Any]:
+    """Step 4: a metadata (not changed) with ``main`` at snapshot ``sid``: its
+    ``current-snapshot-id``, ``refs.main``, and the ``snapshot-log`` (the history of ``main``)
+    ending there: up to the entry that made ``sid`` current, or, when ``sid`` never was
+    (a tag ahead of the published ``main``), the entries before ``sid`` was made and then
+    ``sid`` itself. DuckDB takes the current snapshot from the log's last entry."""
+    log = list(md.get("snapshot-log") or [])
+    made = [i for i, e in enumerate(log) if int(e["snapshot-id"]) == sid]
+    if made:
+        log = log[:made[-1] + 1]
+    else:
+        ts = next((int(x["timestamp-ms"]) for x in md.get("snapshots") or () if int(x["snapshot-id"]) == sid), None)
+        if ts is None:  # a tag naming no snapshot: not a table the publisher wrote
+            raise ServeRequestError("the table's metadata is inconsistent", status=500, kind="InternalServerError")
+        log = [e for e in log if int(e["timestamp-ms"]) <= ts] + [{"timestamp-ms": ts, "snapshot-id": sid}]
+    return {**md, "current-snapshot-id": sid, "snapshot-log": log,
+            "refs": {**(md.get("refs") or {}), "main": {"snapshot-id": sid, "type": "branch"}}}
 
 
 class PublishedCatalog:
@@ -327,8 +346,6 @@ class PublishedCatalog:
                 if barrier not in tags:
                     raise no_table(f"table {namespace}.{table} has no tag {TAG_PREFIX}{barrier} (its barriers: "
                                    f"{min(tags)}..{max(tags)}): it is not published at barrier {barrier}")
-                sid = tags[barrier]
-                md = {**md, "current-snapshot-id": sid,
-                      "refs": {**(md.get("refs") or {}), "main": {"snapshot-id": sid, "type": "branch"}}}
+                md = pinned(md, tags[barrier])
         # no "config": storage credentials are never handed out; readers bring their own
         return {"metadata-location": loc, "metadata": md, "config": {}}

@@ -43,8 +43,9 @@ def serve_cmd(out: Output, catalog_url: str, host: str, port: int, token: str | 
 
     log_to_stderr(log_level)
     with open_catalog(catalog_url) as cat:
-        logging.getLogger("lakestep.cli").info("serving %s on http://%s:%d (token %s)", cat.url, host, port,
-                                               "required" if token else "not required")
+        # the catalog's URL is not logged, even masked (issue 34: no URL in any log line)
+        logging.getLogger("lakestep.cli").info("serving the published Iceberg tables on http://%s:%d (token %s)",
+                                               host, port, "required" if token else "not required")
         # uvicorn handles SIGTERM/SIGINT itself (it drains the requests under way), then raises the
         # signal again for the handler it found: this one, so the command ends with status 0
         with stopped_by_signals(lambda: None):

@@ -24,6 +24,7 @@ class Served:
     """A running server: its base URL, and how to stop it."""
 
     def __init__(self, catalog: Catalog, token: str | None = None) -> None:
+        self.catalog = catalog
         self.port = free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(create_app(catalog, token=token), host="127.0.0.1",

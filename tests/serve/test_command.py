@@ -51,7 +51,7 @@ def test_the_command_serves_until_sigterm(shop: Shop, tmp_path: Path) -> None:
         code = proc.wait(timeout=60)
     assert code == 0, tail(log)()
     text = log.read_text()
-    assert "serving" in text and TOKEN not in text
+    assert "serving" in text and TOKEN not in text and shop.cat.url not in text
     password = shop.cat.backend.engine.url.password
     if password:
         assert str(password) not in text

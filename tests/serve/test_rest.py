@@ -12,7 +12,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError, NoSuchNamespaceError, NoSuchTableError, RESTError, UnauthorizedError
 
 from lakestep.barrier import Pipeline
-from lakestep.iceberg import status
+from lakestep.iceberg import s3_properties, status
 from tests.iceberg.conftest import TABLES, Shop
 from tests.iceberg.readers import counter
 from tests.serve.conftest import TOKEN, Served
@@ -23,7 +23,11 @@ MANAGED = ("shop.orders", "shop.customers", "shop.totals", "shop.counts")
 
 
 def rest(served: Served, warehouse: str | None = None, **props: str) -> RestCatalog:
-    return RestCatalog("lakestep", uri=served.uri, **({"warehouse": warehouse} if warehouse else {}), **props)
+    """PyIceberg's REST client; on an S3 warehouse with the reader's own keys (the server
+    hands out none)."""
+    own = s3_properties(served.catalog.storage.as_dict()) if served.catalog.storage.as_dict() else {}
+    return RestCatalog("lakestep", uri=served.uri, **({"warehouse": warehouse} if warehouse else {}), **own,
+                       **props)
 
 
 def rows_at(shop: Shop, ident: str, barrier: int) -> Any:
@@ -34,6 +38,7 @@ def iceberg_rows(rc: RestCatalog, ident: str) -> Any:
     return counter(rc.load_table(ident).scan().to_arrow())
 
 
+@pytest.mark.s3("postgres")
 def test_reads_every_published_table_at_main(shop: Shop, served: Served) -> None:
     rc = rest(served)
     assert rc.list_namespaces() == [("shop",)]
@@ -53,6 +58,21 @@ def test_reads_every_published_table_at_main(shop: Shop, served: Served) -> None
         assert rc.table_exists(ident)
     assert rc.namespace_exists("shop") and not rc.namespace_exists("nope")
     assert not rc.table_exists("shop.nope")
+    assert "s3.secret-access-key" not in requests.get(f"{served.uri}/v1/namespaces/shop/tables/orders").json()["config"]
+
+
+@SQLITE
+def test_a_missing_metadata_file_is_a_500_that_names_nothing(shop: Shop, served: Served) -> None:
+    import os
+
+    loc = shop.engines.table("shop.counts").metadata_location.removeprefix("file://")
+    os.rename(loc, loc + ".moved")
+    try:
+        r = requests.get(f"{served.uri}/v1/namespaces/shop/tables/counts")
+    finally:
+        os.rename(loc + ".moved", loc)
+    assert r.status_code == 500 and r.json() == {"error": {"message": "internal error", "type": "InternalServerError",
+                                                           "code": 500}}
 
 
 @SQLITE

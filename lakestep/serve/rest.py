@@ -145,20 +145,16 @@ def paged(keys: list[str], token: str | None, size: str | None) -> tuple[list[st
 
 def pinned(md: dict[str, Any], sid: int) -> dict[str, Any]:
     """Step 4: a metadata (not changed) with ``main`` at snapshot ``sid``: its
-    ``current-snapshot-id``, ``refs.main``, and the ``snapshot-log`` (the history of ``main``)
-    ending there: up to the entry that made ``sid`` current, or, when ``sid`` never was
-    (a tag ahead of the published ``main``), the entries before ``sid`` was made and then
-    ``sid`` itself. DuckDB takes the current snapshot from the log's last entry."""
-    log = list(md.get("snapshot-log") or [])
-    made = [i for i, e in enumerate(log) if int(e["snapshot-id"]) == sid]
-    if made:
-        log = log[:made[-1] + 1]
-    else:
-        ts = next((int(x["timestamp-ms"]) for x in md.get("snapshots") or () if int(x["snapshot-id"]) == sid), None)
-        if ts is None:  # a tag naming no snapshot: not a table the publisher wrote
-            raise ServeRequestError("the table's metadata is inconsistent", status=500, kind="InternalServerError")
-        log = [e for e in log if int(e["timestamp-ms"]) <= ts] + [{"timestamp-ms": ts, "snapshot-id": sid}]
-    return {**md, "current-snapshot-id": sid, "snapshot-log": log,
+    ``current-snapshot-id``, ``refs.main``, and the ``snapshot-log`` (the history of
+    ``main``) ending with ``sid``, stamped with ``sid``'s own creation time: the entries
+    made before it, then ``sid``. The answer for one pin is the same whenever it is asked,
+    whether or not ``main`` reached ``sid`` since: DuckDB resolves a table's current
+    snapshot from the log, by time, and must find ``sid`` in every answer of a session."""
+    ts = next((int(x["timestamp-ms"]) for x in md.get("snapshots") or () if int(x["snapshot-id"]) == sid), None)
+    if ts is None:  # a tag naming no snapshot: not a table the publisher wrote
+        raise ServeRequestError("the table's metadata is inconsistent", status=500, kind="InternalServerError")
+    log = [e for e in md.get("snapshot-log") or () if int(e["timestamp-ms"]) < ts and int(e["snapshot-id"]) != sid]
+    return {**md, "current-snapshot-id": sid, "snapshot-log": [*log, {"timestamp-ms": ts, "snapshot-id": sid}],
             "refs": {**(md.get("refs") or {}), "main": {"snapshot-id": sid, "type": "branch"}}}
 
 

@@ -226,3 +226,22 @@ def test_health(shop: Shop, served: Served) -> None:
         assert r.status_code == 503 and shop.cat.warehouse not in r.text
     finally:
         os.rename(shop.cat.backend.engine.url.database + ".gone", shop.cat.backend.engine.url.database)
+
+
+def test_a_pinned_answer_does_not_depend_on_where_main_is() -> None:
+    """The pinned ``snapshot-log`` ends with the tag's snapshot at its creation time, before
+    ``main`` reached it and after (DuckDB resolves the current snapshot from the log by time)."""
+    from lakestep.serve.rest import pinned
+
+    snaps = [{"snapshot-id": i, "timestamp-ms": 100 * i} for i in (1, 2, 3, 4)]
+    before = {"snapshots": snaps, "current-snapshot-id": 2, "refs": {"main": {"snapshot-id": 2, "type": "branch"}},
+              "snapshot-log": [{"snapshot-id": 1, "timestamp-ms": 150}, {"snapshot-id": 2, "timestamp-ms": 250}]}
+    after = {**before, "current-snapshot-id": 4,
+             "snapshot-log": [*before["snapshot-log"], {"snapshot-id": 3, "timestamp-ms": 420},  # type: ignore[list-item]
+                              {"snapshot-id": 4, "timestamp-ms": 430}]}
+    for md in (before, after):
+        p = pinned(md, 3)
+        assert p["current-snapshot-id"] == 3 and p["refs"]["main"] == {"snapshot-id": 3, "type": "branch"}
+        assert p["snapshot-log"] == [{"snapshot-id": 1, "timestamp-ms": 150}, {"snapshot-id": 2, "timestamp-ms": 250},
+                                     {"snapshot-id": 3, "timestamp-ms": 300}]
+    assert before["current-snapshot-id"] == 2 and len(after["snapshot-log"]) == 4  # the cached metadata untouched

@@ -41,6 +41,12 @@ def serve_cmd(out: Output, catalog_url: str, host: str, port: int, token: str | 
     """
     from ..serve import serve
 
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise click.ClickException(f"lakestep serve needs the 'serve' extra ({e.name} is missing): "
+                                   "pip install 'lakestep[serve]'") from None
     log_to_stderr(log_level)
     with open_catalog(catalog_url) as cat:
         # the catalog's URL is not logged, even masked (issue 34: no URL in any log line)

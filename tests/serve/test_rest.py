@@ -11,9 +11,9 @@ import requests
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError, NoSuchNamespaceError, NoSuchTableError, RESTError, UnauthorizedError
 
-from lakestep.barrier import Pipeline
+from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.iceberg import s3_properties, status
-from tests.iceberg.conftest import TABLES, Shop
+from tests.iceberg.conftest import TABLES, Shop, orders
 from tests.iceberg.readers import counter
 from tests.serve.conftest import TOKEN, Served
 
@@ -94,8 +94,7 @@ def test_pinned_warehouses_read_every_table_at_one_barrier(shop: Shop, served: S
     rc = rest(served, "lakestep@consistent")
     assert rc.properties["prefix"] == "barrier=3"
     assert all(iceberg_rows(rc, ident) == rows_at(shop, ident, 3) for ident in MANAGED)
-    shop.orders.append(__import__("tests.iceberg.conftest", fromlist=["orders"]).orders((9, "eu", 900)),
-                       barrier=__import__("lakestep.barrier", fromlist=["OPEN_EPOCH"]).OPEN_EPOCH)
+    shop.orders.append(orders((9, "eu", 900)), barrier=OPEN_EPOCH)
     shop.step(check=False)  # main advances to 6 ...
     assert status(shop.cat).complete == 6
     assert iceberg_rows(rc, "shop.orders") == rows_at(shop, "shop.orders", 3)  # ... the session stays at 3

@@ -465,6 +465,18 @@ class IcebergConflictError(IcebergError):
         self.table = table
 
 
+# --------------------------------------------------------------------- serve
+class ServeRequestError(LakestepError):
+    """A request to ``lakestep serve`` that is answered with an error (lakestep/serve): the
+    HTTP ``status`` and the Iceberg REST error ``kind`` (``NoSuchTableException``, ...) of
+    the spec's error body. The message is safe to send: it names no secret."""
+
+    def __init__(self, message: str, *, status: int, kind: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
 class QueryError(LakestepError, ValueError):
     """A query lakestep cannot run as written: unparseable SQL, an unknown level or scope,
     time travel it cannot honour. The message says what to change."""

@@ -66,7 +66,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "query": frozenset({"catalog", "barrier", "streaming"}),
     "report": frozenset({"catalog", "barrier", "iceberg", "query"}),
     "testing": frozenset({"catalog", "barrier", "streaming"}),
-    "cli": frozenset({"catalog", "barrier", "iceberg", "streaming", "query", "report"}),
+    "serve": frozenset({"catalog", "barrier", "iceberg"}),
+    "cli": frozenset({"catalog", "barrier", "iceberg", "streaming", "query", "report", "serve"}),
 }
 #: Imports that reach a layer up, on purpose, with why: (importing module, imported module).
 #: Each is a deferred import of the optional Iceberg publisher (lakestep/iceberg, the

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from .. import __version__
 from ..errors import LakestepError
 from ..secrets import mask_url
-from . import barriers, doctor, maintain, query, report, services, tables
+from . import barriers, doctor, maintain, query, report, serve, services, tables
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -32,7 +32,7 @@ def cli() -> None:
     """
 
 
-for module in (tables, barriers, query, maintain, services, doctor, report):
+for module in (tables, barriers, query, maintain, services, serve, doctor, report):
     for command in module.COMMANDS:
         cli.add_command(command)
 

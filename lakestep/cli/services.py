@@ -29,7 +29,7 @@ class _MaskingFormatter(logging.Formatter):
         return mask_url(super().format(record))
 
 
-def _logging(level: str) -> None:
+def log_to_stderr(level: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(_MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
@@ -92,7 +92,7 @@ def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, l
     Example:
       lakestep coordinator --catalog postgresql://lake@db/lake --interval 5
     """
-    _logging(log_level)
+    log_to_stderr(log_level)
     with open_catalog(catalog_url) as cat:
         coord = Coordinator(cat, interval=interval, seal=seal, lease_seconds=lease, poll=poll,  # type: ignore[arg-type]
                             snapshot_every=snapshot_every or None, retain_count=retain_count or None,
@@ -142,7 +142,7 @@ def maintenance_cmd(out: Output, catalog_url: str, tables: tuple[str, ...], inte
       lakestep maintenance --catalog ./wh --interval 60 --major-every 10
       lakestep maintenance --table shop.orders --rounds 1 --json
     """
-    _logging(log_level)
+    log_to_stderr(log_level)
     with open_catalog(catalog_url) as cat:
         for t in tables:
             cat.load_table(t)  # a mistyped name fails now, not every round
@@ -205,7 +205,7 @@ def publish_cmd(out: Output, catalog_url: str, once: bool, interval: float, roun
       lakestep publish --catalog postgresql://lake@db/lake --interval 1
       lakestep publish --catalog ./wh --enable
     """
-    _logging(log_level)
+    log_to_stderr(log_level)
     from ..iceberg import Publisher, enable
 
     with open_catalog(catalog_url) as cat:

@@ -25,7 +25,7 @@ from ..test_secrets import SECRET, pg_url_with_password
 from .conftest import ORPHAN, ROOT, SCRIPT, Shop, lakestep, lakestep_process
 
 COMMANDS = ["tables", "describe", "barriers", "lineage", "compact", "cleanup", "rollback", "coordinator",
-            "maintenance", "publish", "doctor", "report"]
+            "maintenance", "publish", "serve", "doctor", "report"]
 
 
 def test_compact(shop: Shop) -> None:

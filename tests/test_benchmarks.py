@@ -39,6 +39,20 @@ def test_commit_benchmark_counts_statements(tmp_path: Path) -> None:
     assert "2/2 targets met" in r.stdout
 
 
+def test_serve_benchmark_runs(tmp_path: Path) -> None:
+    """``benchmarks.serve --quick``: every REST endpoint answered 200 and was timed, on both backends."""
+    out = tmp_path / "serve.json"
+    r = subprocess.run([sys.executable, "-m", "benchmarks.serve", "--quick", "--calls", "5", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(out.read_text())["backends"]
+    assert set(got) == {"sqlite", "postgres"}
+    for by_backend in got.values():
+        assert set(by_backend["ms"]) == {"config", "config@consistent", "load", "load@barrier"}
+        assert all(v["p50"] > 0 for v in by_backend["ms"].values())
+    assert "lakestep serve: ms per call" in r.stdout
+
+
 def test_scale_benchmark_runs(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     r = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--backends", "sqlite,postgres", "--runs", "2",

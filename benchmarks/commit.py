@@ -306,6 +306,14 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def pct(xs: list[float], q: float) -> float | None:
+    """Nearest-rank percentile ``q`` (0..1) of ``xs``; None when empty. Every benchmark's p50/p99."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
 def finish(out: Path, result: dict[str, Any], checks: list[Check], text: str) -> None:
     """The end of every benchmark run: the JSON at ``out`` (checks included), the report, the tally."""
     result["checks"] = [c.to_json() for c in checks]

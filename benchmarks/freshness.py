@@ -136,7 +136,7 @@ from lakestep.barrier import Pipeline
 from lakestep.catalog.reader import FRAGMENT_INDEX
 
 from .barrier import new_catalog
-from .commit import Check, text_table
+from .commit import Check, pct, text_table
 from .peers import DEFAULT_PG_DSN
 from .streaming import make_spark, step
 
@@ -155,14 +155,6 @@ STAGES = ["kafka wait", "raw plan", "raw write", "raw commit", "seal wait", "d1 
           "d1 commit", "d2 wait", "d2 plan", "d2 write", "d2 commit", "answer"]
 JOBS = ["ingest", "d1", "d2"]
 EXPRS = {"d1": ["id", "produced", "id * 2 + 1 AS v"], "d2": ["id", "produced", "v % 1000 AS w"]}
-
-
-def pct(xs: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (as benchmarks/streaming.py)."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 # ------------------------------------------------------------------- threads

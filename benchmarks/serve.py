@@ -24,45 +24,24 @@ import contextlib
 import http.client
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from .commit import Check, finish, text_table
+from .commit import Check, finish, pct, text_table
 from .publish import batch, catalog_url, open_catalog
 
 OPS = ("config", "config@consistent", "load", "load@barrier")
 
 
-def _percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-
 @contextlib.contextmanager
 def serving(cat: Any) -> Iterator[int]:
     """The server for ``cat`` on a free loopback port, in a thread; yields the port."""
-    import uvicorn
-
     from lakestep.serve import create_app
-    from lakestep.testing.ports import free_port
+    from lakestep.testing.serving import Served
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(cat), host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False))
-    thread = threading.Thread(target=server.run, name="bench-serve", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        time.sleep(0.01)
-    try:
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with Served(create_app(cat), name="bench-serve") as s:
+        yield s.port
 
 
 def measure(backend: str, tables: int, barriers: int, calls: int) -> dict[str, Any]:
@@ -108,7 +87,7 @@ def measure(backend: str, tables: int, barriers: int, calls: int) -> dict[str, A
             conn.close()
         cat.close()
     return {"tables": tables, "barriers": barriers, "calls": calls,
-            "ms": {op: {"p50": statistics.median(v), "p99": _percentile(v, 0.99)} for op, v in times.items()}}
+            "ms": {op: {"p50": statistics.median(v), "p99": pct(v, 0.99)} for op, v in times.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -178,7 +178,9 @@ SELECT barrier FROM ls_commit
  WHERE table_id = :t AND version > :v AND barrier IS NOT NULL AND data_version > :dv
  ORDER BY version LIMIT 1
 """)
-_CHUNK = 500
+# Tables per statement: one statement serves any catalog up to this size (lakestep serve's
+# metrics count on it); SQLite allows 32,766 parameters and a statement names at most two lists.
+_CHUNK = 5000
 
 
 @dataclass(frozen=True)

@@ -167,8 +167,8 @@ def _seal_times(conn: Connection, barriers: Sequence[int]) -> dict[int, float]:
     c = S.seals.c
     ids = sorted(set(barriers))
     out: dict[int, float] = {}
-    for i in range(0, len(ids), 500):
-        for b, at in conn.execute(sa.select(c.barrier, c.sealed_at).where(c.barrier.in_(ids[i:i + 500]))):
+    for i in range(0, len(ids), 5000):  # one statement up to 5,000 distinct barriers (facts._CHUNK)
+        for b, at in conn.execute(sa.select(c.barrier, c.sealed_at).where(c.barrier.in_(ids[i:i + 5000]))):
             out[int(b)] = float(at)
     return out
 

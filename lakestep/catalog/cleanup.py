@@ -55,7 +55,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 import sqlalchemy as sa
@@ -109,6 +110,77 @@ def _pinned(conn: sa.Connection, table_id: int, now: float) -> list[int]:
     return sorted({int(v) for v in (*snaps, *locks, *published)})
 
 
+def expired_rows(rows: Sequence[Any], pinned: Sequence[int]) -> list[Any]:
+    """Step 1's rule: the file rows (``added_version``, ``removed_version``, removed at or
+    before the floor) that no pinned version falls in."""
+    return [r for r in rows if not any(r.added_version <= p < r.removed_version for p in pinned)]
+
+
+def expired_paths(expired: Sequence[Any], others: Iterable[tuple[int, str]]) -> dict[str, int]:
+    """Step 2's paths: path -> size of each expired row's path that no other row of the
+    table still uses (``others``: (file id, path) of any superset of the rows sharing a path)."""
+    ids = {int(r.file_id) for r in expired}
+    paths = {r.path for r in expired}
+    still_used = {path for fid, path in others if path in paths and fid not in ids}
+    return {r.path: int(r.file_size) for r in expired if r.path not in still_used}
+
+
+def reclaimable(conn: sa.Connection, retention: Mapping[int, float], now: float) -> dict[int, tuple[int, int]]:
+    """What a cleanup dry run at ``now`` would find expired, per table: (files, bytes), for
+    the tables of ``retention`` (table id -> retention seconds), by the rules of
+    :func:`cleanup` steps 1-2. At most four statements for any number of tables
+    (``lakestep serve``'s metrics): the removed file rows at or below each table's floor,
+    every other row sharing a path with one of them, the pinned versions. Tables with
+    nothing expired are left out."""
+    if not retention:
+        return {}
+    f, o = S.files.alias("f"), S.files.alias("o")
+    c = S.commits.c
+    values = list(retention.values())
+    default = max(set(values), key=values.count)
+    own = {tid: now - r for tid, r in retention.items() if r != default}
+    cutoff = sa.case(own, value=c.table_id, else_=now - default) if own else sa.literal(now - default)
+    fl = sa.select(c.table_id.label("table_id"), sa.func.max(c.version).label("floor")).where(
+        c.committed_at <= cutoff).group_by(c.table_id).subquery("fl")
+    gone = sa.and_(f.c.removed_version.is_not(None), f.c.removed_version <= fl.c.floor)
+    rows = conn.execute(sa.select(f.c.table_id, f.c.file_id, f.c.path, f.c.added_version, f.c.removed_version,
+                                  f.c.file_size).join(fl, fl.c.table_id == f.c.table_id).where(gone)).all()
+    rows = [r for r in rows if int(r.table_id) in retention]
+    if not rows:
+        return {}
+    # rows sharing a path with a removed row at or below the floor (a compaction undo re-added it)
+    shared = conn.execute(sa.select(o.c.table_id, o.c.file_id, o.c.path).select_from(
+        f.join(fl, fl.c.table_id == f.c.table_id).join(
+            o, sa.and_(o.c.table_id == f.c.table_id, o.c.path == f.c.path, o.c.file_id != f.c.file_id))).where(
+        gone)).all()
+    pins = _all_pinned(conn, now)
+    by_table: dict[int, list[Any]] = {}
+    for r in rows:
+        by_table.setdefault(int(r.table_id), []).append(r)
+    others: dict[int, list[tuple[int, str]]] = {}
+    for r in shared:
+        others.setdefault(int(r.table_id), []).append((int(r.file_id), r.path))
+    out: dict[int, tuple[int, int]] = {}
+    for tid, rs in by_table.items():
+        sizes = expired_paths(expired_rows(rs, pins.get(tid, [])), others.get(tid, ()))
+        if sizes:
+            out[tid] = (len(sizes), sum(sizes.values()))
+    return out
+
+
+def _all_pinned(conn: sa.Connection, now: float) -> dict[int, list[int]]:
+    """:func:`_pinned` of every table, in one statement."""
+    sn, lk, ps = S.snapshots.c, S.locks.c, S.published_snapshots.c
+    q = sa.union(
+        sa.select(sn.table_id, sn.version).where(sa.or_(sn.expires_at.is_(None), sn.expires_at > now)),
+        sa.select(lk.table_id, lk.version).where(sa.or_(lk.expires_at.is_(None), lk.expires_at > now)),
+        sa.select(ps.table_id, ps.version))
+    out: dict[int, list[int]] = {}
+    for tid, v in conn.execute(q):
+        out.setdefault(int(tid), []).append(int(v))
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def cleanup(
     table: "TableHandle",
     *,
@@ -131,19 +203,12 @@ def cleanup(
         pinned = _pinned(conn, tid, now)
         rows = conn.execute(sa.select(f.file_id, f.path, f.added_version, f.removed_version, f.file_size).where(
             f.table_id == tid, f.removed_version.is_not(None), f.removed_version <= floor)).all()
-        expired = [r for r in rows if not any(r.added_version <= p < r.removed_version for p in pinned)]
-        expired_ids = {r.file_id for r in expired}
-        candidate_paths = {r.path for r in expired}
-        still_used = set()
-        if candidate_paths:
-            for r in conn.execute(sa.select(f.file_id, f.path).where(f.table_id == tid)):
-                if r.path in candidate_paths and r.file_id not in expired_ids:
-                    still_used.add(r.path)
+        expired = expired_rows(rows, pinned)
+        others: list[tuple[int, str]] = []
+        if expired:
+            others = [(int(r.file_id), r.path) for r in conn.execute(sa.select(f.file_id, f.path).where(f.table_id == tid))]
     report = CleanupReport(table.ident, dry_run, floor, pinned)
-    sizes: dict[str, int] = {}
-    for r in expired:
-        if r.path not in still_used:
-            sizes[r.path] = r.file_size
+    sizes = expired_paths(expired, others)
     # 2. bytes of expired files
     writer = table.writer
     for path, size in sorted(sizes.items()):

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ..barrier import diagnose
+from ..barrier import Diagnosis, Finding, diagnose
 from .barriers import summary
 from .common import common, open_catalog
 from .output import SEVERITY_STYLE, Output
 
 #: Exit code of a doctor run that found an error (1 is "could not check", 2 a usage error).
 PROBLEMS = 3
+
+
+def doctor_doc(d: Diagnosis, findings: list[Finding] | None = None) -> dict[str, Any]:
+    """What ``lakestep doctor --json`` prints (``findings``: default every finding)."""
+    return {"healthy": d.healthy, "worst": d.worst(), "open_epoch": d.status.open_epoch,
+            "sealed": d.status.sealed, "committed": d.status.committed,
+            "findings": [{"check": f.check, "severity": f.severity, "subject": f.subject, "message": f.message,
+                          "facts": f.facts} for f in (d.findings if findings is None else findings)]}
 
 
 @click.command("doctor")
@@ -46,10 +56,7 @@ def doctor_cmd(out: Output, catalog_url: str, stuck_after: float, no_storage: bo
 
             d = diagnose(cat, stuck_after=stuck_after, storage=not no_storage, on_table=on_table)
     findings = [f for f in d.findings if not quiet or f.severity in ("warning", "error")]
-    out.emit({"healthy": d.healthy, "worst": d.worst(), "open_epoch": d.status.open_epoch,
-              "sealed": d.status.sealed, "committed": d.status.committed,
-              "findings": [{"check": f.check, "severity": f.severity, "subject": f.subject, "message": f.message,
-                            "facts": f.facts} for f in findings]})
+    out.emit(doctor_doc(d, findings))
     if not out.json:
         out.print(summary(d.status))
         grid = RichTable(show_header=True)

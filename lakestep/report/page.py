@@ -152,8 +152,9 @@ def _findings(d: Diagnosis | None) -> str:
     return (f'<section id="doctor"><h2>Doctor: {verdict}</h2><table class="findings">{rows}</table></section>')
 
 
-def render(data: ReportData) -> str:
-    """The HTML document of ``data``: inline CSS and SVG only."""
+def render(data: ReportData, *, refresh: int | None = None) -> str:
+    """The HTML document of ``data``: inline CSS and SVG only; with ``refresh``, the page
+    reloads itself every ``refresh`` seconds (``lakestep serve``'s live page)."""
     st = data.status
     lease = st.lease
     coord = (f"{escape(str(lease.holder))} (token {lease.token})" if st.coordinator_alive
@@ -161,14 +162,16 @@ def render(data: ReportData) -> str:
     facts = " ".join(f"<span>{k} <b>{v}</b></span>" for k, v in (
         ("open epoch", st.open_epoch), ("newest sealed", st.sealed), ("committed", st.committed),
         ("oldest retained", "-" if st.oldest_retained is None else st.oldest_retained), ("coordinator", coord)))
+    reload = "" if refresh is None else f'\n<meta http-equiv="refresh" content="{int(refresh)}">'
+    live = "" if refresh is None else f" · live: reloads every {int(refresh)} s"
     doc = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="viewport" content="width=device-width, initial-scale=1">{reload}
 <title>lakestep report: {escape(data.catalog)}</title>
 <style>{CSS}</style></head>
 <body>
 <header><h1>lakestep pipeline report</h1>
-<p>{escape(data.catalog)} · generated {_when(data.generated_at)}</p></header>
+<p>{escape(data.catalog)} · generated {_when(data.generated_at)}{live}</p></header>
 <main>
 <section id="summary"><h2>Summary</h2><p class="facts">{facts}</p></section>
 <section id="lineage"><h2>Lineage</h2>{_lineage(data)}</section>

@@ -21,6 +21,10 @@
    catalog's URL or a secret (it is built here, or masked by
    :func:`lakestep.secrets.mask_url`); a log line gets the error's type and masked text.
 6. ``/health``: 200 ``{"status": "ok"}`` when the catalog answers a query, else 503.
+7. ``/``: the live page, the report of ``lakestep report`` (without the storage checks,
+   which list every table's files) as it is at the request, reloading itself every
+   ``refresh`` seconds; ``/metrics``: the pipeline in Prometheus's text format
+   (metrics.py). Both answer 503 when the catalog database does not.
 
 Not guaranteed: see rest.py for what each warehouse pins. Request bodies are never read.
 """
@@ -36,13 +40,18 @@ import sqlalchemy as sa
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..errors import CatalogUnavailableError, LakestepError, ServeRequestError
+from ..barrier.topology import Topology
+from ..errors import CatalogUnavailableError, InvalidArgumentError, LakestepError, ServeRequestError
 from ..secrets import mask_url
+from .metrics import render as render_metrics
+from .metrics import scrape
 from .rest import PublishedCatalog, bad_request, check_name
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 log = logging.getLogger("lakestep.serve")
 
@@ -103,9 +112,20 @@ def _namespace(segment: str) -> str:
     return ".".join(check_name(p, "namespace") for p in segment.split("\x1f"))
 
 
-def create_app(catalog: Any, *, token: str | None = None, name: str = "lakestep") -> ASGIApp:
+def live_page(catalog: Any, refresh: int) -> str:
+    """Step 7: the report of ``lakestep report --no-storage`` as it is now, reloading itself."""
+    from ..report.data import collect
+    from ..report.page import render
+
+    return render(collect(catalog, storage=False), refresh=refresh)
+
+
+def create_app(catalog: Any, *, token: str | None = None, name: str = "lakestep", refresh: int = 5) -> ASGIApp:
     """The ASGI app serving ``catalog``'s published Iceberg tables (``name``: the Iceberg SQL
-    catalog the publisher writes, and the warehouse name clients give)."""
+    catalog the publisher writes, and the warehouse name clients give), its metrics and
+    its live page (reloading every ``refresh`` seconds)."""
+    if not isinstance(refresh, int) or refresh < 1:
+        raise InvalidArgumentError("refresh must be a whole number of seconds >= 1", argument="refresh", value=refresh)
     served = PublishedCatalog(catalog, name)
 
     def dispatch(method: str, parts: list[str], q: Any) -> Any:
@@ -168,6 +188,26 @@ def create_app(catalog: Any, *, token: str | None = None, name: str = "lakestep"
             return JSONResponse({"status": "unavailable"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
+    topology = Topology(catalog)
+
+    async def metrics(request: Request) -> Response:
+        try:
+            body = await run_in_threadpool(lambda: render_metrics(scrape(catalog, topology)))
+        except Exception as e:  # noqa: BLE001  (a scrape that cannot read the catalog: Prometheus's up 0)
+            log.warning("metrics: the catalog does not answer: %s: %s", type(e).__name__,
+                        (mask_url(str(e)).splitlines() or [""])[0][:300])
+            return PlainTextResponse("# the catalog database does not answer\n", status_code=503)
+        return Response(body, media_type=METRICS_CONTENT_TYPE)
+
+    async def page(request: Request) -> Response:
+        try:
+            html = await run_in_threadpool(live_page, catalog, refresh)
+        except Exception as e:  # noqa: BLE001
+            log.warning("page: %s: %s", type(e).__name__, (mask_url(str(e)).splitlines() or [""])[0][:300])
+            return HTMLResponse("<!DOCTYPE html><title>lakestep</title><meta http-equiv=\"refresh\" "
+                                f"content=\"{refresh}\"><p>the catalog database does not answer</p>", status_code=503)
+        return HTMLResponse(html)
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(404, "NotFoundException", "no such endpoint", request.method == "HEAD")
 
@@ -180,7 +220,8 @@ def create_app(catalog: Any, *, token: str | None = None, name: str = "lakestep"
 
     methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"]
     handlers: dict[Any, Callable[..., Any]] = {404: not_found, 405: not_allowed, 500: internal}
-    app = Starlette(routes=[Route("/health", health, methods=["GET"]),
+    app = Starlette(routes=[Route("/", page, methods=["GET"]), Route("/metrics", metrics, methods=["GET"]),
+                            Route("/health", health, methods=["GET"]),
                             Route("/v1/{rest:path}", v1, methods=methods)],
                     exception_handlers=handlers)
     app.state.served = served

@@ -4,40 +4,25 @@ that lags, a primary-key root, an unmanaged table)."""
 
 from __future__ import annotations
 
-import threading
 from typing import Iterator
 
 import pytest
-import uvicorn
 
 from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH
 from lakestep.serve import create_app
-from lakestep.testing.ports import free_port
+from lakestep.testing.serving import Served as _Served
 from tests.iceberg.conftest import Shop, customers, orders
-from tests.waiting import wait_until
 
 TOKEN = "s3cret-token-for-tests"
 
 
-class Served:
-    """A running server: its base URL, and how to stop it."""
+class Served(_Served):
+    """A running server of ``catalog``'s app: its base URL, and how to stop it."""
 
     def __init__(self, catalog: Catalog, token: str | None = None) -> None:
         self.catalog = catalog
-        self.port = free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(catalog, token=token), host="127.0.0.1",
-                                                    port=self.port, log_level="warning", access_log=False))
-        self.thread = threading.Thread(target=self.server.run, name="lakestep-serve", daemon=True)
-        self.thread.start()
-        wait_until(lambda: self.server.started, "the server listens", timeout=30,
-                   failed=lambda: None if self.thread.is_alive() else "the server thread ended")
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive()
+        super().__init__(create_app(catalog, token=token))
 
 
 def published_shop(catalog: Catalog) -> Shop:

@@ -11,10 +11,15 @@ one kept-alive HTTP connection, interleaved call by call:
 * ``load@barrier``: ``loadTable`` under the prefix of the oldest published barrier
   (``main`` moved to its tag).
 
-p50 and p99 in milliseconds per call, as JSON (``--out``) and a table. No targets
-yet: issue 34 asks for the figures.
+p50 and p99 in milliseconds per call, as JSON (``--out``) and a table.
 
-    python -m benchmarks.serve [--backends sqlite,postgres] [--tables 20] [--calls 500] [--quick]
+Then ``GET /metrics`` on catalogs of ``--metrics`` sizes (10 and 1,000 tables: half
+roots, half derived, a job per ten derived tables, files to reclaim): the catalog
+statements one scrape sends (counted on the engine; the target: no more at 1,000
+tables than at 10), the body's size, p50/p99 ms per scrape.
+
+    python -m benchmarks.serve [--backends sqlite,postgres] [--tables 20] [--calls 500]
+                               [--metrics 10,1000] [--scrapes 20] [--quick]
 """
 
 from __future__ import annotations
@@ -90,12 +95,86 @@ def measure(backend: str, tables: int, barriers: int, calls: int) -> dict[str, A
             "ms": {op: {"p50": statistics.median(v), "p99": pct(v, 0.99)} for op, v in times.items()}}
 
 
+def build_topology(cat: Any, tables: int) -> None:
+    """``tables`` tables for the metrics: half roots of one job, half derived (one job per
+    ten, reading a root); every table appended then overwritten (a removed file), one in
+    ten with no retention (what cleanup would delete now), one sealed barrier."""
+    from lakestep.barrier import OPEN_EPOCH, Pipeline, epochs
+
+    cat.create_namespace("m")
+    p = Pipeline(cat)
+    roots = [f"m.r{i}" for i in range(tables // 2)]
+    derived = [f"m.d{i}" for i in range(tables - len(roots))]
+    for i, name in enumerate(roots + derived):
+        t = cat.create_table(name, batch(0).schema)
+        t.append(batch(0))
+        t.overwrite(batch(1))
+        if i % 10 == 0:
+            t.set_properties({"lakestep.retention-seconds": "0"})
+    p.register_job("feed", sinks=roots, external_input=True)
+    for j in range(0, len(derived), 10):
+        p.register_job(f"agg{j // 10}", sources=[roots[(j // 10) % len(roots)]], sinks=derived[j:j + 10])
+    with cat.transaction(job_id="feed", batch_id=0) as tx:
+        for name in roots:
+            tx.append(name, batch(2), barrier=OPEN_EPOCH)
+    lease = epochs.acquire(cat, "bench", 1e9)
+    epochs.seal(cat, lease, 1e9)
+
+
+def measure_metrics(backend: str, sizes: list[int], scrapes: int) -> dict[str, Any]:
+    """Per catalog size: statements per scrape (counted on the catalog's engine), and
+    p50/p99 ms of ``GET /metrics`` over one kept-alive connection."""
+    from sqlalchemy import event
+
+    from lakestep.serve import create_app
+    from lakestep.testing.serving import Served
+
+    out: dict[str, Any] = {}
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix="bench-metrics-") as d, catalog_url(backend, Path(d)) as url:
+            cat = open_catalog(url, Path(d))
+            build_topology(cat, n)
+            sent: list[str] = []
+
+            def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+                sent.append(statement)
+
+            times: list[float] = []
+            per_scrape: list[int] = []
+            with Served(create_app(cat), name="bench-metrics") as srv:
+                conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
+                event.listen(cat.backend.engine, "before_cursor_execute", count)
+                try:
+                    for i in range(scrapes + 2):  # the first 2 warm the caches and the connection
+                        sent.clear()
+                        t0 = time.perf_counter()
+                        conn.request("GET", "/metrics")
+                        resp = conn.getresponse()
+                        body = resp.read()
+                        dt = time.perf_counter() - t0
+                        if resp.status != 200:
+                            raise RuntimeError(f"/metrics: HTTP {resp.status}: {body[:200]!r}")
+                        if i >= 2:
+                            times.append(dt * 1000)
+                            per_scrape.append(len(sent))
+                finally:
+                    event.remove(cat.backend.engine, "before_cursor_execute", count)
+                    conn.close()
+            cat.close()
+        out[str(n)] = {"tables": n, "statements": max(per_scrape), "bytes": len(body),
+                       "ms": {"p50": statistics.median(times), "p99": pct(times, 0.99)}}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--tables", type=int, default=None, help="published tables (20; quick: 3)")
     ap.add_argument("--barriers", type=int, default=None, help="published barriers (5; quick: 2)")
     ap.add_argument("--calls", type=int, default=None, help="calls per endpoint (500; quick: 20)")
+    ap.add_argument("--metrics", default=None, help="catalog sizes (tables) to scrape /metrics at "
+                    "(10,1000; quick: 4,40); 'none' skips")
+    ap.add_argument("--scrapes", type=int, default=None, help="scrapes per size (20; quick: 3)")
     ap.add_argument("--quick", action="store_true", help="small numbers: a smoke run")
     ap.add_argument("--out", default="benchmarks/results/serve.json")
     args = ap.parse_args(argv)
@@ -103,12 +182,28 @@ def main(argv: list[str] | None = None) -> int:
     barriers = args.barriers or (2 if args.quick else 5)
     calls = args.calls or (20 if args.quick else 500)
     result: dict[str, Any] = {"params": {"tables": tables, "barriers": barriers, "calls": calls}, "backends": {}}
+    sizes = [] if args.metrics == "none" else [int(x) for x in (args.metrics or ("4,40" if args.quick else "10,1000")).split(",")]
+    scrapes = args.scrapes or (3 if args.quick else 20)
+    result["params"].update(metrics=sizes, scrapes=scrapes)
+    result["metrics"] = {}
     for b in args.backends.split(","):
         result["backends"][b] = measure(b, tables, barriers, calls)
+        if sizes:
+            result["metrics"][b] = measure_metrics(b, sizes, scrapes)
     rows = [[b, op, r["ms"][op]["p50"], r["ms"][op]["p99"]] for b, r in result["backends"].items() for op in OPS]
     text = text_table(f"lakestep serve: ms per call ({tables} tables, {calls} calls per endpoint, interleaved)",
                       ["backend", "endpoint", "p50 ms", "p99 ms"], rows)
-    checks: list[Check] = []  # no targets yet (issue 34 asks for the figures)
+    checks: list[Check] = []
+    if sizes:
+        rows = [[b, m["tables"], m["statements"], m["bytes"], m["ms"]["p50"], m["ms"]["p99"]]
+                for b, by in result["metrics"].items() for m in by.values()]
+        text += "\n" + text_table(f"GET /metrics: one scrape ({scrapes} per size)",
+                                   ["backend", "tables", "statements", "bytes", "p50 ms", "p99 ms"], rows)
+        # issue 34: a scrape's catalog statements do not grow with the number of tables
+        for b, by in result["metrics"].items():
+            counts = [m["statements"] for m in by.values()]
+            checks.append(Check(f"{b}: statements per scrape at {max(sizes)} tables minus at {min(sizes)}",
+                                counts[-1] - counts[0], "<=", 0))
     finish(Path(args.out), result, checks, text)
     return 0
 

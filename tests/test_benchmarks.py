@@ -40,7 +40,7 @@ def test_commit_benchmark_counts_statements(tmp_path: Path) -> None:
 
 
 def test_serve_benchmark_runs(tmp_path: Path) -> None:
-    """``benchmarks.serve --quick``: every REST endpoint answered 200 and was timed, on both backends."""
+    """``benchmarks.serve --quick``: every REST endpoint and /metrics answered 200 and was timed, on both backends."""
     out = tmp_path / "serve.json"
     r = subprocess.run([sys.executable, "-m", "benchmarks.serve", "--quick", "--calls", "5", "--out", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -51,6 +51,13 @@ def test_serve_benchmark_runs(tmp_path: Path) -> None:
         assert set(by_backend["ms"]) == {"config", "config@consistent", "load", "load@barrier"}
         assert all(v["p50"] > 0 for v in by_backend["ms"].values())
     assert "lakestep serve: ms per call" in r.stdout
+    # /metrics at two catalog sizes: the same statements per scrape (the benchmark's target)
+    metrics = json.loads(out.read_text())["metrics"]
+    for by_size in metrics.values():
+        assert [m["tables"] for m in by_size.values()] == [4, 40]
+        assert len({m["statements"] for m in by_size.values()}) == 1
+        assert all(m["ms"]["p50"] > 0 for m in by_size.values())
+    assert "GET /metrics" in r.stdout and "targets met" in r.stdout
 
 
 def test_scale_benchmark_runs(tmp_path: Path) -> None:

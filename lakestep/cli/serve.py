@@ -24,11 +24,14 @@ from .services import LOG_LEVEL, log_to_stderr, stopped_by_signals
               help="require 'Authorization: Bearer TOKEN' on every request (default: $LAKESTEP_SERVE_TOKEN)")
 @click.option("--name", default="lakestep", show_default=True,
               help="the Iceberg SQL catalog the publisher writes, and the warehouse name clients give")
+@click.option("--refresh", type=click.IntRange(min=1), default=5, show_default=True,
+              help="seconds between reloads of the live page at /")
 @LOG_LEVEL
 @common
 def serve_cmd(out: Output, catalog_url: str, host: str, port: int, token: str | None, name: str,
-              log_level: str) -> None:
-    """Serve the published Iceberg tables over the Iceberg REST catalog protocol (read only).
+              refresh: int, log_level: str) -> None:
+    """Serve the published Iceberg tables over the Iceberg REST catalog protocol (read only),
+    Prometheus metrics at /metrics and the live report page at /.
 
     Warehouses: NAME (each table's newest published main), NAME@barrier=N (every table
     at barrier N), NAME@consistent (the newest barrier every table has, fixed for the
@@ -50,12 +53,13 @@ def serve_cmd(out: Output, catalog_url: str, host: str, port: int, token: str | 
     log_to_stderr(log_level)
     with open_catalog(catalog_url) as cat:
         # the catalog's URL is not logged, even masked (issue 34: no URL in any log line)
-        logging.getLogger("lakestep.cli").info("serving the published Iceberg tables on http://%s:%d (token %s)",
+        logging.getLogger("lakestep.cli").info("serving the published Iceberg tables on http://%s:%d (token %s); "
+                                               "metrics at /metrics, the live page at /",
                                                host, port, "required" if token else "not required")
         # uvicorn handles SIGTERM/SIGINT itself (it drains the requests under way), then raises the
         # signal again for the handler it found: this one, so the command ends with status 0
         with stopped_by_signals(lambda: None):
-            serve(cat, host=host, port=port, token=token or None, name=name, log_level=log_level)
+            serve(cat, host=host, port=port, token=token or None, name=name, refresh=refresh, log_level=log_level)
 
 
 COMMANDS = [serve_cmd]

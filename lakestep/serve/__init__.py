@@ -5,7 +5,8 @@ Needs the ``serve`` extra (``pip install 'lakestep[serve]'``: Starlette and uvic
 ``iceberg`` extra (the publisher writes what is served: lakestep/iceberg).
 
 * :func:`create_app` is the ASGI app (app.py): the read endpoints of the Iceberg REST
-  spec, an optional bearer token, ``/health``;
+  spec, an optional bearer token, ``/health``, ``/metrics`` (Prometheus's text format,
+  metrics.py) and the live page ``/``;
 * :class:`PublishedCatalog` answers them from the published Iceberg SQL catalog (rest.py):
   the plain warehouse, ``<name>@barrier=N`` and ``<name>@consistent``;
 * :func:`serve` runs the app with uvicorn until SIGTERM or SIGINT; ``lakestep serve``
@@ -50,7 +51,7 @@ def __getattr__(name: str) -> Any:
 
 
 def serve(catalog: "Catalog", *, host: str = "127.0.0.1", port: int = 8181, token: str | None = None,
-          name: str = "lakestep", log_level: str = "info") -> None:
+          name: str = "lakestep", refresh: int = 5, log_level: str = "info") -> None:
     """Serve ``catalog``'s published tables on ``host:port`` until SIGTERM or SIGINT
     (uvicorn's own handlers: it finishes the requests under way, then returns)."""
     _needs_extra()
@@ -58,7 +59,7 @@ def serve(catalog: "Catalog", *, host: str = "127.0.0.1", port: int = 8181, toke
 
     from .app import create_app
 
-    app = create_app(catalog, token=token, name=name)
+    app = create_app(catalog, token=token, name=name, refresh=refresh)
     # log_config=None: uvicorn's lines go to the handlers the caller set (the command's masking one)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), access_log=False,
                                   server_header=False, log_config=None)).run()

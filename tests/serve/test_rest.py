@@ -4,6 +4,7 @@ input gets the spec's error body with nothing leaked."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -195,12 +196,68 @@ def test_bad_input_gets_the_spec_error_body(shop: Shop, served: Served, path: st
         assert secret not in text, (secret, text)
 
 
+# Malformed and oversized requests, sent as raw bytes (no client library tidies them up):
+# (request, status, whether the body is the spec's error). What the HTTP parser itself
+# refuses (a broken request line, an oversized header) never reaches the app: uvicorn
+# answers it with its own short 400, with nothing of ours in it either.
+RAW = [
+    (b"PATCH /v1/config HTTP/1.1\r\nHost: x\r\n\r\n", 405, True),
+    (b"POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{not json", 403, True),
+    (b"POST /v1/namespaces/shop/tables HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n" + b"x" * 65536, 403, True),
+    (b"GET /v1/namespaces/shop/tables/orders?snapshots=%ZZ HTTP/1.1\r\nHost: x\r\n\r\n", 200, False),
+    (b"GET /v1/config?warehouse=lakestep@barrier=abc HTTP/1.1\r\nHost: x\r\n\r\n", 404, True),
+    (b"GET /v1/config?warehouse=lakestep%00 HTTP/1.1\r\nHost: x\r\n\r\n", 404, True),
+    (b"GET /v1/" + b"a/" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 400, True),
+    (b"GET /metrics?x=" + b"%" * 3000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 200, False),
+    (b"GARBAGE\r\n\r\n", 400, False),
+    (b"GET /v1/config HTTP/1.1\r\nHost: x\r\nX-Big: " + b"y" * 200_000 + b"\r\n\r\n", 400, False),
+]
+
+
+@SQLITE
+@pytest.mark.parametrize("raw,code,spec", RAW, ids=[f"{i}:{r[:24]!r}" for i, (r, _, _) in enumerate(RAW)])
+def test_malformed_and_oversized_requests(shop: Shop, served: Served, raw: bytes, code: int, spec: bool) -> None:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", served.port), timeout=60) as sock:
+        try:
+            sock.sendall(raw)
+        except OSError:  # the server may answer and close before it read everything sent
+            pass
+        data = b""
+        while b"\r\n\r\n" not in data or len(data) < _length(data):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % code), data[:300]
+    text = body.decode(errors="replace")
+    if spec:
+        err = json.loads(text)["error"]
+        assert err["code"] == code and set(err) == {"message", "type", "code"}, text
+    # (a table's metadata location, under the warehouse, is what a 200 of loadTable is for)
+    for secret in (shop.cat.connection_url(), "Traceback", "File \"", *([shop.cat.warehouse] if code != 200 else [])):
+        assert secret not in text, (secret, text)
+    assert requests.get(served.uri + "/health").status_code == 200  # the server still serves
+
+
+def _length(data: bytes) -> int:
+    """The size a response will have once whole: its head and its Content-Length."""
+    head, sep, _ = data.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            return len(head) + len(sep) + int(v)
+    return 0
+
+
 @SQLITE
 def test_bearer_token(shop: Shop, served_token: Served) -> None:
     uri = served_token.uri
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"},
                     {"Authorization": "Bearer"}, {"Authorization": TOKEN}):
-        for path in ("/v1/config", "/v1/namespaces/shop/tables/orders", "/health", "/v1/nope"):
+        for path in ("/v1/config", "/v1/namespaces/shop/tables/orders", "/health", "/v1/nope", "/metrics", "/"):
             r = requests.get(uri + path, headers=headers)
             assert r.status_code == 401, (headers, path)
             assert r.json() == {"error": {"message": "a bearer token is required (Authorization: Bearer <token>)",

@@ -162,7 +162,9 @@ def render(data: ReportData, *, refresh: int | None = None) -> str:
     facts = " ".join(f"<span>{k} <b>{v}</b></span>" for k, v in (
         ("open epoch", st.open_epoch), ("newest sealed", st.sealed), ("committed", st.committed),
         ("oldest retained", "-" if st.oldest_retained is None else st.oldest_retained), ("coordinator", coord)))
-    reload = "" if refresh is None else f'\n<meta http-equiv="refresh" content="{int(refresh)}">'
+    # a live page also names an empty icon: a browser reloading it would otherwise ask for /favicon.ico each time
+    reload = "" if refresh is None else (f'\n<meta http-equiv="refresh" content="{int(refresh)}">'
+                                         '\n<link rel="icon" href="data:,">')
     live = "" if refresh is None else f" · live: reloads every {int(refresh)} s"
     doc = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

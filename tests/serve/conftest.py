@@ -20,9 +20,9 @@ TOKEN = "s3cret-token-for-tests"
 class Served(_Served):
     """A running server of ``catalog``'s app: its base URL, and how to stop it."""
 
-    def __init__(self, catalog: Catalog, token: str | None = None) -> None:
+    def __init__(self, catalog: Catalog, token: str | None = None, refresh: int = 5) -> None:
         self.catalog = catalog
-        super().__init__(create_app(catalog, token=token))
+        super().__init__(create_app(catalog, token=token, refresh=refresh))
 
 
 def published_shop(catalog: Catalog) -> Shop:

@@ -358,9 +358,8 @@ class EStar:
 def e_star(graph: Graph, fx: dict[int, Facts], scope_ids: set[int], open_: int,
            queried: "set[int] | frozenset[int]" = frozenset()) -> EStar:
     """e* (rules.py, rule 8) over the tables of ``scope_ids``, whose facts ``fx`` holds."""
-    kinds, joined = graph.kinds, graph.joined_barriers
-    members = (rules.Member(t, kinds[t], fx[t].tag, joined.get(t, 0)) for t in scope_ids if t in kinds)
-    e = rules.e_star(members, open_, queried)
+    managed = [t for t in scope_ids if t in graph.kinds]  # rule 8 skips the others
+    e = rules.e_star(rules.members(graph, {t: fx[t].tag for t in managed}, managed), open_, queried)
     held = tuple(sorted(fx[t].ident for t in e.held))
     return EStar(e.barrier, e.managed, held, _notes(held, bool(e.managed), open_))
 

@@ -215,12 +215,12 @@ class FrontierIndex:
             self.roots[comp] = self.roots.get(comp, 0) + 1
         for t in graph.kinds:
             if graph.kinds[t] == "derived":
-                self._put(t, known.facts.get(t))
+                self._put(t, known.facts.get(t), known.open_epoch)
 
     def _buckets(self, t: int) -> list[dict[int, set[int]]]:
         return [self.groups[None], self.groups.setdefault(self.graph.component_of(t), {})]
 
-    def _put(self, t: int, f: Facts | None) -> None:
+    def _put(self, t: int, f: Facts | None, open_: int) -> None:
         old = self.value.pop(t, None)
         if old is not None:
             for b in self._buckets(t):
@@ -230,9 +230,9 @@ class FrontierIndex:
                     del b[old]
         if f is None:
             return
+        if rules.catching_up(rules.member(self.graph, t, f.tag), open_):
+            return  # rule 5: left out until it reaches its joined barrier (<= open_ - 1, so this never flips later)
         v = 0 if f.tag is None else f.tag
-        if v < self.graph.joined_barriers.get(t, 0):
-            return  # catching up
         self.value[t] = v
         for b in self._buckets(t):
             b.setdefault(v, set()).add(t)
@@ -240,7 +240,7 @@ class FrontierIndex:
     def update(self, known: Known, ids: frozenset[int]) -> None:
         for t in ids:
             if self.graph.kinds.get(t) == "derived":
-                self._put(t, known.facts.get(t))
+                self._put(t, known.facts.get(t), known.open_epoch)
         self.seq = known.seq
 
     def e_star(self, known: Known, queried: set[int], scope: str) -> tuple[int, set[int], tuple[int, ...], bool]:

@@ -182,10 +182,14 @@ def e_star(members: Iterable[Member], open_: int, queried: "set[int] | frozenset
     return EStar(barrier, managed, frozenset(t for t, f in managed.items() if f == barrier and f < top))
 
 
+def member(graph: Graph, table_id: int, tag: int | None) -> Member:
+    """A table as the rules see it: its kind and joined barrier from the topology, its tag."""
+    return Member(table_id, graph.kinds.get(table_id, "unmanaged"), tag, graph.joined_barriers.get(table_id, 0))
+
+
 def members(graph: Graph, tags: Mapping[int, int | None], ids: Iterable[int]) -> list[Member]:
-    """The :class:`Member` of each of ``ids`` from the topology and the tables' tags."""
-    kinds, joined = graph.kinds, graph.joined_barriers
-    return [Member(t, kinds.get(t, "unmanaged"), tags.get(t), joined.get(t, 0)) for t in ids]
+    """The :class:`Member` of each of ``ids`` (:func:`member`), their tags from ``tags``."""
+    return [member(graph, t, tags.get(t)) for t in ids]
 
 
 # -- 9: the version at a barrier ---------------------------------------------------------------

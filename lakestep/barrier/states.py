@@ -53,7 +53,7 @@ from .snapshots import (  # noqa: F401  (importable from here until 0.3)
 
 def member(graph: Graph, f: Facts) -> rules.Member:
     """A table as the rules see it: its kind and joined barrier from ``graph``, its tag from ``f``."""
-    return rules.Member(f.table_id, graph.kind(f.table_id), f.tag, graph.joined_barrier(f.table_id))
+    return rules.member(graph, f.table_id, f.tag)
 
 
 def frontier(graph: Graph, f: Facts, open_: int) -> int | None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make sure what the tests need outside Python is there: a JVM for Spark, a
-# reachable PostgreSQL server with a `test` database, and headless Chromium. Idempotent; installs with
-# apt only what is missing (CI and new machines start bare).
+# reachable PostgreSQL server with a `test` database, headless Chromium and Prometheus's promtool.
+# Idempotent; installs with apt only what is missing (CI and new machines start bare).
 set -euo pipefail
 
 log() { echo "[ensure-services] $*" >&2; }
@@ -18,13 +18,23 @@ if ! command -v java >/dev/null 2>&1; then
   apt_install openjdk-17-jre-headless
 fi
 
-# --- PostgreSQL (and Chromium, for the HTML report's test) ------------------
+# --- PostgreSQL (and Chromium and promtool, for the HTML report's and the alert rules' tests) ---
 if [ "${1:-}" = "--java-only" ]; then
   exit 0
 fi
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
   log "no chromium: installing it (tests/cli/test_report.py renders the HTML report headless)"
   apt_install chromium
+fi
+if ! command -v promtool >/dev/null 2>&1; then
+  # Debian's prometheus package ships promtool. Installing the package would also install (and,
+  # under systemd, start) a Prometheus server and ~200 MB of web assets: unpack promtool alone.
+  log "no promtool: unpacking it from Debian's prometheus package (tests/serve/test_dashboards.py checks docs/prometheus with it)"
+  if [ "$apt_updated" = 0 ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  tmp=$(mktemp -d) && chmod a+rwx "$tmp"  # apt downloads as its own user
+  (cd "$tmp" && apt-get download -qq prometheus >/dev/null && dpkg-deb -x prometheus_*.deb x)
+  $SUDO install -m 0755 "$tmp/x/usr/bin/promtool" /usr/local/bin/promtool
+  rm -rf "$tmp"
 fi
 if [ -n "${LAKESTEP_TEST_PG_URL:-}" ]; then
   log "using LAKESTEP_TEST_PG_URL"
@@ -57,4 +67,4 @@ if command -v psql >/dev/null 2>&1; then
     psql -h 127.0.0.1 -U postgres -d postgres -qc "create database test"
   fi
 fi
-log "java, chromium and PostgreSQL ready"
+log "java, chromium, promtool and PostgreSQL ready"

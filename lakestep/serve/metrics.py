@@ -16,7 +16,8 @@ and ``lakestep doctor --no-storage`` do:
 
 Names follow Prometheus's advice: base units in the name (``_seconds``, ``_bytes``),
 ``_total`` for the one counter, ``_timestamp_seconds`` for Unix times, one metric per
-quantity with labels for the table (``table``, ``kind``) or the job (``job``, ``kind``).
+quantity with labels for the table (``table``, ``kind``) or the job (``job_id``, ``kind``: not
+``job``, which Prometheus gives the scrape job).
 :data:`METRICS` lists every name with its help text (docs/metrics.md shows them, and
 the example Grafana dashboard and alert rules there use only these names).
 
@@ -198,7 +199,7 @@ def _tables(out: Scrape, st: Status, extra: dict[str, Any]) -> None:
 def _jobs(out: Scrape, st: Status, topology: Topology, batches: dict[str, tuple[int | None, float]]) -> None:
     graph_jobs = topology.graph().jobs
     for job in sorted(graph_jobs.values(), key=lambda j: j.job_id):
-        ls = {"job": job.job_id, "kind": "root" if job.external_input else "derived"}
+        ls = {"job_id": job.job_id, "kind": "root" if job.external_input else "derived"}
         sinks = [st.tables[s] for s in job.sinks if s in st.tables]
         if sinks and not job.external_input:
             fr = min(t.frontier or 0 for t in sinks)

@@ -119,7 +119,7 @@ def test_every_value_equals_the_cli_json(shop_clocked: Any, clock: ManualClock) 
     findings = doctor["findings"]
     for f in findings:
         if f["check"] == "job" and f["facts"].get("kind") == "derived":
-            ls = {"job": f["subject"], "kind": "derived"}
+            ls = {"job_id": f["subject"], "kind": "derived"}
             assert one(samples, "lakestep_job_frontier_barrier", **ls) == f["facts"]["frontier"]
             assert one(samples, "lakestep_job_behind_barriers", **ls) == f["facts"]["behind"]
             assert one(samples, "lakestep_job_behind_seconds", **ls) == f["facts"]["lag_seconds"]
@@ -149,8 +149,8 @@ def test_every_value_equals_the_cli_json(shop_clocked: Any, clock: ManualClock) 
             clock.now() - st.tables[ident].last_commit_at
     # the streaming batch counter, and its age
     assert types["lakestep_job_batches_committed"] == "counter"
-    assert one(samples, "lakestep_job_batches_committed_total", job="ingest", kind="root") == 42
-    assert one(samples, "lakestep_job_last_batch_age_seconds", job="ingest", kind="root") == 90
+    assert one(samples, "lakestep_job_batches_committed_total", job_id="ingest", kind="root") == 42
+    assert one(samples, "lakestep_job_last_batch_age_seconds", job_id="ingest", kind="root") == 90
     # every family is documented, with its type
     for name in types:
         full = name + ("_total" if types[name] == "counter" else "")

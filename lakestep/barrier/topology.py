@@ -130,8 +130,8 @@ def load_jobs(conn: Connection, *, include_retired: bool = False) -> tuple[list[
             edges.setdefault((kind, er[0]), []).append(int(er[1]))
     ids = sorted({i for v in edges.values() for i in v})
     names: dict[int, str] = {}
-    for i in range(0, len(ids), 500):
-        for tr in conn.execute(sa.select(t.table_id, t.namespace, t.name).where(t.table_id.in_(ids[i:i + 500]))):
+    for i in range(0, len(ids), 5000):  # one statement up to 5,000 tables (as facts._CHUNK)
+        for tr in conn.execute(sa.select(t.table_id, t.namespace, t.name).where(t.table_id.in_(ids[i:i + 5000]))):
             names[int(tr[0])] = f"{tr[1]}.{tr[2]}"
     jobs = []
     for r in rows:

@@ -54,9 +54,10 @@ def enabled(catalog: "Catalog") -> bool:
         return bool(conn.execute(sa.select(S.publisher.c.enabled).where(S.publisher.c.id == 1)).scalar())
 
 
-def status(catalog: "Catalog") -> PublisherStatus:
-    """Where publishing stands (``lakestep doctor``, ``describe``)."""
-    topo = Topology(catalog)
+def status(catalog: "Catalog", topology: Topology | None = None) -> PublisherStatus:
+    """Where publishing stands (``lakestep doctor``, ``describe``); ``topology``: one to reuse
+    (its graph is cached by generation)."""
+    topo = topology or Topology(catalog)
     with catalog.backend.read() as conn:
         st = conn.execute(sa.select(S.publisher).where(S.publisher.c.id == 1)).mappings().one()
         graph = topo.graph(conn)

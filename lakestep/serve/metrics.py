@@ -117,7 +117,7 @@ def scrape(catalog: "Catalog", topology: Topology | None = None) -> Scrape:
 
     topology = topology or Topology(catalog)
     st = status(catalog, topology, last=1)
-    pub = publishing(catalog)
+    pub = publishing(catalog, topology)
     now = catalog.clock.now()
     with catalog.backend.read() as conn:
         extra = _table_rows(conn, now)

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH, Pipeline, diagnose
+from lakestep.barrier.topology import Topology
 from lakestep.cli.barriers import status_doc
 from lakestep.cli.doctor import doctor_doc
 from lakestep.clock import ManualClock
@@ -176,13 +177,14 @@ def test_a_scrape_costs_the_same_statements_at_any_size(clocked: Catalog, clock:
     _tables(clocked, 0, 4)
     clocked.load_table("many.t0").create_snapshot("keep")
     clock.advance(10)
-    scrape(clocked)  # the topology cache warm, as in a running server
+    topology = Topology(clocked)  # one per server, its graph cached by generation
+    scrape(clocked, topology)
     with statements(clocked) as small:
-        s4 = scrape(clocked)
+        s4 = scrape(clocked, topology)
     _tables(clocked, 4, 36)
-    scrape(clocked)
+    scrape(clocked, topology)
     with statements(clocked) as large:
-        s40 = scrape(clocked)
+        s40 = scrape(clocked, topology)
     assert len(s40.samples["lakestep_table_version"]) == 40 and len(s4.samples["lakestep_table_version"]) == 4
     assert len(large) == len(small), "\n".join(large)
 

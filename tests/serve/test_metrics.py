@@ -214,3 +214,32 @@ def test_metrics_need_the_token(shop_clocked: Any) -> None:
         status, _, body = get(s.uri, "/metrics")
         assert status == 401 and json.loads(body)["error"]["type"] == "NotAuthorizedException"
         assert get(s.uri, "/metrics", token="t0ken")[0] == 200
+
+
+def test_the_commands_agree(shop: Any, served: Any) -> None:
+    """The commands themselves (``lakestep barriers --json --all``, ``lakestep doctor --json``)
+    beside a scrape of the running server, on a pipeline that does not move meanwhile: every
+    value that does not read the clock is equal (the test above compares the rest)."""
+    from tests.cli.conftest import lakestep
+
+    url = shop.cat.connection_url()
+    barriers = lakestep("barriers", "--json", "--all", catalog=url).json()
+    doctor = lakestep("doctor", "--json", catalog=url).json()
+    samples, _ = parse(get(served.uri, "/metrics")[2])
+    assert one(samples, "lakestep_open_epoch") == barriers["open_epoch"] == doctor["open_epoch"]
+    assert one(samples, "lakestep_sealed_barrier") == barriers["sealed"] == doctor["sealed"]
+    assert one(samples, "lakestep_committed_barrier") == barriers["committed"] == doctor["committed"]
+    for t in barriers["tables"]:
+        ls = {"table": t["table"], "kind": t["kind"]}
+        assert one(samples, "lakestep_table_version", **ls) == t["version"]
+        if t["kind"] != "unmanaged":
+            assert one(samples, "lakestep_table_frontier_barrier", **ls) == t["frontier"]
+            assert one(samples, "lakestep_table_behind_barriers", **ls) == t["behind"]
+    jobs = [f for f in doctor["findings"] if f["check"] == "job" and f["facts"].get("kind") == "derived"]
+    assert {f["subject"] for f in jobs} == {"totals", "counts"}
+    for f in jobs:
+        assert one(samples, "lakestep_job_frontier_barrier", job_id=f["subject"], kind="derived") == f["facts"]["frontier"]
+    pub = next(f for f in doctor["findings"] if f["check"] == "publishing" and f["subject"] == "publisher")
+    assert one(samples, "lakestep_published_barrier") == pub["facts"]["complete"]
+    assert one(samples, "lakestep_publishing_lag_barriers") == pub["facts"]["lag"]
+    assert one(samples, "lakestep_coordinator_leader") == int(barriers["coordinator"]["alive"])

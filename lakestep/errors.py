@@ -477,6 +477,11 @@ class ServeRequestError(LakestepError):
         self.kind = kind
 
 
+class ServerStartError(LakestepError, RuntimeError):
+    """A server lakestep runs in this process (``lakestep serve``'s app under uvicorn,
+    lakestep/testing/serving.py) did not start listening, or did not stop."""
+
+
 class QueryError(LakestepError, ValueError):
     """A query lakestep cannot run as written: unparseable SQL, an unknown level or scope,
     time travel it cannot honour. The message says what to change."""

@@ -48,6 +48,7 @@ from ..barrier.topology import Topology
 from ..catalog import properties as P
 from ..catalog import schema as S
 from ..catalog.cleanup import reclaimable
+from ..errors import InternalError
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -102,7 +103,7 @@ class Scrape:
 
     def add(self, name: str, value: float | int | None, **labels: str) -> None:
         if name not in METRICS:
-            raise KeyError(name)
+            raise InternalError(f"metric {name!r} is not in METRICS")
         if value is not None:
             self.samples.setdefault(name, []).append((labels, float(value)))
 

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+from ..errors import ServerStartError
 from .ports import free_port
 
 
@@ -29,17 +30,17 @@ class Served:
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if not self.thread.is_alive():
-                raise RuntimeError("the server thread ended before it listened")
+                raise ServerStartError("the server thread ended before it listened")
             if time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"the server did not listen within {timeout} s")
+                raise ServerStartError(f"the server did not listen within {timeout} s")
             time.sleep(0.01)
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
         if self.thread.is_alive():
-            raise RuntimeError("the server thread did not stop within 30 s")
+            raise ServerStartError("the server thread did not stop within 30 s")
 
     def __enter__(self) -> "Served":
         return self

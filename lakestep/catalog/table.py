@@ -22,6 +22,8 @@ from ..errors import (
     VersionNotFoundError,
 )
 from . import cleanup as cleanup_mod
+from . import pk
+from .columns import assign
 from . import lifecycle
 from . import properties as P
 from . import schema as S
@@ -170,9 +172,13 @@ class Table(TableHandle):
             if problems:
                 raise SchemaMismatchError(self.ident, problems)
             if add:
+                meta = TableMeta.from_row(row)
                 schema = pa.schema(list(current) + add, metadata=current.metadata)
+                phys = pk.physical_schema(schema, meta.primary_key) if meta.primary_key else schema
+                ids = assign(phys, meta.column_ids)  # the new columns take new ids (columns.py rule 2)
                 conn.execute(sa.update(t).where(t.c.table_id == self.table_id).values(
-                    schema_ipc=schema.serialize().to_pybytes(), schema_id=t.c.schema_id + 1))
+                    schema_ipc=schema.serialize().to_pybytes(), schema_id=t.c.schema_id + 1,
+                    column_ids=ids.to_json(), last_column_id=ids.last))
                 row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
         self._set_meta(TableMeta.from_row(row))
         if add:

@@ -155,3 +155,26 @@ def spark_metadata(ids: ColumnIds | None, names: Sequence[str]) -> dict[str, dic
     if ids is None:
         return {}
     return {n: {"parquet.field.id": i} for n in names if (i := ids.top(n)) is not None}
+
+
+def widening(old: pa.DataType, new: pa.DataType) -> str | None:
+    """Why changing a column from ``old`` to ``new`` is refused (None: it is a safe widening,
+    the promotions Iceberg allows: a wider signed integer, float to double, a decimal with
+    more digits and the same scale). Every file written under ``old`` reads as ``new``."""
+    T = pa.types
+    if old.equals(new):
+        return "the column has that type already"
+    if T.is_integer(old) and T.is_signed_integer(new) and new.bit_width > old.bit_width:
+        return None  # (an unsigned column fits a signed one of more bits)
+    if T.is_floating(old) and T.is_floating(new) and new.bit_width > old.bit_width:
+        return None
+    if T.is_decimal(old) and T.is_decimal(new):
+        if new.scale != old.scale:
+            return "a decimal's scale cannot change (its stored values would change meaning)"
+        if new.precision <= old.precision:
+            return "a decimal can only gain digits"
+        if T.is_decimal128(old) and T.is_decimal128(new) or T.is_decimal256(new):
+            return None
+        return f"{new} is narrower storage than {old}"
+    return (f"{old} -> {new} is not a safe widening (allowed: a wider signed integer, float to double, a "
+            "decimal with more digits and the same scale)")

@@ -297,6 +297,16 @@ class InvalidSchemaError(LakestepError, ValueError):
         self.column = column
 
 
+class SchemaChangeError(InvalidSchemaError):
+    """A schema change the table cannot take (a narrowing or unrelated type change, a
+    required column made of an optional one, a primary-key column made optional, an
+    unknown column). ``reason`` says which; nothing was changed."""
+
+    def __init__(self, table: str, column: str, reason: str) -> None:
+        super().__init__(f"{table}: cannot change column {column!r}: {reason}", table=table, column=column)
+        self.reason = reason
+
+
 class InvalidDataError(LakestepError, ValueError):
     """Input that is not a table at all: columns of different lengths, values
     pyarrow cannot convert. Nothing was written."""

@@ -28,6 +28,8 @@ from ..errors import (
     TableNotFoundError,
 )
 from . import locations
+from . import pk as pk_mod
+from .columns import assign
 from . import properties as P
 from . import schema as S
 from ..clock import SYSTEM_CLOCK, Clock
@@ -327,10 +329,12 @@ class Catalog:
                 if existing is not None:
                     row = existing
                 else:
+                    ids = assign(pk_mod.physical_schema(schema, primary_key) if primary_key else schema)
                     table_id = conn.execute(
                         sa.insert(S.tables).values(
                             namespace=ns, name=name, location=loc, external=external,
                             schema_ipc=schema.serialize().to_pybytes(),
+                            column_ids=ids.to_json(), last_column_id=ids.last,
                             partition_by=json.dumps(list(partition_by)), primary_key=json.dumps(list(primary_key)),
                             properties=json.dumps(props), created_at=now, version=0, data_version=0,
                             last_commit_at=now, stamp=S.NextStamp(),

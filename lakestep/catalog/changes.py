@@ -32,6 +32,7 @@ class Operation(str, enum.Enum):
     MERGE = "MERGE"
     COMPACT = "COMPACT"
     RESTORE = "RESTORE"  # metadata only: the live files become those of ``base_version``
+    ALTER = "ALTER"  # metadata only: a column's type widened or made optional (Table.update_column)
 
     @property
     def rewrites_rows(self) -> bool:
@@ -40,7 +41,7 @@ class Operation(str, enum.Enum):
 
     @property
     def changes_data(self) -> bool:
-        return self not in (Operation.COMPACT, Operation.CREATE)
+        return self not in (Operation.COMPACT, Operation.CREATE, Operation.ALTER)
 
 
 @dataclass

@@ -33,6 +33,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import InternalError, InvalidArgumentError, InvalidIdentifierError, InvalidLocationError, StorageError
+from .columns import ColumnIds, with_ids
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_IDENT = 128
@@ -516,8 +517,9 @@ class FileWriter:
     """
 
     def __init__(self, location: str, storage: Storage | None = None, *, compression: str = "snappy",
-                 row_group_size: int = 1 << 20) -> None:
+                 row_group_size: int = 1 << 20, column_ids: ColumnIds | None = None) -> None:
         self.location = location
+        self.column_ids = column_ids  # written into each file as Parquet field ids (columns.py rule 4)
         self.storage = storage or Storage()
         self.fs, self.root = self.storage.filesystem(location)
         self.remote = is_object_store(location)
@@ -545,7 +547,7 @@ class FileWriter:
         rel = "/".join(p for p in ("data", sub, f"{prefix}{uuid.uuid4().hex}.parquet") if p)
         full = self.full_path(rel)
         try:
-            size = self._write_file(data, full)
+            size = self._write_file(with_ids(data, self.column_ids), full)
         except OSError as e:  # disk full, read-only, no permission: the partial file must not stay
             self._delete_quietly(full)
             raise storage_error(e, full, "writing a data file") from e

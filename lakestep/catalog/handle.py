@@ -30,6 +30,7 @@ from . import pk, reader
 from . import properties as P
 from . import schema as S
 from .changes import FILE_COLS, row_to_file
+from .columns import ColumnIds
 from .files import DataFile, FileWriter, Storage
 from .predicates import Predicate, Verdict
 
@@ -62,6 +63,7 @@ class TableMeta:
     properties: dict[str, str]
     created_at: float
     schema_id: int = 0
+    column_ids: ColumnIds | None = None  # columns.py; None only before the catalog's upgrade ran
 
     @classmethod
     def from_row(cls, r: Mapping[str, Any]) -> "TableMeta":
@@ -77,6 +79,7 @@ class TableMeta:
             properties=json.loads(r["properties"]),
             created_at=r["created_at"],
             schema_id=int(r.get("schema_id") or 0),
+            column_ids=ColumnIds.from_json(r.get("column_ids"), int(r.get("last_column_id") or 0)),
         )
 
 
@@ -129,7 +132,7 @@ class TableHandle:
     # ------------------------------------------------------------ head, files, rows
     @cached_property
     def writer(self) -> FileWriter:
-        return FileWriter(self.location, self.catalog.storage)
+        return FileWriter(self.location, self.catalog.storage, column_ids=self.meta.column_ids)
 
     def head(self, conn: sa.Connection) -> tuple[int, int]:
         row = conn.execute(
@@ -233,4 +236,6 @@ class TableHandle:
     def _set_meta(self, meta: TableMeta) -> None:
         self.meta = meta
         self.__dict__.pop("physical_schema", None)  # derived from the schema
+        if "writer" in self.__dict__:
+            self.writer.column_ids = meta.column_ids  # a column added since: its id goes into new files
 

@@ -54,6 +54,7 @@ class KeyedTable(Protocol):
 
 DELETED = "_ls_deleted"
 _SEQ = "__ls_seq"
+_POS = "__ls_pos"
 
 
 def physical_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
@@ -136,12 +137,20 @@ def _newest_per_key(raw: pa.Table, in_big: pa.ChunkedArray, big_seq: int, keys: 
     rest = last_per_key(rest, keys, order=_SEQ)
     newer_mask = pc.greater(rest.column(_SEQ), big_seq)
     newer, older = rest.filter(newer_mask), rest.filter(pc.invert(newer_mask))
-    names = raw.column_names
     if newer.num_rows and big.num_rows:
-        big = big.join(newer.select(keys), keys=keys, join_type="left anti").select(names).cast(raw.schema)
+        big = _without_keys(big, newer.select(keys), keys)
     if older.num_rows and big.num_rows:
-        older = older.join(big.select(keys), keys=keys, join_type="left anti").select(names).cast(raw.schema)
+        older = _without_keys(older, big.select(keys), keys)
     return pa.concat_tables([big, newer, older]).combine_chunks() if raw.num_rows else raw
+
+
+def _without_keys(rows: pa.Table, other: pa.Table, keys: list[str]) -> pa.Table:
+    """The rows of ``rows`` whose key is not in ``other``: a hash anti-join of the keys and
+    each row's position only (Arrow's join carries no nested column), then a take."""
+    pos = pa.array(range(rows.num_rows), pa.int64())
+    kept = rows.select(keys).append_column(_POS, pos).join(other, keys=keys, join_type="left anti")
+    idx = kept.column(_POS).combine_chunks()
+    return rows.take(idx.take(pc.sort_indices(idx)))  # in the rows' own order
 
 
 def read(table: "KeyedTable", files: Sequence[DataFile], *, columns: Sequence[str] | None,

@@ -67,6 +67,11 @@ tables = sa.Table(
     # The change stamp (version 9): set by every change of the row or of the facts
     # the barrier layer derives from its commits; see the comment above _v9.
     sa.Column("stamp", sa.BigInteger, nullable=False, default=0, server_default="0"),
+    # Column ids (version 11, columns.py): [[path, id], ...] of the physical schema, the
+    # highest id ever given, and the path -> id mapping of files written before ids.
+    sa.Column("column_ids", sa.Text, nullable=True),
+    sa.Column("last_column_id", sa.Integer, nullable=False, default=0, server_default="0"),
+    sa.Column("name_mapping", sa.Text, nullable=True),
     sa.UniqueConstraint("namespace", "name", name="ls_table_ident"),
     sa.Index("ls_table_stamp", "stamp"),
 )
@@ -559,6 +564,31 @@ def _v10(conn: Connection) -> None:
                                                  complete_barrier=None, rollback_id=0))
 
 
+# --- version 11: column ids (columns.py) ---------------------------------------------
+# Every table gets ids by position over its physical schema; the same mapping is the
+# name mapping of the files written before (they carry no Parquet field ids).
+def _v11(conn: Connection) -> None:
+    import pyarrow as pa
+
+    from .columns import assign
+    from .pk import physical_schema
+
+    have = {c["name"] for c in sa.inspect(conn).get_columns("ls_table")}
+    for ddl, col in (("ALTER TABLE ls_table ADD COLUMN column_ids TEXT", "column_ids"),
+                     ("ALTER TABLE ls_table ADD COLUMN last_column_id INTEGER NOT NULL DEFAULT 0", "last_column_id"),
+                     ("ALTER TABLE ls_table ADD COLUMN name_mapping TEXT", "name_mapping")):
+        if col not in have:
+            conn.exec_driver_sql(ddl)
+    t = tables.c
+    for tid, ipc, pk_json in conn.execute(sa.select(t.table_id, t.schema_ipc, t.primary_key).where(
+            t.column_ids.is_(None))).all():
+        schema = pa.ipc.read_schema(pa.py_buffer(ipc))
+        pk = json.loads(pk_json or "[]")
+        ids = assign(physical_schema(schema, pk) if pk else schema)
+        conn.execute(sa.update(tables).where(t.table_id == tid).values(
+            column_ids=ids.to_json(), last_column_id=ids.last, name_mapping=ids.to_json()))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
@@ -570,6 +600,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (8, _v8),
     (9, _v9),
     (10, _v10),
+    (11, _v11),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -22,10 +22,12 @@ from ..errors import (
     VersionNotFoundError,
 )
 from . import cleanup as cleanup_mod
+from . import pk
+from .columns import assign
 from . import lifecycle
 from . import properties as P
 from . import schema as S
-from .changes import FILE_COLS, CommitResult, Isolation, row_to_file
+from .changes import FILE_COLS, CommitResult, Isolation, Operation, row_to_file
 from .checks import check_barrier, check_seconds
 from .files import DataFile
 from .handle import CatalogLike, TableHandle, TableMeta
@@ -170,13 +172,85 @@ class Table(TableHandle):
             if problems:
                 raise SchemaMismatchError(self.ident, problems)
             if add:
+                meta = TableMeta.from_row(row)
                 schema = pa.schema(list(current) + add, metadata=current.metadata)
+                phys = pk.physical_schema(schema, meta.primary_key) if meta.primary_key else schema
+                ids = assign(phys, meta.column_ids)  # the new columns take new ids (columns.py rule 2)
                 conn.execute(sa.update(t).where(t.c.table_id == self.table_id).values(
-                    schema_ipc=schema.serialize().to_pybytes(), schema_id=t.c.schema_id + 1))
+                    schema_ipc=schema.serialize().to_pybytes(), schema_id=t.c.schema_id + 1,
+                    column_ids=ids.to_json(), last_column_id=ids.last))
                 row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
         self._set_meta(TableMeta.from_row(row))
         if add:
             log.info("%s: added column(s) %s (schema %d)", self.ident, [str(f) for f in add], self.meta.schema_id)
+        return self
+
+    def update_column(self, name: str, *, type: pa.DataType | None = None, nullable: bool | None = None) -> "Table":
+        """Widen a column's type or make a required column optional: one catalog commit,
+        metadata only (no file is rewritten); returns this handle.
+
+        ``type``: a safe widening (columns.py :func:`widening`: a wider signed integer,
+        float to double, a decimal with more digits and the same scale); anything else
+        raises :class:`SchemaChangeError`. ``nullable=True``: the column takes nulls from
+        now on (a primary-key column cannot). Files written before read as the new type.
+        The change is a commit of its own (operation ``ALTER``, its ``summary`` says what
+        changed) in :meth:`history`. Writers holding an older handle may still append
+        (their rows are written with the old type and read as the new one); their
+        rewrites fail with :class:`SchemaChangedConflict` until they reload the table.
+
+        Example::
+
+            t.update_column("n", type=pa.int64())
+            t.update_column("note", nullable=True)
+        """
+        from ..errors import SchemaChangeError
+        from .columns import widening
+
+        if type is None and nullable is None:
+            raise InvalidArgumentError("update_column needs type= or nullable=", argument="type", value=None)
+        if nullable is False:
+            raise SchemaChangeError(self.ident, name, "a column cannot be made required (rows written before may "
+                                    "hold nulls)")
+        t = S.tables
+        with self.catalog.backend.write() as conn:
+            row = conn.execute(t.select().where(t.c.table_id == self.table_id).with_for_update()).mappings().first()
+            if row is None:
+                raise TableNotFoundError(self.ident)
+            meta = TableMeta.from_row(row)
+            current = meta.schema
+            i = current.get_field_index(name)
+            if i < 0:
+                raise SchemaChangeError(self.ident, name, f"no such column (columns: {current.names})")
+            old = current.field(i)
+            new = old
+            change: dict[str, Any] = {"change": "update_column", "column": name}
+            if type is not None and not old.type.equals(type):  # (its type already: nothing to change)
+                why = widening(old.type, type)
+                if why is not None:
+                    raise SchemaChangeError(self.ident, name, why)
+                new = new.with_type(type)
+                change.update({"from_type": str(old.type), "to_type": str(type)})
+            if nullable:
+                if name in meta.primary_key:
+                    raise SchemaChangeError(self.ident, name, "a primary-key column cannot take nulls")
+                if not old.nullable:
+                    new = new.with_nullable(True)
+                    change.update({"nullable": True})
+            if new.equals(old, check_metadata=True):  # nothing to change (an idempotent call)
+                self._set_meta(meta)
+                return self
+            schema = current.set(i, new)
+            head_v, head_dv = int(row["version"]), int(row["data_version"])
+            now = self.catalog.clock.now()
+            conn.execute(sa.update(t).where(t.c.table_id == self.table_id).values(
+                schema_ipc=schema.serialize().to_pybytes(), schema_id=t.c.schema_id + 1, version=head_v + 1,
+                last_commit_at=now, stamp=S.NextStamp()))
+            conn.execute(sa.insert(S.commits).values(
+                table_id=self.table_id, version=head_v + 1, data_version=head_dv, operation=Operation.ALTER.value,
+                base_version=head_v, committed_at=now, summary=json.dumps(change)))
+            row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
+        self._set_meta(TableMeta.from_row(row))
+        log.info("%s: %s (version %d)", self.ident, change, int(row["version"]))
         return self
 
     def refresh(self) -> "Table":

@@ -1,10 +1,12 @@
-"""``lakestep tables`` and ``lakestep describe TABLE``."""
+"""``lakestep tables``, ``lakestep describe TABLE`` and ``lakestep alter TABLE``."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
+import pyarrow as pa
 from rich.table import Table as RichTable
 
 from ..barrier import Pipeline
@@ -155,4 +157,77 @@ def describe_cmd(out: Output, catalog_url: str, table: str, history_limit: int) 
         out.print(h)
 
 
-COMMANDS = [tables_cmd, describe_cmd]
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+
+
+def parse_type(text: str) -> pa.DataType:
+    """An Arrow type from its name: ``int64``, ``double``, ``string``, ``decimal(12,2)``, ..."""
+    t = text.strip().lower()
+    m = _DECIMAL.match(t)
+    if m:
+        precision, scale = int(m.group(1)), int(m.group(2))
+        if not 1 <= precision <= 76 or scale > precision:
+            raise click.BadParameter(f"no decimal({precision},{scale}): 1 <= precision <= 76, scale <= precision")
+        return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
+    try:
+        return pa.type_for_alias({"long": "int64", "integer": "int32", "int": "int32", "bigint": "int64"}.get(t, t))
+    except ValueError:
+        raise click.BadParameter(f"unknown type {text!r} (int32, int64, float, double, string, "
+                                 "decimal(P,S), date32, ...)") from None
+
+
+def _pairs(values: tuple[str, ...], what: str) -> list[tuple[str, pa.DataType]]:
+    out = []
+    for v in values:
+        name, sep, typ = v.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{what} takes COLUMN=TYPE, got {v!r}")
+        out.append((name.strip(), parse_type(typ)))
+    return out
+
+
+@click.command("alter")
+@click.argument("table")
+@click.option("--add", "adds", multiple=True, metavar="COL=TYPE", help="add a nullable column (repeatable)")
+@click.option("--widen", "widens", multiple=True, metavar="COL=TYPE",
+              help="widen a column's type: a wider integer, float to double, a decimal with more digits")
+@click.option("--optional", "optionals", multiple=True, metavar="COL", help="make a required column optional")
+@common
+def alter_cmd(out: Output, catalog_url: str, table: str, adds: tuple[str, ...], widens: tuple[str, ...],
+              optionals: tuple[str, ...]) -> None:
+    """Change a table's schema, metadata only: no file is rewritten.
+
+    Each change is a commit of its own (see `lakestep describe TABLE`); a change the
+    table already has changes nothing. Refused changes (a narrowing, an unrelated
+    type, a primary-key column made optional) fail with the reason, and nothing of
+    that change is made.
+
+    \b
+    Example:
+      lakestep alter shop.orders --widen qty=int64 --optional note --add coupon=string
+    """
+    added, widened = _pairs(adds, "--add"), _pairs(widens, "--widen")
+    if not (added or widened or optionals):
+        raise click.UsageError("nothing to change: give --add, --widen or --optional")
+    with open_catalog(catalog_url) as cat:
+        t = cat.load_table(table)
+        before = t.version
+        if added:
+            t.add_columns(*[pa.field(n, typ) for n, typ in added])
+        for n, typ in widened:
+            t.update_column(n, type=typ)
+        for n in optionals:
+            t.update_column(n, nullable=True)
+        out.emit({"table": t.ident, "version_before": before, "version": t.version, "schema_id": t.meta.schema_id,
+                  "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable,
+                               "id": (t.meta.column_ids.top(f.name) if t.meta.column_ids else None)} for f in t.schema]})
+        grid = RichTable(title=f"{t.ident}: version {before} -> {t.version}", title_justify="left")
+        for col in ("id", "column", "type", "nullable"):
+            grid.add_column(col)
+        for f in t.schema:
+            fid = t.meta.column_ids.top(f.name) if t.meta.column_ids else None
+            grid.add_row("-" if fid is None else str(fid), f.name, str(f.type), "yes" if f.nullable else "no")
+        out.print(grid)
+
+
+COMMANDS = [tables_cmd, describe_cmd, alter_cmd]

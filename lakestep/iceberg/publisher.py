@@ -374,7 +374,9 @@ class Publisher:
             pub = IcebergTable.load(*old, location, self.io)
             self._pk[tid] = self._pk_deletes(pub)
         else:
-            sh = shape(row.meta.schema, row.meta.partition_by, row.meta.primary_key)
+            ids = row.meta.column_ids  # Iceberg's field ids are the catalog's column ids (catalog/columns.py)
+            sh = shape(row.meta.schema, row.meta.partition_by, row.meta.primary_key,
+                       known=None if ids is None else ids.ids, last=0 if ids is None else ids.last)
             pub = IcebergTable.new(ns, name, row.meta.location, sh, self.io, {
                 "lakestep.table-id": str(tid), "format-version": "2",
                 "write.parquet.compression-codec": "snappy"})
@@ -435,8 +437,22 @@ class Publisher:
             self.rows.rename((pub.namespace, pub.name), (row.meta.namespace, row.meta.name))
             pub.namespace, pub.name = row.meta.namespace, row.meta.name
         known = mapping_ids(pub.metadata.properties.get(NAME_MAPPING)) or ids_of(pub.metadata.schema())
+        last = pub.metadata.last_column_id
+        ids = row.meta.column_ids
+        if ids is not None:
+            # the files carry the catalog's ids as Parquet field ids, and Iceberg readers resolve
+            # columns by them: the published ids must be the same (they are, being given in the
+            # same order: columns.py rule 2), or the table is not published
+            differ = sorted(p for p, i in ids.ids.items() if p in known and known[p] != i)
+            if differ:
+                raise IcebergSchemaError(f"{row.meta.namespace}.{row.meta.name}: the published Iceberg field ids of "
+                                         f"{['.'.join(p) for p in differ[:5]]} differ from the catalog's column ids; "
+                                         "readers would resolve the files' columns wrongly (drop the Iceberg table "
+                                         "and publish it again)")
+            known = {**known, **ids.ids}
+            last = max(last, ids.last)
         sh = shape(row.meta.schema, row.meta.partition_by, row.meta.primary_key, known=known,
-                   last=pub.metadata.last_column_id, schema_id=pub.metadata.current_schema_id)
+                   last=last, schema_id=pub.metadata.current_schema_id)
         if tid not in self._swept:
             self.sweep(row, pub)
         draft = pub.draft()

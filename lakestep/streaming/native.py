@@ -106,10 +106,10 @@ def conformed(df: Any, target: SinkTarget, schema_json: str | None = None) -> tu
     # column built costs the driver round trips to the JVM: 17-24 ms a batch, measured).
     # Columns are unresolved expressions, valid for any DataFrame of the same JVM.
     key = (getattr(SparkContext, "_gateway", None), schema_json or df.schema.json(), ident, schema,
-           tuple(target.shape.partition_by))
+           tuple(target.shape.partition_by), target.shape.column_ids)
     got = _SELECTIONS.get(key)
     if got is None:
-        got = _selection(df.schema, schema, ident, list(target.shape.partition_by))
+        got = _selection(df.schema, schema, ident, list(target.shape.partition_by), _top_ids(target))
         if len(_SELECTIONS) >= 64:
             _SELECTIONS.clear()
         _SELECTIONS[key] = got
@@ -120,12 +120,24 @@ def conformed(df: Any, target: SinkTarget, schema_json: str | None = None) -> tu
 _SELECTIONS: dict[tuple[Any, ...], tuple[list[Any] | None, list[str], Any]] = {}
 
 
-def _selection(batch: Any, schema: pa.Schema, ident: str, partition_by: list[str]
+def _top_ids(target: SinkTarget) -> dict[str, int]:
+    """Field id of each top-level column (catalog/columns.py rule 4; Spark's writer takes one
+    from a column's ``parquet.field.id`` metadata)."""
+    from ..catalog.columns import ColumnIds
+
+    ids = target.shape.column_ids
+    if ids is None:
+        return {}
+    known = ColumnIds.from_json(*ids)
+    return {} if known is None else {p[0]: i for p, i in known.ids.items() if len(p) == 1}
+
+
+def _selection(batch: Any, schema: pa.Schema, ident: str, partition_by: list[str], ids: dict[str, int] | None = None
                ) -> tuple[list[Any] | None, list[str], Any]:
     """The columns that make a batch of Spark schema ``batch`` the table's (checked by the arrow
-    writer's rules), with the partition copies (None: the batch has the table's columns and
-    types already, in its order, and no partition copies are needed); the copies' names; the
-    column that counts the rows."""
+    writer's rules), each with its field id (``ids``), with the partition copies (None: the
+    batch has the table's columns and types already, in its order, no ids are to be set and
+    no partition copies are needed); the copies' names; the column that counts the rows."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 
@@ -149,8 +161,9 @@ def _selection(batch: Any, schema: pa.Schema, ident: str, partition_by: list[str
                 raise SchemaMismatchError(ident, [
                     f"column {f.name!r} is not nullable and nested: writer='spark' cannot check it for "
                     "nulls (declare it non-nullable in the DataFrame, or use writer='arrow')"])
-        cols.append(c.alias(f.name))
-    if not partition_by and arrow.names == schema.names and all(
+        fid = (ids or {}).get(f.name)
+        cols.append(c.alias(f.name) if fid is None else c.alias(f.name, metadata={"parquet.field.id": fid}))
+    if not partition_by and not ids and arrow.names == schema.names and all(
             arrow.field(f.name).type.equals(f.type) for f in schema):
         return None, [], count  # a select would change nothing (and costs the driver a plan)
     parts = [f"{_PART}{i}" for i in range(len(partition_by))]

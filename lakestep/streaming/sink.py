@@ -66,6 +66,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from .. import retry as _retry
+from ..catalog.columns import ColumnIds
 from ..catalog.files import FileWriter, NewFile, Storage
 from ..catalog.plan import SerializedSchemas
 from ..catalog.writes import conform
@@ -131,15 +132,19 @@ class TableShape(SerializedSchemas):
     partition_by: tuple[str, ...]
     primary_key: tuple[str, ...]
     storage: Storage = Storage()  # how executors reach an object store (the catalog's options)
+    column_ids: tuple[str, int] | None = None  # (JSON, last) of catalog/columns.py: the files' field ids
 
     @classmethod
     def of(cls, table: Any) -> "TableShape":
+        ids = table.meta.column_ids
         return cls(table.ident, table.location, table.schema.serialize().to_pybytes(),
                    table.physical_schema.serialize().to_pybytes(), tuple(table.partition_by),
-                   tuple(table.primary_key), table.catalog.storage)
+                   tuple(table.primary_key), table.catalog.storage,
+                   None if ids is None else (ids.to_json(), ids.last))
 
     def store(self) -> FileWriter:
-        return FileWriter(self.location, self.storage)
+        ids = None if self.column_ids is None else ColumnIds.from_json(*self.column_ids)
+        return FileWriter(self.location, self.storage, column_ids=ids)
 
 
 

@@ -130,6 +130,15 @@ CASES = [
     Case("duplicate-data-columns", lambda c: t(c).append(pa.Table.from_arrays(
         [pa.array([1]), pa.array(["a"]), pa.array(["d"]), pa.array(["e"])], names=["id", "name", "day", "day"])),
          errors.SchemaMismatchError),
+    # schema changes the table cannot take (issue 35: Table.update_column)
+    Case("narrow-int", lambda c: t(c).update_column("id", type=pa.int32()), errors.SchemaChangeError),
+    Case("int-to-string", lambda c: t(c).update_column("id", type=pa.string()), errors.SchemaChangeError),
+    Case("string-to-int", lambda c: t(c).update_column("name", type=pa.int64()), errors.SchemaChangeError),
+    Case("narrow-float", lambda c: t(c).update_column("id", type=pa.float64()), errors.SchemaChangeError),
+    Case("make-required", lambda c: t(c).update_column("name", nullable=False), errors.SchemaChangeError),
+    Case("optional-pk", lambda c: pk(c).update_column("id", nullable=True), errors.SchemaChangeError),
+    Case("change-unknown-column", lambda c: t(c).update_column("nope", type=pa.int64()), errors.SchemaChangeError),
+    Case("change-nothing", lambda c: t(c).update_column("id"), errors.InvalidArgumentError),
 ]
 
 

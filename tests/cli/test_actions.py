@@ -25,7 +25,7 @@ from ..test_secrets import SECRET, pg_url_with_password
 from .conftest import ORPHAN, ROOT, SCRIPT, Shop, lakestep, lakestep_process
 
 COMMANDS = ["tables", "describe", "barriers", "lineage", "compact", "cleanup", "rollback", "coordinator",
-            "maintenance", "publish", "serve", "doctor", "report"]
+            "maintenance", "publish", "serve", "doctor", "report", "alter"]
 
 
 def test_compact(shop: Shop) -> None:
@@ -309,3 +309,35 @@ def test_readme_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         "lakestep report --html report.html --catalog ./ops-wh": 0,
     }
     assert (tmp_path / "report.html").stat().st_size > 10_000
+
+
+def test_alter(catalog_spec: CatalogSpec) -> None:
+    """``lakestep alter``: widen, make optional, add; each a commit; a refusal names its reason
+    and changes nothing; a type name it does not know is a usage error."""
+    cat = catalog_spec.open()
+    cat.create_namespace("a")
+    t = cat.create_table("a.t", pa.schema([pa.field("id", pa.int32(), nullable=False), ("q", pa.int16()),
+                                           pa.field("note", pa.string(), nullable=False)]))
+    t.append(pa.table({"id": [1], "q": [2], "note": ["x"]}, schema=t.schema))
+    url = catalog_spec.url
+    r = lakestep("alter", "a.t", "--widen", "q=int64", "--widen", "id=bigint", "--optional", "note",
+                 "--add", "price=decimal(12,2)", "--json", catalog=url)
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert (doc["version_before"], doc["version"]) == (1, 4)  # three ALTER commits (add_columns is none)
+    assert doc["columns"] == [{"name": "id", "type": "int64", "nullable": False, "id": 1},
+                              {"name": "q", "type": "int64", "nullable": True, "id": 2},
+                              {"name": "note", "type": "string", "nullable": True, "id": 3},
+                              {"name": "price", "type": "decimal128(12, 2)", "nullable": True, "id": 4}]
+    t.refresh()
+    assert t.to_arrow().to_pylist() == [{"id": 1, "q": 2, "note": "x", "price": None}]
+    again = lakestep("alter", "a.t", "--widen", "q=int64", "--json", catalog=url).json()
+    assert again["version"] == 4  # already so: nothing committed
+    narrow = lakestep("alter", "a.t", "--widen", "q=int8", catalog=url)
+    assert narrow.code == 1 and "cannot change column 'q'" in narrow.err and "not a safe widening" in narrow.err
+    bad = lakestep("alter", "a.t", "--widen", "q=int65", catalog=url)
+    assert bad.code == 2 and "unknown type 'int65'" in bad.err
+    assert lakestep("alter", "a.t", catalog=url).code == 2
+    t.refresh()
+    assert t.version == 4 and t.schema.field("q").type == pa.int64()
+    cat.close()

@@ -297,3 +297,34 @@ def test_sql_joins_over_concurrent_streaming_jobs_are_consistent(spark, catalog_
         coord.release()
         cat.close()
     assert checked == {"spark": 8, "duckdb": 8}
+
+
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)  # Spark's scan: the backend is not the point
+def test_spark_reads_widened_columns(spark, catalog_spec) -> None:  # type: ignore[no-untyped-def]
+    """Files written before Table.update_column widened their columns (issue 35) read as the
+    new types through Spark's own Parquet scan and through spark_sql, beside files written after."""
+    import decimal
+
+    cat = catalog_spec.open()
+    cat.create_namespace("w")
+    old = pa.schema([pa.field("id", pa.int32(), nullable=False), ("x", pa.float32()), ("p", pa.decimal128(5, 2)),
+                     pa.field("note", pa.string(), nullable=False)])
+    t = cat.create_table("w.t", old)
+    t.append(pa.table({"id": [1, 2], "x": [0.5, 1.5], "p": [decimal.Decimal("1.25"), None], "note": ["a", "b"]},
+                      schema=old))
+    t.update_column("id", type=pa.int64())
+    t.update_column("x", type=pa.float64())
+    t.update_column("p", type=pa.decimal128(12, 2))
+    t.update_column("note", nullable=True)
+    t.append(pa.table({"id": [2 ** 40], "x": [1e300], "p": [decimal.Decimal("1234567890.12")], "note": [None]},
+                      schema=t.schema))
+    register(spark)
+    df = spark.read.format("lakestep").option("catalog", catalog_spec.url).option("table", "w.t").load()
+    assert [f.dataType.simpleString() for f in df.schema.fields] == ["bigint", "double", "decimal(12,2)", "string"]
+    got = sorted((r["id"], r["x"], r["p"], r["note"]) for r in df.collect())
+    assert got == [(1, 0.5, decimal.Decimal("1.25"), "a"), (2, 1.5, None, "b"),
+                   (2 ** 40, 1e300, decimal.Decimal("1234567890.12"), None)]
+    q = spark_sql(spark, cat, "SELECT sum(id) AS s, count(note) AS n FROM w.t", level="read_uncommitted")
+    r = q.df.collect()
+    assert (r[0]["s"], r[0]["n"]) == (2 ** 40 + 3, 2) and q.paths == {"w.t": "native"}
+    cat.close()

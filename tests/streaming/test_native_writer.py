@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from lakestep.barrier import JobNotFoundError, Pipeline
+from lakestep.catalog.columns import file_ids
 from lakestep.catalog.files import decode_value
 from lakestep.errors import InvalidArgumentError, SchemaMismatchError, StreamingJobError
 from lakestep.streaming import foreach_batch, register
@@ -129,6 +131,13 @@ def test_spark_writer_matches_arrow_writer(spark, catalog_spec) -> None:  # type
     assert (h.job_id, h.batch_id, h.added_rows) == ("spark", 0, 120)
     on_disk = sorted(str(f.relative_to(s.location)) for f in Path(s.location).rglob("*") if f.is_file())
     assert on_disk == sorted(f.path for f in s.files())  # no _SUCCESS, no .crc, no empty file left
+    # both writers put the catalog's column ids into the files as Parquet field ids (catalog/columns.py);
+    # Spark's, on the top-level columns
+    for t, nested in ((a, True), (s, False)):
+        want = {p: i for p, i in t.meta.column_ids.ids.items() if nested or len(p) == 1}
+        for f in t.files():
+            got = file_ids(pq.read_schema(Path(t.location) / f.path))
+            assert {p: i for p, i in got.items() if nested or len(p) == 1} == want, (t.ident, f.path, got)
     cat.close()
 
 

@@ -131,7 +131,8 @@ class Table(TableHandle):
         """Add nullable columns at the end of the schema (additive evolution); returns this handle.
 
         No file is rewritten: rows written before read null in the new
-        columns, at every version. A column that exists with the same type is
+        columns, at every version. The change is one ``ALTER`` commit in
+        :meth:`history` (its summary names the columns and their new ids). A column that exists with the same type is
         kept (so the call is idempotent); one that exists with another type
         raises :class:`SchemaMismatchError`. Writers holding an older handle
         may still append and upsert (their rows get nulls), but their
@@ -176,9 +177,9 @@ class Table(TableHandle):
                 schema = pa.schema(list(current) + add, metadata=current.metadata)
                 phys = pk.physical_schema(schema, meta.primary_key) if meta.primary_key else schema
                 ids = assign(phys, meta.column_ids)  # the new columns take new ids (columns.py rule 2)
-                conn.execute(sa.update(t).where(t.c.table_id == self.table_id).values(
-                    schema_ipc=schema.serialize().to_pybytes(), schema_id=t.c.schema_id + 1,
-                    column_ids=ids.to_json(), last_column_id=ids.last))
+                self._alter(conn, row, schema, {"change": "add_columns", "columns": [
+                    {"name": f.name, "type": str(f.type), "id": ids.top(f.name)} for f in add]},
+                    column_ids=ids.to_json(), last_column_id=ids.last)
                 row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
         self._set_meta(TableMeta.from_row(row))
         if add:
@@ -239,19 +240,65 @@ class Table(TableHandle):
             if new.equals(old, check_metadata=True):  # nothing to change (an idempotent call)
                 self._set_meta(meta)
                 return self
-            schema = current.set(i, new)
-            head_v, head_dv = int(row["version"]), int(row["data_version"])
-            now = self.catalog.clock.now()
-            conn.execute(sa.update(t).where(t.c.table_id == self.table_id).values(
-                schema_ipc=schema.serialize().to_pybytes(), schema_id=t.c.schema_id + 1, version=head_v + 1,
-                last_commit_at=now, stamp=S.NextStamp()))
-            conn.execute(sa.insert(S.commits).values(
-                table_id=self.table_id, version=head_v + 1, data_version=head_dv, operation=Operation.ALTER.value,
-                base_version=head_v, committed_at=now, summary=json.dumps(change)))
+            self._alter(conn, row, current.set(i, new), change)
             row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
         self._set_meta(TableMeta.from_row(row))
         log.info("%s: %s (version %d)", self.ident, change, int(row["version"]))
         return self
+
+    def reorder_columns(self, names: Sequence[str]) -> "Table":
+        """Put the columns in the order ``names`` gives (every column once): one ``ALTER``
+        commit, metadata only; returns this handle. Reads return the new order (files are
+        read by name); writers may give columns in any order, as before. A call with the
+        current order commits nothing. Refused (:class:`SchemaChangeError`): a name that is
+        not a column, a column left out or named twice.
+
+        Example::
+
+            t.reorder_columns(["id", "day", "amount"])
+        """
+        from ..errors import SchemaChangeError
+
+        names = list(names)
+        t = S.tables
+        with self.catalog.backend.write() as conn:
+            row = conn.execute(t.select().where(t.c.table_id == self.table_id).with_for_update()).mappings().first()
+            if row is None:
+                raise TableNotFoundError(self.ident)
+            meta = TableMeta.from_row(row)
+            current = meta.schema
+            unknown = [n for n in names if current.get_field_index(n) < 0]
+            if unknown:
+                raise SchemaChangeError(self.ident, unknown[0], f"no such column (columns: {current.names})")
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise SchemaChangeError(self.ident, twice[0], "named more than once")
+            missing = [n for n in current.names if n not in names]
+            if missing:
+                raise SchemaChangeError(self.ident, missing[0], "left out: name every column once")
+            if names == current.names:
+                self._set_meta(meta)
+                return self
+            schema = pa.schema([current.field(n) for n in names], metadata=current.metadata)
+            self._alter(conn, row, schema, {"change": "reorder_columns", "from": current.names, "to": names})
+            row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
+        self._set_meta(TableMeta.from_row(row))
+        log.info("%s: columns reordered to %s (version %d)", self.ident, names, int(row["version"]))
+        return self
+
+    def _alter(self, conn: sa.Connection, row: Any, schema: pa.Schema, change: dict[str, Any], **values: Any) -> None:
+        """A schema change's commit, in the caller's write transaction holding the table row's
+        lock: the new schema (``schema_id`` + 1: older writers' rewrites are refused), and an
+        ``ALTER`` commit of no files whose summary is ``change``."""
+        t = S.tables
+        head_v, head_dv = int(row["version"]), int(row["data_version"])
+        now = self.catalog.clock.now()
+        conn.execute(sa.update(t).where(t.c.table_id == self.table_id).values(
+            schema_ipc=schema.serialize().to_pybytes(), schema_id=t.c.schema_id + 1, version=head_v + 1,
+            last_commit_at=now, stamp=S.NextStamp(), **values))
+        conn.execute(sa.insert(S.commits).values(
+            table_id=self.table_id, version=head_v + 1, data_version=head_dv, operation=Operation.ALTER.value,
+            base_version=head_v, committed_at=now, summary=json.dumps(change, separators=(",", ":"))))
 
     def refresh(self) -> "Table":
         """Re-read the table's metadata (schema, properties) from the catalog; returns this handle."""

@@ -192,9 +192,10 @@ def _pairs(values: tuple[str, ...], what: str) -> list[tuple[str, pa.DataType]]:
 @click.option("--widen", "widens", multiple=True, metavar="COL=TYPE",
               help="widen a column's type: a wider integer, float to double, a decimal with more digits")
 @click.option("--optional", "optionals", multiple=True, metavar="COL", help="make a required column optional")
+@click.option("--order", default=None, metavar="COL,COL,...", help="put the columns in this order (every column once)")
 @common
 def alter_cmd(out: Output, catalog_url: str, table: str, adds: tuple[str, ...], widens: tuple[str, ...],
-              optionals: tuple[str, ...]) -> None:
+              optionals: tuple[str, ...], order: str | None) -> None:
     """Change a table's schema, metadata only: no file is rewritten.
 
     Each change is a commit of its own (see `lakestep describe TABLE`); a change the
@@ -205,10 +206,11 @@ def alter_cmd(out: Output, catalog_url: str, table: str, adds: tuple[str, ...], 
     \b
     Example:
       lakestep alter shop.orders --widen qty=int64 --optional note --add coupon=string
+      lakestep alter shop.orders --order id,day,qty,note,coupon
     """
     added, widened = _pairs(adds, "--add"), _pairs(widens, "--widen")
-    if not (added or widened or optionals):
-        raise click.UsageError("nothing to change: give --add, --widen or --optional")
+    if not (added or widened or optionals or order):
+        raise click.UsageError("nothing to change: give --add, --widen, --optional or --order")
     with open_catalog(catalog_url) as cat:
         t = cat.load_table(table)
         before = t.version
@@ -218,6 +220,8 @@ def alter_cmd(out: Output, catalog_url: str, table: str, adds: tuple[str, ...], 
             t.update_column(n, type=typ)
         for n in optionals:
             t.update_column(n, nullable=True)
+        if order:
+            t.reorder_columns([c.strip() for c in order.split(",")])
         out.emit({"table": t.ident, "version_before": before, "version": t.version, "schema_id": t.meta.schema_id,
                   "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable,
                                "id": (t.meta.column_ids.top(f.name) if t.meta.column_ids else None)} for f in t.schema]})

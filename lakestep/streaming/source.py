@@ -21,6 +21,14 @@ make no data version, so compacted rows never come back).
 4. ``commit``: pins the version the next batch starts from with a leased
    version lock, so cleanup keeps its files while the stream is behind.
 
+Spark fixes a streaming query's schema when it starts: the reader keeps the
+table's schema of that moment. A column added since is left out of the
+query's rows (a restarted query reads it). A column whose type was widened or
+made optional since (``Table.update_column``) would be read wrongly under the
+old schema: step 3 then fails the query with
+:class:`~lakestep.errors.StreamingJobError` naming the change and asking for a
+restart, which reads with the new schema from its next barrier on.
+
 While the catalog database is unavailable, the reader's creation and steps
 1, 2, 3 and 4 on the driver wait (:func:`lakestep.retry.retrying`: bounded exponential backoff, one log
 line when the wait starts, one when it ends) up to ``catalogWaitSeconds``,
@@ -48,7 +56,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from .. import retry as _retry
 from ..barrier import Pipeline, triggers
 from ..catalog import reader
-from ..errors import CatalogUnavailableError, InvalidArgumentError
+from ..errors import CatalogUnavailableError, InvalidArgumentError, StreamingJobError
 from .catalog_cache import open_catalog, required, storage_of
 from .microbatch import ensure_source_registered
 from .sink import TableShape, wait_policy
@@ -89,6 +97,23 @@ def max_barriers_per_trigger(options: Any) -> int:
         raise InvalidArgumentError(f"option maxBarriersPerTrigger must be a whole number >= 1, got {raw!r}",
                                    argument="maxBarriersPerTrigger", value=raw)
     return value
+
+
+def changed_columns(started: pa.Schema, now: pa.Schema) -> list[str]:
+    """The columns of ``started`` (a query's schema) whose type or nullability ``now`` differs
+    (columns added since are not changes: a running query leaves them out)."""
+    out = []
+    for f in started:
+        i = now.get_field_index(f.name)
+        if i < 0:
+            out.append(f"column {f.name!r} is gone")
+            continue
+        g = now.field(i)
+        if not g.type.equals(f.type):
+            out.append(f"column {f.name!r} is {g.type}, was {f.type}")
+        elif g.nullable != f.nullable:
+            out.append(f"column {f.name!r} is {'optional' if g.nullable else 'required'} now")
+    return out
 
 
 class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -157,6 +182,12 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         def files() -> list[FilesPartition]:
             t = open_catalog(self.url, self.storage).load_table(self.table)
+            changed = changed_columns(self.shape.schema, t.schema)
+            if changed:
+                raise StreamingJobError(
+                    f"job {self.job!r}: the schema of its source {self.table} changed after this query started "
+                    f"({'; '.join(changed)}): Spark fixed the query's schema at its start, so it cannot read the "
+                    "new rows; restart the query (it reads with the new schema from its next barrier on)")
             return [FilesPartition([FileToRead(f.path, f.record_count, f.file_size)])
                     for f in t.added_files(int(start["dv"]), int(end["dv"]))]
 

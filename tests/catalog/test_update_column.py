@@ -167,15 +167,17 @@ def test_iceberg_publishes_the_widened_schema(catalog: Catalog) -> None:
         assert not pub.publish_once().errors
         first = sql_catalog(catalog).load_table("i.t").schema()
         widen_all(t)
+        t.reorder_columns(["note", "id", "small", "x", "price"])
         t.append(pa.table({"id": [2 ** 40], "small": [1000], "x": [1e300], "price": [D("1234567890.12")],
-                           "note": [None]}, schema=t.schema), barrier=OPEN_EPOCH)
+                           "note": [None]}, schema=pa.schema([t.schema.field(n) for n in OLD.names])),
+                 barrier=OPEN_EPOCH)
         epochs.seal(catalog, lease, 1e9)
         assert not pub.publish_once().errors
         ice = sql_catalog(catalog).load_table("i.t")
         now = ice.schema()
         assert ids_of(now) == ids_of(first) == dict(t.meta.column_ids.ids)
-        assert {f.name: str(f.field_type) for f in now.fields} == {
-            "id": "long", "small": "int", "x": "double", "price": "decimal(12, 2)", "note": "string"}
+        assert [(f.name, str(f.field_type)) for f in now.fields] == [
+            ("note", "string"), ("id", "long"), ("small", "int"), ("x", "double"), ("price", "decimal(12, 2)")]
         assert not now.find_field("note").required
         got = ice.scan().to_arrow().sort_by("id")
         assert got.column("id").to_pylist() == [0, 1, 2, 2 ** 40]
@@ -183,3 +185,36 @@ def test_iceberg_publishes_the_widened_schema(catalog: Catalog) -> None:
         assert got.column("x").to_pylist()[-1] == 1e300
     finally:
         pub.close()
+
+
+@pytest.mark.parametrize("primary_key", [[], ["id"]], ids=["plain", "keyed"])
+def test_reorder_columns(catalog: Catalog, primary_key: list[str]) -> None:
+    """A new column order is one commit; every reader returns it over files of both orders,
+    ids stay with their columns, and writers may give columns in any order."""
+    from lakestep.query.duck import duckdb_query
+
+    catalog.create_namespace("o", exist_ok=True)
+    name = "o.t" + "".join(primary_key)
+    t = catalog.create_table(name, OLD, primary_key=primary_key)
+    t.append(old_rows(0))
+    ids = dict(t.meta.column_ids.ids)
+    v = t.version
+    order = ["note", "price", "id", "x", "small"]
+    t.reorder_columns(order)
+    assert t.schema.names == order and t.version == v + 1 and dict(t.meta.column_ids.ids) == ids
+    t.append(old_rows(3).select(["id", "small", "x", "price", "note"]))  # the old order: matched by name
+    t.reorder_columns(order)  # that order already: nothing committed
+    assert t.version == v + 2
+    got = t.to_arrow().sort_by("id")
+    assert got.column_names == order
+    assert got.column("note").to_pylist() == [f"n{i}" for i in range(6)]
+    assert t.to_arrow(version=v).column_names == order  # time travel: the current order
+    assert duckdb_query(catalog, f"SELECT * FROM {name} ORDER BY id", level="read_uncommitted").table.column_names \
+        == order
+    assert [h.summary for h in t.history() if h.operation == "ALTER"] == [
+        {"change": "reorder_columns", "from": OLD.names, "to": order}]
+    for bad, why in ((["note", "price", "id", "x"], "left out"), (order + ["id"], "more than once"),
+                     (order + ["nope"], "no such column")):
+        with pytest.raises(SchemaChangeError, match=why):
+            t.reorder_columns(bad)
+    assert t.version == v + 2

@@ -324,7 +324,7 @@ def test_alter(catalog_spec: CatalogSpec) -> None:
                  "--add", "price=decimal(12,2)", "--json", catalog=url)
     assert r.code == 0, r.err
     doc = r.json()
-    assert (doc["version_before"], doc["version"]) == (1, 4)  # three ALTER commits (add_columns is none)
+    assert (doc["version_before"], doc["version"]) == (1, 5)  # four ALTER commits
     assert doc["columns"] == [{"name": "id", "type": "int64", "nullable": False, "id": 1},
                               {"name": "q", "type": "int64", "nullable": True, "id": 2},
                               {"name": "note", "type": "string", "nullable": True, "id": 3},
@@ -332,12 +332,21 @@ def test_alter(catalog_spec: CatalogSpec) -> None:
     t.refresh()
     assert t.to_arrow().to_pylist() == [{"id": 1, "q": 2, "note": "x", "price": None}]
     again = lakestep("alter", "a.t", "--widen", "q=int64", "--json", catalog=url).json()
-    assert again["version"] == 4  # already so: nothing committed
+    assert again["version"] == 5  # already so: nothing committed
     narrow = lakestep("alter", "a.t", "--widen", "q=int8", catalog=url)
     assert narrow.code == 1 and "cannot change column 'q'" in narrow.err and "not a safe widening" in narrow.err
     bad = lakestep("alter", "a.t", "--widen", "q=int65", catalog=url)
     assert bad.code == 2 and "unknown type 'int65'" in bad.err
     assert lakestep("alter", "a.t", catalog=url).code == 2
+    moved = lakestep("alter", "a.t", "--order", "price,id,note,q", "--json", catalog=url).json()
+    assert [c["name"] for c in moved["columns"]] == ["price", "id", "note", "q"] and moved["version"] == 6
+    assert [c["id"] for c in moved["columns"]] == [4, 1, 3, 2]  # ids stay with their columns
+    left_out = lakestep("alter", "a.t", "--order", "price,id", catalog=url)
+    assert left_out.code == 1 and "left out" in left_out.err
+    lakestep("alter", "a.t", "--order", "id,q,note,price", catalog=url)
     t.refresh()
-    assert t.version == 4 and t.schema.field("q").type == pa.int64()
+    assert t.version == 7 and t.schema.field("q").type == pa.int64()
+    alters = [h.summary for h in t.history() if h.operation == "ALTER"]
+    assert alters[-1] == {"change": "add_columns", "columns": [{"name": "price", "type": "decimal128(12, 2)", "id": 4}]}
+    assert alters[0] == {"change": "reorder_columns", "from": ["price", "id", "note", "q"], "to": ["id", "q", "note", "price"]}
     cat.close()

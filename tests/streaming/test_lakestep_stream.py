@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
@@ -146,4 +148,53 @@ def test_max_barriers_per_trigger_through_the_source(spark, catalog_spec, tmp_pa
     assert [h.barrier for h in reversed(d.history()) if h.barrier is not None] == [1, 4, 7]
     assert p.frontier("s.d") == 7
     assert sorted(r["id"] for r in d.to_arrow().to_pylist()) == [10, 11, 70, 71]
+    cat.close()
+
+
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)  # the source's check: the backend is not the point
+def test_a_widened_source_stops_a_running_query_until_it_restarts(spark, catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 35: a running query keeps the schema it started with; a source column widened
+    since fails its next batch with an error naming the restart, and the restarted query
+    reads the new rows with the new type from the next barrier on, nothing lost or doubled."""
+    cat = catalog_spec.open()
+    cat.create_namespace("w")
+    schema = pa.schema([("id", pa.int32()), ("e", pa.int64())])
+    a, d = cat.create_table("w.a", schema), cat.create_table("w.d", schema)
+    p = Pipeline(cat)
+    p.register_job("feed", sinks=["w.a"], external_input=True)
+    register_job(catalog_spec.url, "copyw", sources=["w.a"], sinks=["w.d"])
+    coord = p.coordinator(interval=3600)
+    assert coord.acquire()
+    a.append(pa.table({"id": [1, 2], "e": [1, 1]}, schema=schema), barrier=OPEN_EPOCH)
+    coord.seal()
+    register(spark)
+
+    def start() -> Any:
+        src = (spark.readStream.format("lakestep").option("catalog", catalog_spec.url).option("table", "w.a")
+               .option("job", "copyw").load())
+        return (src.writeStream.format("lakestep").option("catalog", catalog_spec.url).option("table", "w.d")
+                .option("job", "copyw").option("checkpointLocation", str(tmp_path / "ck"))
+                .trigger(processingTime="200 milliseconds").start())
+
+    q = start()
+    try:
+        wait_until(lambda: p.frontier("w.d") >= 1, "the query copies barrier 1", failed=died(q))
+        a.update_column("id", type=pa.int64())
+        d.update_column("id", type=pa.int64())
+        a.append(pa.table({"id": [2 ** 40], "e": [2]}, schema=a.schema), barrier=OPEN_EPOCH)
+        coord.seal()
+        with pytest.raises(StreamingQueryException, match="restart the query"):
+            q.awaitTermination(300)
+    finally:
+        q.stop()
+    assert p.frontier("w.d") == 1
+    q = start()  # the restart: the new schema
+    try:
+        wait_until(lambda: p.frontier("w.d") >= 2, "the restarted query copies barrier 2", failed=died(q))
+    finally:
+        q.stop()
+    coord.release()
+    got = d.to_arrow()
+    assert got.schema.field("id").type == pa.int64()
+    assert sorted(got.column("id").to_pylist()) == [1, 2, 2 ** 40]
     cat.close()

@@ -28,7 +28,8 @@ def test_the_command_serves_until_sigterm(shop: Shop, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LAKESTEP_SERVE_TOKEN": TOKEN}
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "lakestep.serve", "--catalog", shop.cat.connection_url(),
-                                 "--port", str(port), "--log-level", "DEBUG"], stdout=out, stderr=subprocess.STDOUT,
+                                 "--port", str(port), "--refresh", "7", "--log-level", "DEBUG"], stdout=out,
+                                stderr=subprocess.STDOUT,
                                 env=env, cwd=ROOT)
     uri = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {TOKEN}"}
@@ -46,6 +47,13 @@ def test_the_command_serves_until_sigterm(shop: Shop, tmp_path: Path) -> None:
         rc = RestCatalog("lakestep", uri=uri, token=TOKEN, warehouse="lakestep@consistent")
         assert rc.properties["prefix"] == "barrier=3"
         assert counter(rc.load_table("shop.counts").scan().to_arrow()) == rows_at(shop, "shop.counts", 3)
+        # the same process serves the metrics and the live page, behind the same token
+        metrics = requests.get(uri + "/metrics", headers=auth, timeout=60)
+        assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+        assert 'lakestep_table_behind_barriers{kind="derived",table="shop.counts"} 2.0' in metrics.text
+        page = requests.get(uri + "/", headers=auth, timeout=60)
+        assert page.status_code == 200 and '<meta http-equiv="refresh" content="7">' in page.text
+        assert requests.get(uri + "/metrics", timeout=60).status_code == 401
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)

@@ -49,6 +49,18 @@ def serving(cat: Any) -> Iterator[int]:
         yield s.port
 
 
+def timed_get(conn: http.client.HTTPConnection, path: str) -> tuple[float, bytes]:
+    """One GET over the kept-alive ``conn``: (milliseconds to the whole body, the body); not 200 raises."""
+    t0 = time.perf_counter()
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    body = resp.read()
+    ms = (time.perf_counter() - t0) * 1000
+    if resp.status != 200:
+        raise RuntimeError(f"{path}: HTTP {resp.status}: {body[:200]!r}")
+    return ms, body
+
+
 def measure(backend: str, tables: int, barriers: int, calls: int) -> dict[str, Any]:
     from lakestep.barrier import OPEN_EPOCH, Pipeline, epochs
     from lakestep.iceberg import Publisher
@@ -80,15 +92,9 @@ def measure(backend: str, tables: int, barriers: int, calls: int) -> dict[str, A
             }
             for i in range(calls + 5):  # the first 5 warm the caches and the connection
                 for op in OPS:
-                    t0 = time.perf_counter()
-                    conn.request("GET", paths[op](i))
-                    resp = conn.getresponse()
-                    body = resp.read()
-                    dt = time.perf_counter() - t0
-                    if resp.status != 200:
-                        raise RuntimeError(f"{op}: HTTP {resp.status}: {body[:200]!r}")
+                    ms, _ = timed_get(conn, paths[op](i))
                     if i >= 5:
-                        times[op].append(dt * 1000)
+                        times[op].append(ms)
             conn.close()
         cat.close()
     return {"tables": tables, "barriers": barriers, "calls": calls,
@@ -147,15 +153,9 @@ def measure_metrics(backend: str, sizes: list[int], scrapes: int) -> dict[str, A
                 try:
                     for i in range(scrapes + 2):  # the first 2 warm the caches and the connection
                         sent.clear()
-                        t0 = time.perf_counter()
-                        conn.request("GET", "/metrics")
-                        resp = conn.getresponse()
-                        body = resp.read()
-                        dt = time.perf_counter() - t0
-                        if resp.status != 200:
-                            raise RuntimeError(f"/metrics: HTTP {resp.status}: {body[:200]!r}")
+                        ms, body = timed_get(conn, "/metrics")
                         if i >= 2:
-                            times.append(dt * 1000)
+                            times.append(ms)
                             per_scrape.append(len(sent))
                 finally:
                     event.remove(cat.backend.engine, "before_cursor_execute", count)

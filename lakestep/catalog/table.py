@@ -17,13 +17,14 @@ from ..errors import (
     InvalidSchemaError,
     NoPrimaryKeyError,
     SchemaChangedConflict,
+    SchemaChangeError,
     SchemaMismatchError,
     TableNotFoundError,
     VersionNotFoundError,
 )
 from . import cleanup as cleanup_mod
 from . import pk
-from .columns import assign
+from .columns import assign, widening
 from . import lifecycle
 from . import properties as P
 from . import schema as S
@@ -113,9 +114,7 @@ class Table(TableHandle):
         gone = {remove} if isinstance(remove, str) else set(remove)
         t = S.tables
         with self.catalog.backend.write() as conn:
-            row = conn.execute(t.select().where(t.c.table_id == self.table_id).with_for_update()).mappings().first()
-            if row is None:
-                raise TableNotFoundError(self.ident)
+            row = self._locked_row(conn)
             current = TableMeta.from_row(row)
             props = {k: v for k, v in current.properties.items() if k not in gone}
             props.update({str(k): str(v) for k, v in (updates or {}).items()})
@@ -157,11 +156,8 @@ class Table(TableHandle):
                                          table=self.ident, column=f.name)
         if len({f.name for f in new}) != len(new):
             raise InvalidSchemaError(f"duplicate column names in {[f.name for f in new]}", table=self.ident)
-        t = S.tables
         with self.catalog.backend.write() as conn:
-            row = conn.execute(t.select().where(t.c.table_id == self.table_id).with_for_update()).mappings().first()
-            if row is None:
-                raise TableNotFoundError(self.ident)
+            row = self._locked_row(conn)
             current = TableMeta.from_row(row).schema
             problems, add = [], []
             for f in new:
@@ -177,10 +173,9 @@ class Table(TableHandle):
                 schema = pa.schema(list(current) + add, metadata=current.metadata)
                 phys = pk.physical_schema(schema, meta.primary_key) if meta.primary_key else schema
                 ids = assign(phys, meta.column_ids)  # the new columns take new ids (columns.py rule 2)
-                self._alter(conn, row, schema, {"change": "add_columns", "columns": [
+                row = self._alter(conn, row, schema, {"change": "add_columns", "columns": [
                     {"name": f.name, "type": str(f.type), "id": ids.top(f.name)} for f in add]},
                     column_ids=ids.to_json(), last_column_id=ids.last)
-                row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
         self._set_meta(TableMeta.from_row(row))
         if add:
             log.info("%s: added column(s) %s (schema %d)", self.ident, [str(f) for f in add], self.meta.schema_id)
@@ -204,19 +199,13 @@ class Table(TableHandle):
             t.update_column("n", type=pa.int64())
             t.update_column("note", nullable=True)
         """
-        from ..errors import SchemaChangeError
-        from .columns import widening
-
         if type is None and nullable is None:
             raise InvalidArgumentError("update_column needs type= or nullable=", argument="type", value=None)
         if nullable is False:
             raise SchemaChangeError(self.ident, name, "a column cannot be made required (rows written before may "
                                     "hold nulls)")
-        t = S.tables
         with self.catalog.backend.write() as conn:
-            row = conn.execute(t.select().where(t.c.table_id == self.table_id).with_for_update()).mappings().first()
-            if row is None:
-                raise TableNotFoundError(self.ident)
+            row = self._locked_row(conn)
             meta = TableMeta.from_row(row)
             current = meta.schema
             i = current.get_field_index(name)
@@ -240,8 +229,7 @@ class Table(TableHandle):
             if new.equals(old, check_metadata=True):  # nothing to change (an idempotent call)
                 self._set_meta(meta)
                 return self
-            self._alter(conn, row, current.set(i, new), change)
-            row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
+            row = self._alter(conn, row, current.set(i, new), change)
         self._set_meta(TableMeta.from_row(row))
         log.info("%s: %s (version %d)", self.ident, change, int(row["version"]))
         return self
@@ -257,14 +245,9 @@ class Table(TableHandle):
 
             t.reorder_columns(["id", "day", "amount"])
         """
-        from ..errors import SchemaChangeError
-
         names = list(names)
-        t = S.tables
         with self.catalog.backend.write() as conn:
-            row = conn.execute(t.select().where(t.c.table_id == self.table_id).with_for_update()).mappings().first()
-            if row is None:
-                raise TableNotFoundError(self.ident)
+            row = self._locked_row(conn)
             meta = TableMeta.from_row(row)
             current = meta.schema
             unknown = [n for n in names if current.get_field_index(n) < 0]
@@ -280,16 +263,24 @@ class Table(TableHandle):
                 self._set_meta(meta)
                 return self
             schema = pa.schema([current.field(n) for n in names], metadata=current.metadata)
-            self._alter(conn, row, schema, {"change": "reorder_columns", "from": current.names, "to": names})
-            row = conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
+            row = self._alter(conn, row, schema, {"change": "reorder_columns", "from": current.names, "to": names})
         self._set_meta(TableMeta.from_row(row))
         log.info("%s: columns reordered to %s (version %d)", self.ident, names, int(row["version"]))
         return self
 
-    def _alter(self, conn: sa.Connection, row: Any, schema: pa.Schema, change: dict[str, Any], **values: Any) -> None:
+    def _locked_row(self, conn: sa.Connection) -> Any:
+        """The table's row, locked in ``conn``'s write transaction for a change of it."""
+        t = S.tables
+        row = conn.execute(t.select().where(t.c.table_id == self.table_id).with_for_update()).mappings().first()
+        if row is None:
+            raise TableNotFoundError(self.ident)
+        return row
+
+    def _alter(self, conn: sa.Connection, row: Any, schema: pa.Schema, change: dict[str, Any], **values: Any) -> Any:
         """A schema change's commit, in the caller's write transaction holding the table row's
-        lock: the new schema (``schema_id`` + 1: older writers' rewrites are refused), and an
-        ``ALTER`` commit of no files whose summary is ``change``."""
+        lock (:meth:`_locked_row`): the new schema (``schema_id`` + 1: older writers' rewrites are
+        refused), and an ``ALTER`` commit of no files whose summary is ``change``. Returns the
+        table's row as it is now."""
         t = S.tables
         head_v, head_dv = int(row["version"]), int(row["data_version"])
         now = self.catalog.clock.now()
@@ -299,6 +290,7 @@ class Table(TableHandle):
         conn.execute(sa.insert(S.commits).values(
             table_id=self.table_id, version=head_v + 1, data_version=head_dv, operation=Operation.ALTER.value,
             base_version=head_v, committed_at=now, summary=json.dumps(change, separators=(",", ":"))))
+        return conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
 
     def refresh(self) -> "Table":
         """Re-read the table's metadata (schema, properties) from the catalog; returns this handle."""

@@ -39,7 +39,8 @@ from ..errors import InvalidArgumentError, TableNotFoundError
 from . import epoch
 from . import schema as S
 from . import stats_sql
-from .changes import FILE_FIELDS, OPEN_EPOCH, CommitResult, KeyReplayed, TableChange, file_row, file_values
+from .changes import (FILE_FIELDS, OPEN_EPOCH, CommitResult, KeyReplayed, TableChange, file_row, file_values,
+                      warn_older_schema)
 from .commit import insert_file_rows
 
 _INSERT_COLS = ("table_id", *FILE_FIELDS)
@@ -72,7 +73,7 @@ def _sqlite_head_sql(k: int) -> str:
     return ("UPDATE ls_table SET version = version + 1, data_version = data_version + ?, "
             "last_commit_at = CASE WHEN last_commit_at + 1e-6 > ? THEN last_commit_at + 1e-6 ELSE ? END, "
             f"stamp = {S.STAMP_SQL['sqlite']} "
-            "WHERE table_id = ? RETURNING version, data_version, last_commit_at" + known)
+            "WHERE table_id = ? RETURNING version, data_version, last_commit_at, schema_id" + known)
 
 
 def sqlite_append(conn: Connection, changes: Sequence[TableChange], txn: dict[str, Any]) -> list[CommitResult]:
@@ -95,7 +96,8 @@ def sqlite_append(conn: Connection, changes: Sequence[TableChange], txn: dict[st
         row = cur(_sqlite_head_sql(len(sets)), (*params, c.table_id, *sets) if sets else params).fetchone()
         if row is None:
             raise TableNotFoundError(c.ident)
-        missing = sets if sets and row[3] != len(sets) else None  # column sets to record
+        missing = sets if sets and row[4] != len(sets) else None  # column sets to record
+        warn_older_schema(c, int(row[3]))
         advanced.append((c, int(row[0]), int(row[1]), float(row[2]), copied, missing))
     txn_id = cur(  # txn_id is the rowid: one row inserted, its id is the cursor's lastrowid
         "INSERT INTO ls_txn (txn_uuid, job_id, batch_id, committed_at) VALUES (?, ?, ?, ?)",
@@ -169,7 +171,7 @@ def _postgres_one(conn: Connection, c: TableChange, txn: dict[str, Any], txn_id:
         "h AS (UPDATE ls_table SET version = version + 1, data_version = data_version + %(dv_inc)s, "
         "last_commit_at = GREATEST(last_commit_at + 1e-6, %(now)s), "
         f"stamp = {S.STAMP_SQL['postgresql']} WHERE table_id = %(tid)s" + replay_guard +
-        " RETURNING version, data_version, last_commit_at)"
+        " RETURNING version, data_version, last_commit_at, schema_id)"
     )
     if txn_id is None:
         ctes.append(
@@ -199,12 +201,13 @@ def _postgres_one(conn: Connection, c: TableChange, txn: dict[str, Any], txn_id:
         "h.last_commit_at, %(nfiles)s, 0, %(nrows)s, 0, %(summary)s FROM h, t RETURNING barrier, txn_id)"
     )
     sql = ("WITH " + ", ".join(ctes) +
-           " SELECT h.version, h.data_version, h.last_commit_at, c.barrier, c.txn_id FROM h, c")
+           " SELECT h.version, h.data_version, h.last_commit_at, c.barrier, c.txn_id, h.schema_id FROM h, c")
     row = conn.exec_driver_sql(sql, params).fetchone()
     if row is None:
         if txn["job_id"] is not None and txn_id is None:  # a replay, or a missing table: the caller tells which
             raise KeyReplayed(txn["job_id"], txn["batch_id"])
         raise TableNotFoundError(c.ident)
+    warn_older_schema(c, int(row[5]))
     result = _result(c, version=int(row[0]), dv=int(row[1]), at=float(row[2]),
                      barrier=None if row[3] is None else int(row[3]))
     return result, int(row[4])

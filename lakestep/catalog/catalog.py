@@ -343,6 +343,7 @@ class Catalog:
                     conn.execute(sa.insert(S.commits).values(
                         table_id=table_id, version=0, data_version=0, operation=Operation.CREATE.value,
                         base_version=0, committed_at=now, summary="{}"))
+                    S.record_schema(conn, table_id, 0)
                     row = conn.execute(S.tables.select().where(S.tables.c.table_id == table_id)).mappings().one()
         except BaseException:
             self._unmake_location(made)
@@ -453,6 +454,7 @@ class Catalog:
             conn.execute(sa.delete(S.stats_columns).where(S.stats_columns.c.table_id == tid))
             conn.execute(sa.delete(S.files).where(S.files.c.table_id == tid))
             conn.execute(sa.delete(S.commits).where(S.commits.c.table_id == tid))
+            conn.execute(sa.delete(S.schemas).where(S.schemas.c.table_id == tid))
             if conn.execute(sa.delete(S.tables).where(S.tables.c.table_id == tid)).rowcount == 0:
                 raise TableNotFoundError(table.ident)
         if purge:

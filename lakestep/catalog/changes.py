@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
@@ -101,6 +102,19 @@ class CommitResult:
     discarded: bool = False
     replayed: bool = False
     summary: dict[str, Any] = field(default_factory=dict)
+
+
+def warn_older_schema(c: TableChange, head_schema_id: int) -> None:
+    """A blind append or upsert written under an older schema of its table lands (docs/design.md
+    §2, the schema-change row): its files are read by column id, so values of columns renamed
+    since read under their new names, and values of columns dropped since are discarded (they
+    stay in the files, never read). Said once per commit, as a warning."""
+    if c.schema_id is None or c.schema_id == head_schema_id or not c.added:
+        return
+    logging.getLogger("lakestep.catalog.commit").warning(
+        "%s: %s written under schema %d, the table is at schema %d: its rows are read by column id "
+        "(values of columns dropped since are discarded; renamed columns read under their new names)",
+        c.ident, c.operation.value, c.schema_id, head_schema_id)
 
 
 class KeyReplayed(Exception):

@@ -23,6 +23,19 @@ when the column is made and never reused (docs/design.md §2.1).
    path -> id mapping of that moment: files written before it have no field ids, and
    their columns are found through it, by the names they were written with.
 
+6. **Stored names** (renames, docs/design.md §2.1): a column keeps, in files and in the
+   catalog's file rows (statistics, partition values), the name it was first written
+   with: its *stored* name. A rename changes the table's name of the column only; the
+   field records its stored name in its metadata (:data:`STORED`) when the two differ.
+   Writers write stored names (:func:`to_stored`), readers read stored names and return
+   the table's (:func:`stored_schema`, :func:`to_table_names`), filters judge files by
+   stored names (``Predicate`` takes them from the schema). So no file is rewritten, and
+   a writer holding the schema from before a rename writes the same stored names. A new
+   column never takes a stored name a column of the table had (:func:`fresh_stored`):
+   files written before a drop still hold the dropped column, which no reader asks for.
+7. **History** (``ls_schema``): every schema the table had, with its ids and the version
+   it took effect at; a time-travel read reads with that version's schema.
+
 Not guaranteed: the Spark native writer (streaming/native.py) puts ids on top-level
 columns only (Spark's writer takes a field id from a column's metadata, and nested
 fields have none to set from a DataFrame); their nested fields are found by name.
@@ -31,12 +44,14 @@ fields have none to set from a DataFrame); their nested fields are found by name
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 FIELD_ID = b"PARQUET:field_id"
+#: Field metadata: the column's stored name, when the table's name differs (rule 6).
+STORED = b"lakestep.stored"
 
 Path = tuple[str, ...]
 
@@ -178,3 +193,184 @@ def widening(old: pa.DataType, new: pa.DataType) -> str | None:
         return f"{new} is narrower storage than {old}"
     return (f"{old} -> {new} is not a safe widening (allowed: a wider signed integer, float to double, a "
             "decimal with more digits and the same scale)")
+
+
+# ------------------------------------------------------------------ stored names (rule 6)
+def stored_name(f: pa.Field) -> str:
+    """The name ``f``'s values are stored under (rule 6)."""
+    raw = (f.metadata or {}).get(STORED)
+    return raw.decode() if raw is not None else f.name
+
+
+def _children(t: pa.DataType) -> list[pa.Field]:
+    T = pa.types
+    if T.is_struct(t):
+        return [t.field(i) for i in range(t.num_fields)]
+    if T.is_map(t):
+        return [t.key_field, t.item_field]
+    if T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t):
+        return [t.value_field]
+    return []
+
+
+def _with_children(t: pa.DataType, kids: list[pa.Field]) -> pa.DataType:
+    T = pa.types
+    if T.is_struct(t):
+        return pa.struct(kids)
+    if T.is_map(t):
+        return pa.map_(kids[0], kids[1], keys_sorted=t.keys_sorted)
+    if T.is_list(t):
+        return pa.list_(kids[0])
+    if T.is_large_list(t):
+        return pa.large_list(kids[0])
+    if T.is_fixed_size_list(t):
+        return pa.list_(kids[0], t.list_size)
+    return t
+
+
+def renamed(schema: pa.Schema) -> bool:
+    """Whether any field of ``schema`` (nested ones included) is stored under another name."""
+    def walk(f: pa.Field) -> bool:
+        return STORED in (f.metadata or {}) or any(walk(c) for c in _children(f.type))
+    return any(walk(f) for f in schema)
+
+
+def _stored_field(f: pa.Field, table: pa.Field | None) -> pa.Field:
+    """``f`` (a field of data) named and typed with the stored names of ``table``'s field."""
+    t = f.type
+    kids = _children(t)
+    if kids:
+        tkids = _children(table.type) if table is not None else []
+        if pa.types.is_struct(t):
+            by_name = {k.name: k for k in tkids}
+            t = _with_children(t, [_stored_field(k, by_name.get(k.name)) for k in kids])
+        elif len(tkids) == len(kids):
+            t = _with_children(t, [_stored_field(k, tk) for k, tk in zip(kids, tkids)])
+    meta = {k: v for k, v in (f.metadata or {}).items() if k != STORED}
+    name = stored_name(table) if table is not None else f.name
+    return pa.field(name, t, f.nullable, meta or None)
+
+
+def stored_schema(schema: pa.Schema, table: pa.Schema | None = None) -> pa.Schema:
+    """``schema`` with every field named as stored (rule 6): what files hold. ``table``
+    gives the stored names (default: ``schema`` itself); fields it lacks keep their names."""
+    table = schema if table is None else table
+    idx = {f.name: f for f in table}
+    return pa.schema([_stored_field(f, idx.get(f.name)) for f in schema], metadata=schema.metadata)
+
+
+def to_stored(data: pa.Table, table: pa.Schema) -> pa.Table:
+    """``data`` (named as the table names its columns) renamed to the stored names: what a
+    writer writes (zero copy: a rename never changes an array's layout)."""
+    if not renamed(table):
+        return data
+    return _view(data, stored_schema(data.schema, table))
+
+
+def to_table_names(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` as read (stored names, in the order of ``schema``'s fields) with the names of
+    ``schema``, whose fields it has in that order: what a reader returns."""
+    plain = pa.schema([pa.field(f.name, f.type, f.nullable, _without_stored(f.metadata)) for f in schema],
+                      metadata=schema.metadata)
+    return _view(data, plain)
+
+
+def _without_stored(meta: Mapping[bytes, bytes] | None) -> dict[bytes, bytes] | None:
+    out = {k: v for k, v in (meta or {}).items() if k != STORED}
+    return out or None
+
+
+def _view(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    cols = []
+    for col, f in zip(data.columns, schema):
+        cols.append(col if col.type.equals(f.type) else pa.chunked_array([c.view(f.type) for c in col.chunks],
+                                                                        type=f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def stored_names(schema: pa.Schema) -> dict[str, str]:
+    """Top-level columns stored under another name: table name -> stored name."""
+    return {f.name: stored_name(f) for f in schema if stored_name(f) != f.name}
+
+
+def all_stored(schemas: "Sequence[pa.Schema]") -> set[Path]:
+    """Every stored path of every field of ``schemas`` (a table's history): names a new
+    column may not be stored under (rule 6)."""
+    out: set[Path] = set()
+
+    def walk(f: pa.Field, path: Path) -> None:
+        p = path + (stored_name(f),)
+        out.add(p)
+        for c in _children(f.type):
+            walk(c, p)
+
+    for s in schemas:
+        for f in s:
+            walk(f, ())
+    return out
+
+
+def fresh_stored(f: pa.Field, parent: Path, taken: set[Path], column_id: int) -> pa.Field:
+    """``f`` (a new column under stored path ``parent``) with a stored name no column of the
+    table ever had (rule 6): its own name when free, else ``_ls_c<id>``."""
+    if parent + (f.name,) not in taken:
+        return f
+    meta = dict(f.metadata or {})
+    meta[STORED] = f"_ls_c{column_id}".encode()
+    return f.with_metadata(meta)
+
+
+# ------------------------------------------------------------------ changes by path
+def parse_path(name: str) -> Path:
+    """A column's path from its dotted name (``"s.x"``: field ``x`` of struct column ``s``)."""
+    return tuple(name.split("."))
+
+
+def field_at(schema: pa.Schema, path: Path) -> pa.Field | None:
+    """The field at ``path`` (through struct columns only), or None."""
+    i = schema.get_field_index(path[0])
+    if i < 0:
+        return None
+    f = schema.field(i)
+    for name in path[1:]:
+        if not pa.types.is_struct(f.type):
+            return None
+        j = f.type.get_field_index(name)
+        if j < 0:
+            return None
+        f = f.type.field(j)
+    return f
+
+
+def stored_path(schema: pa.Schema, path: Path) -> Path:
+    """The stored names along ``path`` (which must exist)."""
+    out: list[str] = []
+    f: pa.Field | None = None
+    for k in range(len(path)):
+        f = field_at(schema, path[:k + 1])
+        assert f is not None
+        out.append(stored_name(f))
+    return tuple(out)
+
+
+def change_at(schema: pa.Schema, path: Path, change: "Callable[[list[pa.Field], int], list[pa.Field]]") -> pa.Schema:
+    """``schema`` with the fields holding ``path``'s last name (the top-level columns, or a
+    struct's fields) replaced by ``change(fields, index of the name or -1)``."""
+    def under(fields: list[pa.Field], rest: Path) -> list[pa.Field]:
+        names = [f.name for f in fields]
+        i = names.index(rest[0]) if rest[0] in names else -1
+        if len(rest) == 1:
+            return change(list(fields), i)
+        f = fields[i]
+        kids = under([f.type.field(k) for k in range(f.type.num_fields)], rest[1:])
+        out = list(fields)
+        out[i] = pa.field(f.name, pa.struct(kids), f.nullable, f.metadata)
+        return out
+
+    return pa.schema(under(list(schema), path), metadata=schema.metadata)
+
+
+def rekey(ids: ColumnIds, old: Path, new: Path) -> ColumnIds:
+    """``ids`` with the column at ``old`` (and everything under it) now at ``new``: a rename."""
+    n = len(old)
+    return ColumnIds({(new + p[n:] if p[:n] == old else p): i for p, i in ids.ids.items()}, ids.last)

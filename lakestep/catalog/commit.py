@@ -79,6 +79,7 @@ from .changes import (
     TableChange,
     chunks,
     file_values,
+    warn_older_schema,
 )
 from .files import DataFile, NewFile
 from .resolver import Head, ResolvedChange, Resolver
@@ -123,7 +124,9 @@ def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, H
         head = heads.get(c.table_id)
         if head is None:
             raise TableNotFoundError(c.ident)
-        if c.schema_id is not None and not c.blind and c.schema_id != head.schema_id:
+        if c.blind:
+            warn_older_schema(c, head.schema_id)
+        elif c.schema_id is not None and c.schema_id != head.schema_id:
             # Files read with the old schema and rewritten would lose the new columns' values.
             raise SchemaChangedConflict(
                 table=c.ident, operation=c.operation.value, base_version=c.base_version,

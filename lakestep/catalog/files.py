@@ -33,7 +33,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import InternalError, InvalidArgumentError, InvalidIdentifierError, InvalidLocationError, StorageError
-from .columns import ColumnIds, with_ids
+from .columns import ColumnIds, renamed, stored_names, to_stored, with_ids
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_IDENT = 128
@@ -517,9 +517,13 @@ class FileWriter:
     """
 
     def __init__(self, location: str, storage: Storage | None = None, *, compression: str = "snappy",
-                 row_group_size: int = 1 << 20, column_ids: ColumnIds | None = None) -> None:
+                 row_group_size: int = 1 << 20, column_ids: ColumnIds | None = None,
+                 schema: pa.Schema | None = None) -> None:
         self.location = location
         self.column_ids = column_ids  # written into each file as Parquet field ids (columns.py rule 4)
+        # The table's schema, when some column is stored under another name (columns.py rule 6):
+        # files, their statistics and partition values then use the stored names.
+        self.names = schema if schema is not None and renamed(schema) else None
         self.storage = storage or Storage()
         self.fs, self.root = self.storage.filesystem(location)
         self.remote = is_object_store(location)
@@ -546,8 +550,11 @@ class FileWriter:
         sub = partition_path(part)
         rel = "/".join(p for p in ("data", sub, f"{prefix}{uuid.uuid4().hex}.parquet") if p)
         full = self.full_path(rel)
+        data = with_ids(data, self.column_ids)
+        if self.names is not None:
+            data = to_stored(data, self.names)
         try:
-            size = self._write_file(with_ids(data, self.column_ids), full)
+            size = self._write_file(data, full)
         except OSError as e:  # disk full, read-only, no permission: the partial file must not stay
             self._delete_quietly(full)
             raise storage_error(e, full, "writing a data file") from e
@@ -630,9 +637,11 @@ class FileWriter:
     ) -> list[NewFile]:
         out: list[NewFile] = []
         try:
+            stored = stored_names(self.names) if self.names is not None else {}
             for part, group in split_by_partition(data, partition_by):
                 if group.num_rows == 0:
                     continue
+                part = {stored.get(k, k): v for k, v in part.items()}
                 for start in range(0, group.num_rows, max_rows_per_file):
                     out.append(self.write(group.slice(start, max_rows_per_file), part, prefix=prefix))
         except StorageError:  # none of this call's files will be committed: do not leave them behind

@@ -132,7 +132,8 @@ class TableHandle:
     # ------------------------------------------------------------ head, files, rows
     @cached_property
     def writer(self) -> FileWriter:
-        return FileWriter(self.location, self.catalog.storage, column_ids=self.meta.column_ids)
+        return FileWriter(self.location, self.catalog.storage, column_ids=self.meta.column_ids,
+                          schema=self.meta.schema)
 
     def head(self, conn: sa.Connection) -> tuple[int, int]:
         row = conn.execute(
@@ -236,6 +237,5 @@ class TableHandle:
     def _set_meta(self, meta: TableMeta) -> None:
         self.meta = meta
         self.__dict__.pop("physical_schema", None)  # derived from the schema
-        if "writer" in self.__dict__:
-            self.writer.column_ids = meta.column_ids  # a column added since: its id goes into new files
+        self.__dict__.pop("writer", None)  # its ids and stored names are the schema's
 

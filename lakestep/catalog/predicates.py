@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import FilterValueError, InvalidPredicateError
+from .columns import stored_names
 from .files import ColumnStats, DataFile, partition_key
 
 Term = tuple[str, str, Any]
@@ -61,6 +62,9 @@ class Predicate:
     #: literals of the column's type in the row expression, so that pyarrow compares in
     #: that type (it compares a uint64 column with an int64 literal by casting the column)
     int_types: tuple[tuple[str, pa.DataType], ...] = field(default=(), compare=False)
+    #: the columns stored under another name (columns.py rule 6; set by ``parse`` with a
+    #: schema): files' statistics and partition values are judged by the stored names
+    stored: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @classmethod
     def parse(cls, where: Filter | "Predicate", schema: pa.Schema | None = None) -> "Predicate":
@@ -82,7 +86,7 @@ class Predicate:
             clauses = tuple(tuple(_exact_integer_term(schema, t) for t in clause) for clause in pred.clauses)
             ints = tuple((f.name, f.type) for f in schema if pa.types.is_integer(f.type)
                          and any(t[0] == f.name for c in clauses for t in c))
-            pred = cls(clauses, ints)
+            pred = cls(clauses, ints, tuple(sorted(stored_names(schema).items())))
         int_types = dict(pred.int_types)
         for clause in pred.clauses:
             for col, op, val in clause:
@@ -109,6 +113,13 @@ class Predicate:
     @property
     def columns(self) -> set[str]:
         return {t[0] for c in self.clauses for t in c}
+
+    def stored_name(self, column: str) -> str:
+        """The name ``column``'s statistics and partition values are recorded under."""
+        for name, stored in self.stored:
+            if name == column:
+                return stored
+        return column
 
     def partition_keys(self, schema: pa.Schema, partition_by: Sequence[str]) -> frozenset[str] | None:
         """The stored partition keys (:func:`~lakestep.catalog.files.partition_key`) of every
@@ -145,7 +156,8 @@ class Predicate:
                 combos *= len(vals)
             if combos + len(keys) > MAX_PARTITION_KEYS:
                 return None
-            keys.update(partition_key(dict(zip(partition_by, combo))) for combo in itertools.product(*per_col))
+            stored = [self.stored_name(c) for c in partition_by]
+            keys.update(partition_key(dict(zip(stored, combo))) for combo in itertools.product(*per_col))
         return frozenset(keys)
 
     # ---------------------------------------------------------------- rows
@@ -179,7 +191,8 @@ class Predicate:
         any_some = False
         all_none = True
         for clause in self.clauses:
-            v = _and(( _term_verdict(t, stats.get(t[0]), count) for t in clause))
+            v = _and((_term_verdict(t, stats.get(self.stored_name(t[0]) if self.stored else t[0]), count)
+                      for t in clause))
             if v is Verdict.ALL:
                 return Verdict.ALL
             if v is Verdict.SOME:

@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from ..errors import DataFileCorruptError
+from .columns import renamed, stored_schema, to_table_names
 
 if TYPE_CHECKING:
     from .files import FileWriter
@@ -67,8 +69,10 @@ def read(
     each row's file.
     """
     if not files:
-        empty = schema.empty_table()
+        empty = to_table_names(schema.empty_table(), schema)
         return empty.select([c for c in columns if c != FRAGMENT_INDEX]) if columns else empty
+    if renamed(schema):  # columns stored under other names (columns.py rule 6)
+        return _read_stored(table, store, files, schema, columns, filter)
     paths = [store.full_path(f.path) for f in files]
     if "://" not in store.location:
         _check_sizes(table, store.fs, files, paths, store.fs.get_file_info(paths))  # 1. local
@@ -84,6 +88,35 @@ def read(
         if rows != f.record_count:
             raise DataFileCorruptError(table=table, path=f.path, problem="row count",
                                        expected=f"{f.record_count} rows", found=f"{rows} rows in its footer")
+    return out
+
+
+def _read_stored(table: str, store: "FileWriter", files: Sequence[Recorded], schema: pa.Schema,
+                 columns: Sequence[str] | None, filter: ds.Expression | None) -> pa.Table:
+    """:func:`read` of a schema with stored names: files are read by the stored names, the
+    rows come back with the table's; ``filter`` is applied to them after the scan."""
+    names = [c for c in (columns or schema.names) if c != FRAGMENT_INDEX]
+    want = pa.schema([schema.field(c) for c in names])
+    stored = stored_schema(schema)
+    read_cols = [stored.field(schema.get_field_index(c)).name for c in schema.names] if filter is not None \
+        else [stored.field(schema.get_field_index(c)).name for c in names]
+    if columns and FRAGMENT_INDEX in columns:
+        read_cols.append(FRAGMENT_INDEX)
+    raw = read(table, store, files, stored, columns=read_cols)
+    index = raw.column(FRAGMENT_INDEX) if FRAGMENT_INDEX in raw.column_names else None
+    if filter is not None:
+        full = to_table_names(raw.select(read_cols[:len(schema.names)]), schema)
+        keep = ds.dataset(full).to_table(columns={"m": filter}).column("m")
+        keep = pc.fill_null(keep, False)
+        raw, full = raw.filter(keep), full.filter(keep)
+        out = full.select(names)
+        index = raw.column(FRAGMENT_INDEX) if index is not None else None
+    else:
+        out = to_table_names(raw.select(read_cols[:len(names)]), want)
+    if index is not None:
+        out = out.append_column(FRAGMENT_INDEX, index)
+    if columns:
+        return out.select(list(columns))
     return out
 
 

@@ -76,6 +76,22 @@ tables = sa.Table(
     sa.Index("ls_table_stamp", "stamp"),
 )
 
+# Every schema a table has had (version 12, columns.py rule 6): the schema (Arrow IPC,
+# the table's columns), its column ids, and the version it took effect at. Rows are
+# never changed; a time-travel read takes the newest row at or below its version.
+schemas = sa.Table(
+    "ls_schema",
+    metadata,
+    sa.Column("table_id", sa.BigInteger, primary_key=True),
+    sa.Column("schema_id", sa.Integer, primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("schema_ipc", sa.LargeBinary, nullable=False),
+    sa.Column("column_ids", sa.Text, nullable=False),
+    sa.Column("last_column_id", sa.Integer, nullable=False),
+    sa.Column("primary_key", sa.Text, nullable=False, default="[]"),
+    sa.Column("partition_by", sa.Text, nullable=False, default="[]"),
+)
+
 # One row per catalog transaction (one or several table commits). The uuid lets
 # a writer whose connection broke during COMMIT find out whether it landed; the
 # (job_id, batch_id) key makes replays idempotent.
@@ -589,6 +605,35 @@ def _v11(conn: Connection) -> None:
             column_ids=ids.to_json(), last_column_id=ids.last, name_mapping=ids.to_json()))
 
 
+# --- version 12: schema history (ls_schema) -------------------------------------------
+# Every table's current schema becomes its first recorded one, taking effect at version 0.
+# Not kept: the schemas of versions before the upgrade (a time-travel read to them shows
+# the schema of the upgrade, as before it).
+def _v12(conn: Connection) -> None:
+    schemas.create(conn, checkfirst=True)
+    t = tables.c
+    have = {r[0] for r in conn.execute(sa.select(schemas.c.table_id))}
+    for r in conn.execute(sa.select(t.table_id, t.schema_id, t.schema_ipc, t.column_ids, t.last_column_id,
+                                    t.primary_key, t.partition_by)).all():
+        if r.table_id not in have:
+            conn.execute(sa.insert(schemas).values(
+                table_id=r.table_id, schema_id=r.schema_id, version=0, schema_ipc=r.schema_ipc,
+                column_ids=r.column_ids or "[]", last_column_id=r.last_column_id, primary_key=r.primary_key,
+                partition_by=r.partition_by))
+
+
+def record_schema(conn: Connection, table_id: int, version: int) -> None:
+    """Insert the table row's current schema into ``ls_schema`` as taking effect at ``version``
+    (create_table and every schema change, in their transaction)."""
+    t = tables.c
+    conn.execute(sa.insert(schemas).from_select(
+        ["table_id", "schema_id", "version", "schema_ipc", "column_ids", "last_column_id", "primary_key",
+         "partition_by"],
+        sa.select(t.table_id, t.schema_id, sa.literal(version, sa.BigInteger), t.schema_ipc,
+                  sa.func.coalesce(t.column_ids, "[]"), t.last_column_id, t.primary_key, t.partition_by)
+        .where(t.table_id == table_id)))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1),
     (2, _v2),
@@ -601,6 +646,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (9, _v9),
     (10, _v10),
     (11, _v11),
+    (12, _v12),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -129,11 +129,12 @@ def _below(table_id: int, col: str, x: int, strict: bool) -> list[sa.Select]:
                                        s.min_value < _int(x) if strict else s.min_value <= _int(x))]
 
 
-def _term(conn: sa.Connection, schema: pa.Schema, table_id: int, term: tuple[str, str, Any]
+def _term(conn: sa.Connection, schema: pa.Schema, table_id: int, term: tuple[str, str, Any], col: str
           ) -> list[sa.Select] | None:
-    """The selects of the file ids a term may match (step 3), or None: it does not narrow."""
-    col, op, val = term
-    i = schema.get_field_index(col)
+    """The selects of the file ids a term may match (step 3), or None: it does not narrow.
+    ``col``: the name the term's column is stored under (columns.py rule 6)."""
+    name, op, val = term
+    i = schema.get_field_index(name)
     if i < 0 or not copied_type(schema.field(i).type):
         return None
     t = schema.field(i).type
@@ -181,9 +182,10 @@ def candidates(conn: sa.Connection, pred: Predicate, schema: pa.Schema, table_id
     for clause in pred.clauses:
         best: list[sa.Select] | None = None
         for term in clause:
-            if term[0] not in columns:
+            stored = pred.stored_name(term[0])
+            if stored not in columns:
                 continue
-            got = _term(conn, schema, table_id, term)
+            got = _term(conn, schema, table_id, term, stored)
             if got is not None and (best is None or (term[1] in ("=", "==", "in") and len(got) <= len(best))):
                 best = got
                 if term[1] in ("=", "=="):

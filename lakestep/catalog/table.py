@@ -22,6 +22,7 @@ from ..errors import (
     TableNotFoundError,
     VersionNotFoundError,
 )
+from . import alter
 from . import cleanup as cleanup_mod
 from . import pk
 from .columns import assign, widening
@@ -127,7 +128,8 @@ class Table(TableHandle):
 
     # ------------------------------------------------------------------ schema
     def add_columns(self, *fields: "pa.Field | tuple[str, pa.DataType]") -> "Table":
-        """Add nullable columns at the end of the schema (additive evolution); returns this handle.
+        """Add nullable columns at the end of the schema, or fields at the end of a struct
+        column (a dotted name, ``"s.y"``); returns this handle.
 
         No file is rewritten: rows written before read null in the new
         columns, at every version. The change is one ``ALTER`` commit in
@@ -137,49 +139,71 @@ class Table(TableHandle):
         may still append and upsert (their rows get nulls), but their
         rewrites (delete, update, overwrite, compaction) fail with
         :class:`SchemaChangedConflict` until they reload the table, so no
-        new column's values are lost.
+        new column's values are lost. A new column never reads the values of a
+        column dropped before under the same name (alter.py rule 3).
 
         Example::
 
             t.add_columns(pa.field("coupon", pa.string()))
+            t.add_columns(("address.zip", pa.string()))
         """
-        from .files import check_identifier
-
         new = [f if isinstance(f, pa.Field) else pa.field(*f) for f in fields]
-        for f in new:
-            check_identifier(f.name, "column name")
-            if f.name.startswith("_ls_"):
-                raise InvalidSchemaError(f"column names starting with _ls_ are reserved, got {f.name!r}", table=self.ident,
-                                         column=f.name)
-            if not f.nullable:
-                raise InvalidSchemaError(f"an added column must be nullable (rows written before have no value): {f}",
-                                         table=self.ident, column=f.name)
-        if len({f.name for f in new}) != len(new):
-            raise InvalidSchemaError(f"duplicate column names in {[f.name for f in new]}", table=self.ident)
+        return self._schema_change(lambda conn, meta: alter.add(meta, new, self._history(conn)))
+
+    def rename_column(self, name: str, new_name: str) -> "Table":
+        """Rename a column (or a struct column's field: ``"s.x"``): one ``ALTER`` commit,
+        metadata only; returns this handle.
+
+        The column keeps its id and the name its values are stored under, so every
+        reader returns the new name over files written before (and time travel to a
+        version before the rename shows the old one). Primary-key and partition columns
+        may be renamed: the key and the partitioning follow. Writers holding the schema
+        from before the rename still write the column's values to it (matched by id);
+        their rewrites fail with :class:`SchemaChangedConflict` until they reload.
+        Refused (:class:`SchemaChangeError`): no such column, a name in use, a
+        reserved (``_ls_``) or invalid name.
+
+        Example::
+
+            t.rename_column("amout", "amount")
+        """
+        return self._schema_change(lambda conn, meta: alter.rename(meta, name, new_name))
+
+    def drop_column(self, name: str) -> "Table":
+        """Drop a column (or a struct column's field: ``"s.x"``): one ``ALTER`` commit,
+        metadata only; returns this handle.
+
+        Reads no longer return it (time travel to a version before the drop still
+        does); its values stay in the files until they are rewritten. A writer
+        holding the schema from before the drop may still append: its values for the
+        column are discarded, with a warning at commit (docs/design.md §2). Refused
+        (:class:`SchemaChangeError`): a primary-key or partition column, the table's
+        or a struct's last column, no such column.
+
+        Example::
+
+            t.drop_column("legacy_flag")
+        """
+        return self._schema_change(lambda conn, meta: alter.drop(meta, name))
+
+    def _schema_change(self, make: Any) -> "Table":
+        """Run one of alter.py's changes under the table row's lock and commit it."""
         with self.catalog.backend.write() as conn:
             row = self._locked_row(conn)
-            current = TableMeta.from_row(row).schema
-            problems, add = [], []
-            for f in new:
-                i = current.get_field_index(f.name)
-                if i < 0:
-                    add.append(f)
-                elif not current.field(i).type.equals(f.type):
-                    problems.append(f"column {f.name!r} exists as {current.field(i).type}, not {f.type}")
-            if problems:
-                raise SchemaMismatchError(self.ident, problems)
-            if add:
-                meta = TableMeta.from_row(row)
-                schema = pa.schema(list(current) + add, metadata=current.metadata)
-                phys = pk.physical_schema(schema, meta.primary_key) if meta.primary_key else schema
-                ids = assign(phys, meta.column_ids)  # the new columns take new ids (columns.py rule 2)
-                row = self._alter(conn, row, schema, {"change": "add_columns", "columns": [
-                    {"name": f.name, "type": str(f.type), "id": ids.top(f.name)} for f in add]},
-                    column_ids=ids.to_json(), last_column_id=ids.last)
+            meta = TableMeta.from_row(row)
+            got = make(conn, meta)
+            if got is not None:
+                row = self._alter(conn, row, got.schema, got.change, **got.values())
         self._set_meta(TableMeta.from_row(row))
-        if add:
-            log.info("%s: added column(s) %s (schema %d)", self.ident, [str(f) for f in add], self.meta.schema_id)
+        if got is not None:
+            log.info("%s: %s (version %d, schema %d)", self.ident, got.change, int(row["version"]),
+                     self.meta.schema_id)
         return self
+
+    def _history(self, conn: sa.Connection) -> list[pa.Schema]:
+        """Every schema the table had (ls_schema)."""
+        rows = conn.execute(sa.select(S.schemas.c.schema_ipc).where(S.schemas.c.table_id == self.table_id))
+        return [pa.ipc.read_schema(pa.py_buffer(r[0])) for r in rows]
 
     def update_column(self, name: str, *, type: pa.DataType | None = None, nullable: bool | None = None) -> "Table":
         """Widen a column's type or make a required column optional: one catalog commit,
@@ -290,6 +314,7 @@ class Table(TableHandle):
         conn.execute(sa.insert(S.commits).values(
             table_id=self.table_id, version=head_v + 1, data_version=head_dv, operation=Operation.ALTER.value,
             base_version=head_v, committed_at=now, summary=json.dumps(change, separators=(",", ":"))))
+        S.record_schema(conn, self.table_id, head_v + 1)
         return conn.execute(t.select().where(t.c.table_id == self.table_id)).mappings().one()
 
     def refresh(self) -> "Table":
@@ -430,10 +455,35 @@ class Table(TableHandle):
         columns: Sequence[str] | None = None,
         where: Filter | Predicate | None = None,
     ) -> pa.Table:
-        """The rows at the newest version or the one asked for, as an Arrow table."""
-        pred = Predicate.parse(where, self.schema) if where is not None else None
-        _, live = self._scan_files(version, data_version, as_of, snapshot, pred)
-        return self.read_files(live, columns=columns, where=pred)
+        """The rows at the newest version or the one asked for, as an Arrow table, with the
+        schema of that version (columns.py rule 7)."""
+        with self.catalog.backend.read() as conn:
+            v, head = self._resolve(conn, version, data_version, as_of, snapshot)
+            at = self._as_of_schema(conn, v, head)
+            pred = Predicate.parse(where, at.schema) if where is not None else None
+            live = at._files_for(conn, v, head, pred)
+        return at.read_files(live, columns=columns, where=pred)
+
+    def _as_of_schema(self, conn: sa.Connection, v: int, head: int) -> "Table":
+        """This table as version ``v`` saw it: this handle, or (time travel to before a schema
+        change) a handle with that version's schema, key and partitioning (ls_schema)."""
+        if v >= head:
+            return self
+        h = S.schemas.c
+        row = conn.execute(sa.select(h.schema_id, h.schema_ipc, h.column_ids, h.last_column_id, h.primary_key,
+                                     h.partition_by).where(h.table_id == self.table_id, h.version <= v)
+                           .order_by(h.version.desc()).limit(1)).first()
+        if row is None or int(row.schema_id) == self.meta.schema_id:
+            return self
+        import dataclasses
+
+        from .columns import ColumnIds
+
+        meta = dataclasses.replace(
+            self.meta, schema=pa.ipc.read_schema(pa.py_buffer(row.schema_ipc)), schema_id=int(row.schema_id),
+            primary_key=json.loads(row.primary_key), partition_by=json.loads(row.partition_by),
+            column_ids=ColumnIds.from_json(row.column_ids, int(row.last_column_id)))
+        return Table(self.catalog, meta)
 
     def read_plan(
         self,
@@ -461,11 +511,16 @@ class Table(TableHandle):
         so that plans of several tables cost one transaction (a consistent multi-table read).
         ``where`` narrows the listing to the partitions it pins; with ``prune`` it also drops
         the files its statistics rule out (as :meth:`ReadPlan.prune`, before the plan's
-        files are built: a selective filter pays for the files it keeps)."""
+        files are built: a selective filter pays for the files it keeps). The plan has the
+        schema of the version it reads (columns.py rule 7)."""
+        v, head = self._resolve(conn, version, data_version, as_of, snapshot)
+        return self._as_of_schema(conn, v, head)._plan_at(conn, v, head, where, prune)
+
+    def _plan_at(self, conn: sa.Connection, v: int, head: int, where: Filter | Predicate | None,
+                 prune: bool) -> "ReadPlan":
         from .files import file_uri
         from .plan import PlannedFile, ReadPlan, prunable
 
-        v, head = self._resolve(conn, version, data_version, as_of, snapshot)
         pred = Predicate.parse(where, self.schema) if where is not None else None
         files = self._files_for(conn, v, head, pred, by_stats=prune)
         if prune and pred is not None and prunable(pred, self.primary_key):

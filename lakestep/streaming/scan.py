@@ -5,6 +5,8 @@ What :class:`~lakestep.streaming.DerivedJob` (its batches' ``changes()`` and
 a ``spark.read.format("parquet")`` of exactly the files a plan names, with the
 table's schema (columns added later read as null) and without partition
 discovery (the files hold their partition columns, as lakestep wrote them).
+Renamed columns are read under the names they are stored with and returned
+under the table's (catalog/columns.py rule 6).
 On the local disk each file's size is checked against the catalog first
 (:class:`~lakestep.errors.DataFileCorruptError` naming the file).
 
@@ -19,11 +21,12 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Sequence
 
+import pyarrow as pa
+
+from ..catalog.columns import renamed, stored_schema
 from ..catalog.files import is_object_store
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from ..catalog import Table
 
 
@@ -42,6 +45,8 @@ def python_reason(location: str, schema: "pa.Schema", native: bool | None, *, me
         bad = unreadable(f.type)
         if bad:
             return f"column {f.name!r} is {f.type}: {bad}"
+    if renamed(pa.schema([pa.field(f.name, f.type) for f in schema])):
+        return "a field of a struct column was renamed (Spark's scan maps top-level columns only)"
     return None
 
 
@@ -91,6 +96,9 @@ def parquet_frame(spark: Any, location: str, store: Any, files: Sequence[Any], s
         paths = [p if "://" in p else f"{scheme}://{p}" for p in paths]
     else:
         paths = reader.local_paths(store, files)  # sizes checked: DataFileCorruptError
+    if renamed(schema):  # read the stored names, return the table's (columns.py rule 6)
+        return _parquet_reader(spark, stored_schema(schema)).load(
+            paths[0] if len(paths) == 1 else paths).toDF(*schema.names)
     return _parquet_reader(spark, schema).load(paths[0] if len(paths) == 1 else paths)
 
 

@@ -144,7 +144,7 @@ class TableShape(SerializedSchemas):
 
     def store(self) -> FileWriter:
         ids = None if self.column_ids is None else ColumnIds.from_json(*self.column_ids)
-        return FileWriter(self.location, self.storage, column_ids=ids)
+        return FileWriter(self.location, self.storage, column_ids=ids, schema=self.schema)
 
 
 

@@ -56,6 +56,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from .. import retry as _retry
 from ..barrier import Pipeline, triggers
 from ..catalog import reader
+from ..catalog.columns import stored_name
 from ..errors import CatalogUnavailableError, InvalidArgumentError, StreamingJobError
 from .catalog_cache import open_catalog, required, storage_of
 from .microbatch import ensure_source_registered
@@ -109,7 +110,9 @@ def changed_columns(started: pa.Schema, now: pa.Schema) -> list[str]:
             out.append(f"column {f.name!r} is gone")
             continue
         g = now.field(i)
-        if not g.type.equals(f.type):
+        if stored_name(g) != stored_name(f):  # renamed away, and a new column took the name
+            out.append(f"column {f.name!r} is another column now (the one of that name was renamed or dropped)")
+        elif not g.type.equals(f.type):
             out.append(f"column {f.name!r} is {g.type}, was {f.type}")
         elif g.nullable != f.nullable:
             out.append(f"column {f.name!r} is {'optional' if g.nullable else 'required'} now")

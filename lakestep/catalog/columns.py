@@ -275,6 +275,13 @@ def to_table_names(data: pa.Table, schema: pa.Schema) -> pa.Table:
     return _view(data, plain)
 
 
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without the stored names (what readers return)."""
+    if not renamed(schema):
+        return schema
+    return to_table_names(schema.empty_table(), schema).schema
+
+
 def _without_stored(meta: Mapping[bytes, bytes] | None) -> dict[bytes, bytes] | None:
     out = {k: v for k, v in (meta or {}).items() if k != STORED}
     return out or None
@@ -374,3 +381,29 @@ def rekey(ids: ColumnIds, old: Path, new: Path) -> ColumnIds:
     """``ids`` with the column at ``old`` (and everything under it) now at ``new``: a rename."""
     n = len(old)
     return ColumnIds({(new + p[n:] if p[:n] == old else p): i for p, i in ids.ids.items()}, ids.last)
+
+
+def stored_paths(schema: pa.Schema) -> dict[Path, Path]:
+    """Every path of ``schema`` (rule 1) -> the path of stored names its values are under
+    (rule 6): what a file without field ids names it (Iceberg's name mapping)."""
+    out: dict[Path, Path] = {}
+
+    def walk(t: pa.DataType, lp: Path, sp: Path) -> None:
+        T = pa.types
+        if T.is_struct(t):
+            for i in range(t.num_fields):
+                f = t.field(i)
+                out[lp + (f.name,)] = sp + (stored_name(f),)
+                walk(f.type, lp + (f.name,), sp + (stored_name(f),))
+        elif T.is_map(t):
+            for k, sub in (("key", t.key_type), ("value", t.item_type)):
+                out[lp + (k,)] = sp + (k,)
+                walk(sub, lp + (k,), sp + (k,))
+        elif T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t):
+            out[lp + ("element",)] = sp + ("element",)
+            walk(t.value_type, lp + ("element",), sp + ("element",))
+
+    for f in schema:
+        out[(f.name,)] = (stored_name(f),)
+        walk(f.type, (f.name,), (stored_name(f),))
+    return out

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import reader
+from .columns import plain_schema
 from .files import DataFile
 from .predicates import Predicate, Verdict
 
@@ -160,7 +161,8 @@ def read(table: "KeyedTable", files: Sequence[DataFile], *, columns: Sequence[st
         # Pruning is safe on key columns only: every version of a row shares its key.
         files = [f for f in files if where.verdict(f) is not Verdict.NONE]
     merged = merge(table, files).drop_columns([DELETED])
-    merged = pa.Table.from_arrays(merged.columns, schema=table.schema) if merged.num_rows else table.schema.empty_table()
+    schema = plain_schema(table.schema)
+    merged = pa.Table.from_arrays(merged.columns, schema=schema) if merged.num_rows else schema.empty_table()
     if where is not None and merged.num_rows:
         merged = merged.filter(where.mask(merged))
     return merged.select(list(columns)) if columns else merged

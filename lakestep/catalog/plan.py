@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 
 from ..errors import InvalidArgumentError
 from . import reader
+from .columns import plain_schema, renamed
 from .files import DataFile, FileWriter, Storage, resolve_filesystem
 from .predicates import Filter, Predicate, Verdict
 
@@ -127,6 +128,8 @@ class ReadPlan(SerializedSchemas):
         if self.merge_on_read:
             raise InvalidArgumentError(f"{self.table} has a primary key: its files must be merged, use to_arrow()",
                                        argument="plan", value=self.table)
+        if renamed(self.schema):  # stored names differ from the table's: read, then rename
+            return ds.dataset(self.to_arrow())
         return reader.dataset(self.store(), self.files, self.schema)
 
     def native_paths(self) -> list[str] | None:
@@ -189,6 +192,7 @@ class ReadPlan(SerializedSchemas):
         merged = pk.merge_files(self.physical_schema, list(self.primary_key), self.table, self.store(),
                                 plan.files)
         merged = merged.drop_columns([pk.DELETED])
+        schema = plain_schema(schema)
         merged = pa.Table.from_arrays(merged.columns, schema=schema) if merged.num_rows else schema.empty_table()
         if pred is not None and merged.num_rows:
             merged = merged.filter(pred.mask(merged))

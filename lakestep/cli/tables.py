@@ -192,28 +192,43 @@ def _pairs(values: tuple[str, ...], what: str) -> list[tuple[str, pa.DataType]]:
 @click.option("--widen", "widens", multiple=True, metavar="COL=TYPE",
               help="widen a column's type: a wider integer, float to double, a decimal with more digits")
 @click.option("--optional", "optionals", multiple=True, metavar="COL", help="make a required column optional")
+@click.option("--rename", "renames", multiple=True, metavar="OLD=NEW",
+              help="rename a column, or a struct's field (s.x=y) (repeatable)")
+@click.option("--drop", "drops", multiple=True, metavar="COL", help="drop a column, or a struct's field (s.x)")
 @click.option("--order", default=None, metavar="COL,COL,...", help="put the columns in this order (every column once)")
 @common
 def alter_cmd(out: Output, catalog_url: str, table: str, adds: tuple[str, ...], widens: tuple[str, ...],
-              optionals: tuple[str, ...], order: str | None) -> None:
+              optionals: tuple[str, ...], renames: tuple[str, ...], drops: tuple[str, ...],
+              order: str | None) -> None:
     """Change a table's schema, metadata only: no file is rewritten.
 
     Each change is a commit of its own (see `lakestep describe TABLE`); a change the
-    table already has changes nothing. Refused changes (a narrowing, an unrelated
-    type, a primary-key column made optional) fail with the reason, and nothing of
-    that change is made.
+    table already has changes nothing. Changes run in the order: renames, drops, adds,
+    widenings, optionals, order. Refused changes (a narrowing, an unrelated type, a
+    primary-key column made optional or dropped, a name in use) fail with the reason,
+    and nothing of that change is made. Add a struct's field with --add s.y=TYPE.
 
     \b
     Example:
-      lakestep alter shop.orders --widen qty=int64 --optional note --add coupon=string
-      lakestep alter shop.orders --order id,day,qty,note,coupon
+      lakestep alter shop.orders --rename amout=amount --widen qty=int64 --add coupon=string
+      lakestep alter shop.orders --drop legacy --optional note --order id,day,qty,note,coupon
     """
     added, widened = _pairs(adds, "--add"), _pairs(widens, "--widen")
-    if not (added or widened or optionals or order):
-        raise click.UsageError("nothing to change: give --add, --widen, --optional or --order")
+    renamed = []
+    for v in renames:
+        old_name, sep, new_name = v.partition("=")
+        if not sep or not old_name.strip() or not new_name.strip():
+            raise click.BadParameter(f"--rename takes OLD=NEW, got {v!r}")
+        renamed.append((old_name.strip(), new_name.strip()))
+    if not (added or widened or optionals or order or renamed or drops):
+        raise click.UsageError("nothing to change: give --add, --widen, --optional, --rename, --drop or --order")
     with open_catalog(catalog_url) as cat:
         t = cat.load_table(table)
         before = t.version
+        for old_name, new_name in renamed:
+            t.rename_column(old_name, new_name)
+        for n in drops:
+            t.drop_column(n)
         if added:
             t.add_columns(*[pa.field(n, typ) for n, typ in added])
         for n, typ in widened:

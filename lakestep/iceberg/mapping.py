@@ -37,7 +37,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dc_field
 from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
@@ -163,9 +163,12 @@ class TableShape:
 
 
 def shape(schema: pa.Schema, partition_by: Sequence[str], primary_key: Sequence[str], *,
-          known: Mapping[tuple[str, ...], int] | None = None, last: int = 0, schema_id: int = 0) -> TableShape:
+          known: Mapping[tuple[str, ...], int] | None = None, last: int = 0, schema_id: int = 0,
+          stored: Mapping[tuple[str, ...], tuple[str, ...]] | None = None) -> TableShape:
     """Steps 1-4 of the module docstring for a lakestep schema; ``known``/``last``: the ids of
-    the table's published schema (a new table: none)."""
+    the table's published schema (a new table: none). ``stored``: path -> the path of the names
+    its values are stored under (catalog/columns.py rule 6), which the name mapping gives files
+    without field ids (default: the same)."""
     ids = Ids(known, last)
     fields = [NestedField(ids.id((f.name,)), f.name, iceberg_type(f.type, (f.name,), ids, f.name),
                           required=not f.nullable) for f in schema]
@@ -176,7 +179,9 @@ def shape(schema: pa.Schema, partition_by: Sequence[str], primary_key: Sequence[
     spec = PartitionSpec(*[
         PartitionField(source_id=ids.known[(c,)], field_id=PARTITION_FIELD_ID_START + i, transform=IdentityTransform(),
                        name=c) for i, c in enumerate(partition_by)], spec_id=0)
-    return TableShape(ice, dict(ids.known), ids.last, json.dumps(_mapping(ids.known), separators=(",", ":")), spec)
+    named = ids.known if not stored else {
+        stored[p] if p in stored else p: i for p, i in ids.known.items() if p in stored or p == (DELETED,)}
+    return TableShape(ice, dict(ids.known), ids.last, json.dumps(_mapping(named), separators=(",", ":")), spec)
 
 
 def _mapping(known: Mapping[tuple[str, ...], int]) -> list[dict[str, Any]]:
@@ -294,6 +299,9 @@ class FileMapper:
     schema: Schema
     spec: PartitionSpec
     partition_by: Sequence[str]
+    #: columns stored under another name (catalog/columns.py rule 6): a file's statistics and
+    #: partition values are recorded under it
+    stored: Mapping[str, str] = dc_field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.columns: list[tuple[str, int, PrimitiveType | None]] = [
@@ -307,7 +315,7 @@ class FileMapper:
     def partition(self, values: Mapping[str, Any]) -> Record:
         out = []
         for c, t in zip(self.partition_by, self.part_types):
-            v = values.get(c)
+            v = values.get(self.stored.get(c, c))
             if isinstance(t, DateType):
                 v = _days(v)
             elif isinstance(t, (TimestampType, TimestamptzType)):
@@ -322,7 +330,7 @@ class FileMapper:
         lo: dict[int, bytes] = {}
         hi: dict[int, bytes] = {}
         for name, fid, t in self.columns:
-            s = stats.get(name)
+            s = stats.get(self.stored.get(name, name))
             if t is None or s is None:
                 continue
             nulls[fid] = s.null_count

@@ -87,6 +87,7 @@ from ..barrier.states import commit_set, committed_from
 from ..barrier.topology import Topology
 from ..catalog import properties as P
 from ..catalog import schema as S
+from ..catalog.columns import stored_names, stored_paths
 from ..catalog.changes import FILE_COLS, row_to_file
 from ..catalog.files import DataFile as LakestepFile
 from ..catalog.handle import TableHandle, TableMeta
@@ -439,11 +440,13 @@ class Publisher:
         known = mapping_ids(pub.metadata.properties.get(NAME_MAPPING)) or ids_of(pub.metadata.schema())
         last = pub.metadata.last_column_id
         ids = row.meta.column_ids
+        stored = stored_paths(row.meta.schema)
         if ids is not None:
             # the files carry the catalog's ids as Parquet field ids, and Iceberg readers resolve
             # columns by them: the published ids must be the same (they are, being given in the
-            # same order: columns.py rule 2), or the table is not published
-            differ = sorted(p for p, i in ids.ids.items() if p in known and known[p] != i)
+            # same order: columns.py rule 2), or the table is not published. The published name
+            # mapping names stored names (columns.py rule 6): compared by them.
+            differ = sorted(p for p, i in ids.ids.items() if stored.get(p, p) in known and known[stored.get(p, p)] != i)
             if differ:
                 raise IcebergSchemaError(f"{row.meta.namespace}.{row.meta.name}: the published Iceberg field ids of "
                                          f"{['.'.join(p) for p in differ[:5]]} differ from the catalog's column ids; "
@@ -452,13 +455,14 @@ class Publisher:
             known = {**known, **ids.ids}
             last = max(last, ids.last)
         sh = shape(row.meta.schema, row.meta.partition_by, row.meta.primary_key, known=known,
-                   last=last, schema_id=pub.metadata.current_schema_id)
+                   last=last, schema_id=pub.metadata.current_schema_id, stored=stored)
         if tid not in self._swept:
             self.sweep(row, pub)
         draft = pub.draft()
         draft.set_shape(sh)
         handle = TableHandle(self.catalog, row.meta)
-        mapper = FileMapper(row.meta.location, draft.schema, draft.spec, row.meta.partition_by)
+        mapper = FileMapper(row.meta.location, draft.schema, draft.spec, row.meta.partition_by,
+                            stored_names(row.meta.schema))
         tags = pub.tags()
         if plan.rollback_to is not None:
             for b in sorted(tags):

@@ -139,6 +139,20 @@ CASES = [
     Case("optional-pk", lambda c: pk(c).update_column("id", nullable=True), errors.SchemaChangeError),
     Case("change-unknown-column", lambda c: t(c).update_column("nope", type=pa.int64()), errors.SchemaChangeError),
     Case("change-nothing", lambda c: t(c).update_column("id"), errors.InvalidArgumentError),
+    # renames, drops and nested adds the table cannot take (issue 35)
+    Case("rename-unknown", lambda c: t(c).rename_column("nope", "x"), errors.SchemaChangeError),
+    Case("rename-to-existing", lambda c: t(c).rename_column("id", "name"), errors.SchemaChangeError),
+    Case("rename-to-reserved", lambda c: t(c).rename_column("id", "_ls_id"), errors.SchemaChangeError),
+    Case("rename-to-bad-name", lambda c: t(c).rename_column("id", "bad name"), errors.InvalidIdentifierError),
+    Case("rename-to-dotted", lambda c: t(c).rename_column("id", "a.b"), errors.InvalidIdentifierError),
+    Case("rename-field-of-non-struct", lambda c: t(c).rename_column("id.x", "y"), errors.SchemaChangeError),
+    Case("drop-pk-column", lambda c: pk(c).drop_column("id"), errors.SchemaChangeError),
+    Case("drop-partition-column", lambda c: t(c).drop_column("day"), errors.SchemaChangeError),
+    Case("drop-unknown", lambda c: t(c).drop_column("nope"), errors.SchemaChangeError),
+    Case("drop-field-of-non-struct", lambda c: t(c).drop_column("name.x"), errors.SchemaChangeError),
+    Case("add-field-to-non-struct", lambda c: t(c).add_columns(("name.x", pa.int64())), errors.SchemaChangeError),
+    Case("add-field-bad-name", lambda c: t(c).add_columns(("name.bad name", pa.int64())),
+         errors.InvalidIdentifierError),
 ]
 
 

@@ -349,4 +349,16 @@ def test_alter(catalog_spec: CatalogSpec) -> None:
     alters = [h.summary for h in t.history() if h.operation == "ALTER"]
     assert alters[-1] == {"change": "add_columns", "columns": [{"name": "price", "type": "decimal128(12, 2)", "id": 4}]}
     assert alters[0] == {"change": "reorder_columns", "from": ["price", "id", "note", "q"], "to": ["id", "q", "note", "price"]}
+    # rename and drop: the ids stay with the columns; the old rows read under the new name
+    moved = lakestep("alter", "a.t", "--rename", "q=qty", "--drop", "note", "--json", catalog=url)
+    assert moved.code == 0, moved.err
+    assert [(c["name"], c["id"]) for c in moved.json()["columns"]] == [("id", 1), ("qty", 2), ("price", 4)]
+    t.refresh()
+    assert t.version == 9 and t.to_arrow().to_pylist() == [{"id": 1, "qty": 2, "price": None}]
+    assert t.to_arrow(version=7).to_pylist() == [{"id": 1, "q": 2, "note": "x", "price": None}]
+    taken = lakestep("alter", "a.t", "--rename", "qty=price", catalog=url)
+    assert taken.code == 1 and "exists already" in taken.err
+    assert lakestep("alter", "a.t", "--rename", "qty", catalog=url).code == 2
+    key = lakestep("alter", "a.t", "--drop", "nope", catalog=url)
+    assert key.code == 1 and "no such column" in key.err
     cat.close()

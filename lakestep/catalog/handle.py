@@ -94,6 +94,7 @@ class TableHandle:
         self._live_version = -1
         self._live_lock = threading.Lock()
         self.warned: set[tuple[str, str]] = set()  # invalid stored properties already logged
+        self.head_schema_id = meta.schema_id  # the schema id the last head() read saw
 
     # ---------------------------------------------------------------- metadata
     @property
@@ -136,11 +137,15 @@ class TableHandle:
                           schema=self.meta.schema)
 
     def head(self, conn: sa.Connection) -> tuple[int, int]:
+        """(version, data version) of the table's head; notes the head's schema id too
+        (``head_schema_id``: a handle whose schema is older reads with the newer one, table.py)."""
         row = conn.execute(
-            sa.select(S.tables.c.version, S.tables.c.data_version).where(S.tables.c.table_id == self.table_id)
+            sa.select(S.tables.c.version, S.tables.c.data_version, S.tables.c.schema_id)
+            .where(S.tables.c.table_id == self.table_id)
         ).first()
         if row is None:
             raise TableNotFoundError(self.ident)
+        self.head_schema_id = int(row.schema_id)
         return int(row.version), int(row.data_version)
 
     def files_at(self, conn: sa.Connection, v: int, head: int,

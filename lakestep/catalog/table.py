@@ -466,8 +466,15 @@ class Table(TableHandle):
 
     def _as_of_schema(self, conn: sa.Connection, v: int, head: int) -> "Table":
         """This table as version ``v`` saw it: this handle, or (time travel to before a schema
-        change) a handle with that version's schema, key and partitioning (ls_schema)."""
+        change) a handle with that version's schema, key and partitioning (ls_schema). A handle
+        whose schema is older than the head's (changed by another handle) takes the head's."""
         if v >= head:
+            if self.head_schema_id == self.meta.schema_id:
+                return self
+            row = conn.execute(S.tables.select().where(S.tables.c.table_id == self.table_id)).mappings().first()
+            if row is None:
+                raise TableNotFoundError(self.ident)
+            self._set_meta(TableMeta.from_row(row))
             return self
         h = S.schemas.c
         row = conn.execute(sa.select(h.schema_id, h.schema_ipc, h.column_ids, h.last_column_id, h.primary_key,

@@ -47,6 +47,10 @@ class LakestepDataSource(DataSource):
         from pyspark.sql.pandas.types import from_arrow_schema
 
         cat = open_catalog(required(self.options, "catalog"), storage_of(self.options))
+        if any(self.options.get(k) not in (None, "") for k in ("versionasof", "timestampasof", "snapshot", "barrier")):
+            from .batch_io import read_plan  # time travel: the schema of the version read (ls_schema)
+
+            return from_arrow_schema(read_plan(cat, required(self.options, "table"), self.options).schema)
         return from_arrow_schema(cat.load_table(required(self.options, "table")).schema)
 
     def reader(self, schema: Any) -> Any:

@@ -61,6 +61,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .. import _failpoints
+from ..catalog.columns import renamed, stored_name, stored_names
 from ..catalog.files import NewFile, encode_value, is_object_store, leaf_count, partition_key
 from ..catalog.writes import conform
 from ..errors import SchemaMismatchError, StreamingJobError
@@ -79,6 +80,9 @@ def check_target(table: Any, dead_letter: str | None) -> None:
         why.append(f"{table.ident} has a primary key (upserts merge keys in the arrow writer)")
     if dead_letter:
         why.append("a dead-letter table is set (the arrow writer splits the rows)")
+    if renamed(pa.schema([pa.field(f.name, f.type) for f in table.schema])):
+        why.append(f"a field of a struct column of {table.ident} was renamed (this writer names top-level "
+                   "columns only)")
     if is_object_store(table.location):
         why.append(f"the table's location {table.location!r} is on an object store (this writer "
                    "needs a file system path that Spark and the driver share)")
@@ -162,8 +166,9 @@ def _selection(batch: Any, schema: pa.Schema, ident: str, partition_by: list[str
                     f"column {f.name!r} is not nullable and nested: writer='spark' cannot check it for "
                     "nulls (declare it non-nullable in the DataFrame, or use writer='arrow')"])
         fid = (ids or {}).get(f.name)
-        cols.append(c.alias(f.name) if fid is None else c.alias(f.name, metadata={"parquet.field.id": fid}))
-    if not partition_by and not ids and arrow.names == schema.names and all(
+        stored = stored_name(f)  # the name the files hold (catalog/columns.py rule 6)
+        cols.append(c.alias(stored) if fid is None else c.alias(stored, metadata={"parquet.field.id": fid}))
+    if not partition_by and not ids and not renamed(schema) and arrow.names == schema.names and all(
             arrow.field(f.name).type.equals(f.type) for f in schema):
         return None, [], count  # a select would change nothing (and costs the driver a plan)
     parts = [f"{_PART}{i}" for i in range(len(partition_by))]
@@ -277,7 +282,7 @@ def describe(store: Any, rel_dir: str, target: SinkTarget, msg: FilesWritten) ->
                                  stats_json=_json(stats)))
         msg.rows += md.num_rows
         for f in shape.schema:
-            n = stats.get(f.name, [None, None, 0])[2]
+            n = stats.get(stored_name(f), [None, None, 0])[2]
             if not f.nullable and n:
                 problems.append(f"column {f.name!r} is not nullable but has {n} null(s)")
     if problems:
@@ -306,7 +311,7 @@ def footer_stats(md: Any, schema: pa.Schema) -> dict[str, list[Any]]:
         at += leaf_count(f.type)
     out: dict[str, list[Any]] = {}
     for f in schema:
-        j = leaf.get(f.name)
+        j = leaf.get(stored_name(f))
         if j is None or pa.types.is_nested(f.type):
             continue
         lo = hi = None
@@ -334,7 +339,8 @@ def footer_stats(md: Any, schema: pa.Schema) -> dict[str, list[Any]]:
             hi = b if hi is None or b > hi else hi
         if not known:
             continue
-        out[f.name] = [encode_value(lo), encode_value(hi), nulls] if exact and lo is not None else [None, None, nulls]
+        out[stored_name(f)] = ([encode_value(lo), encode_value(hi), nulls] if exact and lo is not None
+                               else [None, None, nulls])
     return out
 
 
@@ -344,7 +350,9 @@ def _partition(store: Any, path: str, md: Any, stats: dict[str, list[Any]], shap
     from ..catalog.files import decode_value
 
     part: dict[str, Any] = {}
-    for name in shape.partition_by:
+    stored = stored_names(shape.schema)
+    for logical in shape.partition_by:
+        name = stored.get(logical, logical)  # files, statistics and partition values use stored names
         lo, hi, nulls = stats.get(name, [None, None, None])
         if nulls == md.num_rows:
             part[name] = None

@@ -329,4 +329,18 @@ def test_spark_reads_widened_columns(spark, catalog_spec) -> None:  # type: igno
     q = spark_sql(spark, cat, "SELECT sum(id) AS s, count(note) AS n FROM w.t", level="read_uncommitted")
     r = q.df.collect()
     assert (r[0]["s"], r[0]["n"]) == (2 ** 40 + 3, 2) and q.paths == {"w.t": "native"}
+    # a rename and a drop (issue 35): Spark's own scan reads the stored names, returns the new ones
+    before = t.version
+    t.rename_column("x", "ratio")
+    t.drop_column("p")
+    t.append(pa.table({"note": ["c"], "ratio": [2.5], "id": [7]}, schema=t.schema))
+    df = spark.read.format("lakestep").option("catalog", catalog_spec.url).option("table", "w.t").load()
+    assert df.columns == ["note", "ratio", "id"]
+    assert sorted((r["id"], r["ratio"]) for r in df.collect()) == [(1, 0.5), (2, 1.5), (7, 2.5), (2 ** 40, 1e300)]
+    q = spark_sql(spark, cat, "SELECT id, ratio FROM w.t WHERE ratio >= 1.5 ORDER BY id", level="read_uncommitted")
+    assert [(r["id"], r["ratio"]) for r in q.df.collect()] == [(2, 1.5), (7, 2.5), (2 ** 40, 1e300)]
+    assert q.paths == {"w.t": "native"}
+    old_df = (spark.read.format("lakestep").option("catalog", catalog_spec.url).option("table", "w.t")
+              .option("versionAsOf", str(before)).load())  # time travel: that version's names
+    assert old_df.columns == ["note", "p", "x", "id"] and old_df.count() == 3
     cat.close()

@@ -154,8 +154,9 @@ def test_max_barriers_per_trigger_through_the_source(spark, catalog_spec, tmp_pa
 @pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)  # the source's check: the backend is not the point
 def test_a_widened_source_stops_a_running_query_until_it_restarts(spark, catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Issue 35: a running query keeps the schema it started with; a source column widened
-    since fails its next batch with an error naming the restart, and the restarted query
-    reads the new rows with the new type from the next barrier on, nothing lost or doubled."""
+    (then renamed) since fails its next batch with an error naming the restart, and the
+    restarted query reads the new rows with the new type (name) from the next barrier on,
+    nothing lost or doubled."""
     cat = catalog_spec.open()
     cat.create_namespace("w")
     schema = pa.schema([("id", pa.int32()), ("e", pa.int64())])
@@ -191,10 +192,21 @@ def test_a_widened_source_stops_a_running_query_until_it_restarts(spark, catalog
     q = start()  # the restart: the new schema
     try:
         wait_until(lambda: p.frontier("w.d") >= 2, "the restarted query copies barrier 2", failed=died(q))
+        a.rename_column("e", "ev")  # a rename mid-stream: the same, and the rows keep their values
+        d.rename_column("e", "ev")
+        a.append(pa.table({"id": [3], "ev": [3]}, schema=a.schema), barrier=OPEN_EPOCH)
+        coord.seal()
+        with pytest.raises(StreamingQueryException, match="column 'e' is gone"):
+            q.awaitTermination(300)
+    finally:
+        q.stop()
+    q = start()
+    try:
+        wait_until(lambda: p.frontier("w.d") >= 3, "the restarted query copies barrier 3", failed=died(q))
     finally:
         q.stop()
     coord.release()
     got = d.to_arrow()
-    assert got.schema.field("id").type == pa.int64()
-    assert sorted(got.column("id").to_pylist()) == [1, 2, 2 ** 40]
+    assert got.schema.field("id").type == pa.int64() and got.column_names == ["id", "ev"]
+    assert sorted((r["id"], r["ev"]) for r in got.to_pylist()) == [(1, 1), (2, 1), (3, 3), (2 ** 40, 2)]
     cat.close()

@@ -184,6 +184,14 @@ def test_spark_writer_conforms_replays_and_refuses(spark, catalog_spec) -> None:
     t = cat.load_table("n.t")
     assert t.schema.field("tier").nullable
     assert t.to_arrow(where=[("tier", "=", "vip")]).column("id").to_pylist() == [20]
+    # a renamed column (issue 35): Spark writes it under its stored name, with its statistics
+    t.rename_column("amount", "qty")
+    foreach_batch(url, "n.t", job="feed", writer="spark")(
+        spark.createDataFrame([(30, 6)], "id long, qty long"), 6)
+    t.refresh()
+    assert t.files()[-1].stats["amount"].max == 6  # stored under the name the column was written with
+    assert t.to_arrow(where=[("qty", "=", 6)]).column("id").to_pylist() == [30]
+    assert sorted(t.to_arrow().column("qty").to_pylist()) == [5, 5, 6, 7, 9]
 
     pk = cat.create_table("n.pk", schema, primary_key=["id"])
     with pytest.raises(StreamingJobError, match="primary key"):

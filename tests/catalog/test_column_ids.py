@@ -191,6 +191,18 @@ def test_upgrade_from_the_release_before_ids(catalog_spec: CatalogSpec, old_rele
         assert sorted(plain.to_arrow().column("id").to_pylist()) == [0, 1, 2, 3, 5, 50, 60]
         plain.add_columns(("later", pa.int32()))
         assert plain.meta.column_ids.ids[("later",)] == 8
+        # renames over the old files (no field ids: found by their stored names), time travel before them
+        want = {r["id"]: r["name"] for r in plain.to_arrow().to_pylist()}
+        v = plain.version
+        plain.rename_column("name", "label")
+        plain.rename_column("addr.city", "town")
+        plain.drop_column("coupon")
+        got = plain.to_arrow().to_pylist()
+        assert {r["id"]: r["label"] for r in got} == want and "coupon" not in plain.to_arrow().column_names
+        assert [r["addr"] for r in sorted(got, key=lambda r: r["id"])][:1] == [
+            {"town": old_reads["u.plain"]["head"][0]["addr"]["city"], "zip": old_reads["u.plain"]["head"][0]["addr"]["zip"]}]
+        assert plain.to_arrow(version=v).column_names == ["id", "name", "addr", "coupon", "later"]
+        assert plain.to_arrow(where=[("label", "=", want[0])]).column("id").to_pylist() == [0]
     finally:
         cat.close()
 

@@ -92,6 +92,22 @@ def test_every_offset_lands_once_in_root_commits_and_a_replay_adds_nothing(
     stored = {Path(rel).name for rel in catalog_spec.files_under(catalog_spec.warehouse) if rel.endswith(".parquet")}
     assert stored == {Path(f).name for f in files}  # the replay's second copy was deleted
 
+    # Schema changes between runs (issue 35): the restarted ingest writes the table's columns of now
+    # (a dropped Kafka column is no longer written, a renamed one keeps its values); old rows read right.
+    table.drop_column("topic")
+    table.rename_column("note", "remark")
+    table.rename_column("timestamp", "ts")  # no Kafka column by that name any more: null from now on
+    more = produce_per_partition(kafka_broker, topic, [0, 7, 0], tag="after")
+    q = _start(kafka_spark, kafka_broker, catalog_spec, topic, tmp_path / "ck")
+    await_end(q, 180)
+    assert q.exception() is None
+    assert _landed(table) == {**expected, **more}
+    rows = table.to_arrow()
+    assert rows.column_names == ["key", "value", "partition", "offset", "ts", "remark"]
+    late = [r for r in rows.to_pylist() if r["value"].startswith(b"after")]
+    assert len(late) == 7 and {r["ts"] for r in late} == {None}
+    assert all(r["ts"] is not None for r in rows.to_pylist() if not r["value"].startswith(b"after"))
+
 
 @pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(("fields", "named"), [

@@ -41,6 +41,7 @@ from .columns import (
     field_at,
     fresh_stored,
     parse_path,
+    plain_schema,
     rekey,
     stored_name,
     stored_path,
@@ -169,7 +170,8 @@ def add(meta: "TableMeta", fields: Sequence[pa.Field], history: Sequence[pa.Sche
             if not have.type.equals(f.type):
                 problems.append(f"column {f.name!r} exists as {have.type}, not {f.type}")
             continue
-        child = pa.field(path[-1], f.type, True, f.metadata)
+        plain = plain_schema(pa.schema([f]))[0]  # a stored name comes from this table only
+        child = pa.field(path[-1], plain.type, True, plain.metadata)
 
         def append(sib: list[pa.Field], i: int, child: pa.Field = child) -> list[pa.Field]:
             return sib + [child]

@@ -29,7 +29,7 @@ from ..errors import (
 )
 from . import locations
 from . import pk as pk_mod
-from .columns import assign
+from .columns import assign, plain_schema
 from . import properties as P
 from . import schema as S
 from ..clock import SYSTEM_CLOCK, Clock
@@ -86,7 +86,7 @@ def _table_schema(ident: str, schema: pa.Schema, partition_by: Sequence[str],
     if primary_key:
         schema = pa.schema([f.with_nullable(False) if f.name in primary_key else f for f in schema],
                            metadata=schema.metadata)
-    return schema
+    return plain_schema(schema)  # a new table stores every column under its name (columns.py rule 6)
 
 
 def _key_type_ok(t: pa.DataType) -> bool:

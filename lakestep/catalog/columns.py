@@ -270,9 +270,15 @@ def to_stored(data: pa.Table, table: pa.Schema) -> pa.Table:
 def to_table_names(data: pa.Table, schema: pa.Schema) -> pa.Table:
     """``data`` as read (stored names, in the order of ``schema``'s fields) with the names of
     ``schema``, whose fields it has in that order: what a reader returns."""
-    plain = pa.schema([pa.field(f.name, f.type, f.nullable, _without_stored(f.metadata)) for f in schema],
-                      metadata=schema.metadata)
+    plain = pa.schema([_strip(f) for f in schema], metadata=schema.metadata)
     return _view(data, plain)
+
+
+def _strip(f: pa.Field) -> pa.Field:
+    """``f`` without stored names, at every level."""
+    kids = _children(f.type)
+    t = _with_children(f.type, [_strip(k) for k in kids]) if kids else f.type
+    return pa.field(f.name, t, f.nullable, _without_stored(f.metadata))
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from lakestep import Catalog
-from lakestep.catalog.columns import STORED
+from lakestep.catalog.columns import STORED, renamed
 from lakestep.errors import SchemaChangedConflict
 from lakestep.query import duckdb_query
 
@@ -169,6 +169,12 @@ def test_a_name_moved_between_columns_reads_each_columns_own_values(catalog: Cat
     t.rename_column("c", "b")  # and back towards the names of the files
     assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["b"]) == [
         {"b": 1, "a": 100}, {"b": 2, "a": 200}, {"b": 3, "a": 300}]
+    # a table made from this schema stores its columns under their own names
+    copy = catalog.create_table("r.copy", t.schema)
+    assert not renamed(copy.schema) and copy.schema.names == ["b", "a"]
+    copy.append(t.to_arrow())
+    assert sorted(copy.to_arrow().to_pylist(), key=lambda r: r["b"]) == sorted(
+        t.to_arrow().to_pylist(), key=lambda r: r["b"])
 
 
 def test_iceberg_engines_read_renamed_dropped_and_readded_columns(catalog: Catalog) -> None:

@@ -377,7 +377,8 @@ class Publisher:
         else:
             ids = row.meta.column_ids  # Iceberg's field ids are the catalog's column ids (catalog/columns.py)
             sh = shape(row.meta.schema, row.meta.partition_by, row.meta.primary_key,
-                       known=None if ids is None else ids.ids, last=0 if ids is None else ids.last)
+                       known=None if ids is None else ids.ids, last=0 if ids is None else ids.last,
+                       stored=stored_paths(row.meta.schema))
             pub = IcebergTable.new(ns, name, row.meta.location, sh, self.io, {
                 "lakestep.table-id": str(tid), "format-version": "2",
                 "write.parquet.compression-codec": "snappy"})

@@ -215,5 +215,12 @@ def test_iceberg_engines_read_renamed_dropped_and_readded_columns(catalog: Catal
         assert_same(engines, "i.t", "main", want)
         got = ice.scan(row_filter="amount >= 20").to_arrow()  # filters by the new name, pruned by id
         assert sorted(got.column("id").to_pylist()) == [2, 3, 4]
+        # files without field ids (written before ids) are found by the name mapping: stored names
+        import json
+
+        mapping = {m["field-id"]: m["names"] for m in json.loads(ice.properties["schema.name-mapping.default"])}
+        ids = t.meta.column_ids.ids
+        assert mapping[ids[("amount",)]] == ["amout"] and mapping[ids[("dt",)]] == ["day"]
+        assert mapping[ids[("note",)]] == [f"_ls_c{ids[('note',)]}"]  # re-added: a name no column had
     finally:
         pub.close()

@@ -36,9 +36,10 @@ when the column is made and never reused (docs/design.md §2.1).
 7. **History** (``ls_schema``): every schema the table had, with its ids and the version
    it took effect at; a time-travel read reads with that version's schema.
 
-Not guaranteed: the Spark native writer (streaming/native.py) puts ids on top-level
-columns only (Spark's writer takes a field id from a column's metadata, and nested
-fields have none to set from a DataFrame); their nested fields are found by name.
+Not guaranteed: the Spark native writer (streaming/native.py) puts ids on columns and
+struct fields only (Spark's writer takes a field id from a column's or a struct field's
+metadata; a list's element and a map's key and value have no field of their own in Spark):
+those are found through the name mapping, by their fixed names.
 """
 
 from __future__ import annotations
@@ -163,13 +164,6 @@ def file_ids(schema: pa.Schema) -> dict[Path, int]:
     for f in schema:
         walk(f, (f.name,))
     return out
-
-
-def spark_metadata(ids: ColumnIds | None, names: Sequence[str]) -> dict[str, dict[str, int]]:
-    """Per top-level column, the metadata Spark's Parquet writer takes a field id from."""
-    if ids is None:
-        return {}
-    return {n: {"parquet.field.id": i} for n in names if (i := ids.top(n)) is not None}
 
 
 def widening(old: pa.DataType, new: pa.DataType) -> str | None:

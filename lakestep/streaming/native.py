@@ -61,7 +61,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .. import _failpoints
-from ..catalog.columns import renamed, stored_name, stored_names
+from ..catalog.columns import renamed, stored_name, stored_names, stored_schema
 from ..catalog.files import NewFile, encode_value, is_object_store, leaf_count, partition_key
 from ..catalog.writes import conform
 from ..errors import SchemaMismatchError, StreamingJobError
@@ -80,9 +80,6 @@ def check_target(table: Any, dead_letter: str | None) -> None:
         why.append(f"{table.ident} has a primary key (upserts merge keys in the arrow writer)")
     if dead_letter:
         why.append("a dead-letter table is set (the arrow writer splits the rows)")
-    if renamed(pa.schema([pa.field(f.name, f.type) for f in table.schema])):
-        why.append(f"a field of a struct column of {table.ident} was renamed (this writer names top-level "
-                   "columns only)")
     if is_object_store(table.location):
         why.append(f"the table's location {table.location!r} is on an object store (this writer "
                    "needs a file system path that Spark and the driver share)")
@@ -124,19 +121,45 @@ def conformed(df: Any, target: SinkTarget, schema_json: str | None = None) -> tu
 _SELECTIONS: dict[tuple[Any, ...], tuple[list[Any] | None, list[str], Any]] = {}
 
 
-def _top_ids(target: SinkTarget) -> dict[str, int]:
-    """Field id of each top-level column (catalog/columns.py rule 4; Spark's writer takes one
-    from a column's ``parquet.field.id`` metadata)."""
+def _top_ids(target: SinkTarget) -> dict[tuple[str, ...], int]:
+    """Field id of each column and nested field (catalog/columns.py rule 4; Spark's writer takes one
+    from a column's or a struct field's ``parquet.field.id`` metadata)."""
     from ..catalog.columns import ColumnIds
 
     ids = target.shape.column_ids
     if ids is None:
         return {}
     known = ColumnIds.from_json(*ids)
-    return {} if known is None else {p[0]: i for p, i in known.ids.items() if len(p) == 1}
+    return {} if known is None else dict(known.ids)
 
 
-def _selection(batch: Any, schema: pa.Schema, ident: str, partition_by: list[str], ids: dict[str, int] | None = None
+def _nested_type(t: pa.DataType, stored: pa.DataType, path: tuple[str, ...], ids: dict[tuple[str, ...], int]) -> Any:
+    """The Spark type a nested column is cast to before Spark writes it: its struct fields named by
+    their stored names (a cast of a struct is by position) and carrying their ids as
+    ``parquet.field.id`` (a list's element and a map's key and value have no field of their own in
+    Spark, so no id). Every nested field nullable (a cast may not make one required)."""
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    T = pa.types
+    if T.is_struct(t):
+        fields = []
+        for i in range(t.num_fields):
+            c, sc = t.field(i), stored.field(i)
+            fid = ids.get(path + (c.name,))
+            fields.append(StructField(sc.name, _nested_type(c.type, sc.type, path + (c.name,), ids), True,
+                                      {"parquet.field.id": fid} if fid is not None else {}))
+        return StructType(fields)
+    if T.is_list(t) or T.is_large_list(t):
+        return ArrayType(_nested_type(t.value_type, stored.value_type, path + ("element",), ids), True)
+    if T.is_map(t):
+        return MapType(_nested_type(t.key_type, stored.key_type, path + ("key",), ids),
+                       _nested_type(t.item_type, stored.item_type, path + ("value",), ids), True)
+    return from_arrow_type(t)
+
+
+def _selection(batch: Any, schema: pa.Schema, ident: str, partition_by: list[str],
+               ids: dict[tuple[str, ...], int] | None = None
                ) -> tuple[list[Any] | None, list[str], Any]:
     """The columns that make a batch of Spark schema ``batch`` the table's (checked by the arrow
     writer's rules), each with its field id (``ids``), with the partition copies (None: the
@@ -165,8 +188,11 @@ def _selection(batch: Any, schema: pa.Schema, ident: str, partition_by: list[str
                 raise SchemaMismatchError(ident, [
                     f"column {f.name!r} is not nullable and nested: writer='spark' cannot check it for "
                     "nulls (declare it non-nullable in the DataFrame, or use writer='arrow')"])
-        fid = (ids or {}).get(f.name)
+        fid = (ids or {}).get((f.name,))
         stored = stored_name(f)  # the name the files hold (catalog/columns.py rule 6)
+        if pa.types.is_nested(f.type) and (renamed(pa.schema([f])) or any(
+                len(p) > 1 and p[0] == f.name for p in (ids or {}))):
+            c = c.cast(_nested_type(f.type, stored_schema(pa.schema([f]))[0].type, (f.name,), ids or {}))
         cols.append(c.alias(stored) if fid is None else c.alias(stored, metadata={"parquet.field.id": fid}))
     if not partition_by and not ids and not renamed(schema) and arrow.names == schema.names and all(
             arrow.field(f.name).type.equals(f.type) for f in schema):

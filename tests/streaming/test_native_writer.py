@@ -132,12 +132,22 @@ def test_spark_writer_matches_arrow_writer(spark, catalog_spec) -> None:  # type
     on_disk = sorted(str(f.relative_to(s.location)) for f in Path(s.location).rglob("*") if f.is_file())
     assert on_disk == sorted(f.path for f in s.files())  # no _SUCCESS, no .crc, no empty file left
     # both writers put the catalog's column ids into the files as Parquet field ids (catalog/columns.py);
-    # Spark's, on the top-level columns
-    for t, nested in ((a, True), (s, False)):
-        want = {p: i for p, i in t.meta.column_ids.ids.items() if nested or len(p) == 1}
+    # Spark's on every column and struct field (a list's element and a map's key and value have no
+    # field of their own in Spark: no id)
+    for t, every in ((a, True), (s, False)):
+        want = {p: i for p, i in t.meta.column_ids.ids.items() if every or p[-1] not in ("element", "key", "value")}
+        assert every or any(len(p) > 1 for p in want)  # (the schema has struct fields)
         for f in t.files():
             got = file_ids(pq.read_schema(Path(t.location) / f.path))
-            assert {p: i for p, i in got.items() if nested or len(p) == 1} == want, (t.ident, f.path, got)
+            assert got == want, (t.ident, f.path, got)
+    # a struct field renamed (issue 35): Spark writes it under its stored name, old rows read under the new
+    s.rename_column("pt.a", "alpha")
+    foreach_batch(catalog_spec.url, "n.by_spark", job="spark", writer="spark")(
+        spark.createDataFrame([(999, (5, "q"))], "id long, pt struct<alpha:int,b:string>"), 1)
+    pts = {r["id"]: r["pt"] for r in s.refresh().to_arrow(columns=["id", "pt"]).to_pylist()}
+    first = data.slice(0, 1).to_pylist()[0]
+    assert pts[999] == {"alpha": 5, "b": "q"}
+    assert pts[first["id"]] == (None if first["pt"] is None else {"alpha": first["pt"]["a"], "b": first["pt"]["b"]})
     cat.close()
 
 

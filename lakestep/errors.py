@@ -241,9 +241,10 @@ def _rebuild_conflict(
 class SchemaChangedConflict(CommitConflict):
     """A commit that rewrites files, prepared with a schema older than the table's.
 
-    Columns were added (:meth:`Table.add_columns`) after the writer read the
-    files; rewriting them with the old schema would drop the new columns'
-    values. Reload the table and retry. Appends and upserts never get it.
+    The schema changed (a column added, renamed, dropped, widened, made optional, or the
+    columns reordered: an ``ALTER`` commit, named as the other commit) after the writer
+    read the files; rewriting them with the old schema would lose what the change made.
+    Reload the table and retry. Appends, upserts and keyed deletes never get it.
     """
 
 

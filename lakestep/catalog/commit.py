@@ -127,10 +127,14 @@ def _lock_heads(conn: Connection, changes: Sequence[TableChange]) -> dict[int, H
         if c.blind:
             warn_older_schema(c, head.schema_id)
         elif c.schema_id is not None and c.schema_id != head.schema_id:
-            # Files read with the old schema and rewritten would lose the new columns' values.
+            # Files read with the old schema and rewritten would lose what the change made (a new
+            # column's values, a rename's name). Named: the first ALTER after the writer's schema.
+            h = S.schemas.c
+            alter_v = conn.execute(sa.select(h.version).where(h.table_id == c.table_id, h.schema_id > c.schema_id)
+                                   .order_by(h.schema_id).limit(1)).scalar()
             raise SchemaChangedConflict(
                 table=c.ident, operation=c.operation.value, base_version=c.base_version,
-                other_version=head.version, other_operation="ADD COLUMNS",
+                other_version=head.version if alter_v is None else int(alter_v), other_operation="ALTER",
                 reason="the table's schema changed after this writer read it; reload the table and retry")
     return heads
 

@@ -9,6 +9,7 @@ import click
 import pyarrow as pa
 from rich.table import Table as RichTable
 
+from ..catalog.columns import stored_name
 from ..barrier import Pipeline
 from ..catalog.lifecycle import live_locks
 from .common import common, open_catalog
@@ -88,7 +89,9 @@ def describe_cmd(out: Output, catalog_url: str, table: str, history_limit: int) 
                 "barrier": iceberg["barrier"], "main_version": iceberg["main_version"], "error": iceberg["error"]},
             "files": len(files), "bytes": sum(f.file_size for f in files),
             "stored_rows": sum(f.record_count for f in files),
-            "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in t.schema],
+            "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable,
+                        "id": t.meta.column_ids.top(f.name) if t.meta.column_ids else None,
+                        "stored_as": stored_name(f)} for f in t.schema],
             "snapshots": [{"name": s.name, "version": s.version, "barrier": s.barrier, "created_at": s.created_at,
                            "expires_at": s.expires_at} for s in snaps],
             "locks": [{"lock_id": lk[0], "locker": lk[1], "version": lk[3], "kind": lk[4], "expires_at": lk[5]}
@@ -120,12 +123,13 @@ def describe_cmd(out: Output, catalog_url: str, table: str, history_limit: int) 
                 f"barrier-{iceberg['barrier']})"))
         out.print(head)
         schema = RichTable(title="schema", title_justify="left")
-        for col in ("column", "type", "nullable", "key"):
+        for col in ("id", "column", "type", "nullable", "key", "stored as"):
             schema.add_column(col)
-        for f in t.schema:
+        for f, c in zip(t.schema, doc["schema"]):
             key = ", ".join(k for k, on in (("primary key", f.name in t.primary_key),
                                             ("partition", f.name in t.partition_by)) if on)
-            schema.add_row(f.name, str(f.type), "yes" if f.nullable else "no", key)
+            schema.add_row("-" if c["id"] is None else str(c["id"]), f.name, str(f.type), "yes" if f.nullable else "no",
+                           key, "" if c["stored_as"] == f.name else c["stored_as"])
         out.print(schema)
         if t.properties:
             props = RichTable(title="properties", title_justify="left")

@@ -81,7 +81,8 @@ def test_stale_writer_cannot_drop_new_values(catalog_spec) -> None:  # type: ign
     before = ta.version
     with pytest.raises(errors.SchemaChangedConflict) as ei:
         tb.delete([("id", "=", 3)])
-    assert isinstance(ei.value, errors.CommitConflict) and ei.value.other_operation == "ADD COLUMNS"
+    assert isinstance(ei.value, errors.CommitConflict) and ei.value.other_operation == "ALTER"
+    assert ei.value.other_version == 2  # the add_columns commit (version 1 appended), not the head
     assert ta.version == before  # nothing committed
     assert tb.schema.names == ["id", "v", "coupon"]  # the handle reloaded its schema: a retry works
     tb.delete([("id", "=", 3)])

@@ -356,6 +356,10 @@ def test_alter(catalog_spec: CatalogSpec) -> None:
     t.refresh()
     assert t.version == 9 and t.to_arrow().to_pylist() == [{"id": 1, "qty": 2, "price": None}]
     assert t.to_arrow(version=7).to_pylist() == [{"id": 1, "q": 2, "note": "x", "price": None}]
+    shown = lakestep("describe", "a.t", "--json", catalog=url).json()["schema"]
+    assert [(c["name"], c["id"], c["stored_as"]) for c in shown] == [("id", 1, "id"), ("qty", 2, "q"),
+                                                                     ("price", 4, "price")]
+    assert "stored as" in lakestep("describe", "a.t", catalog=url).out
     taken = lakestep("alter", "a.t", "--rename", "qty=price", catalog=url)
     assert taken.code == 1 and "exists already" in taken.err
     assert lakestep("alter", "a.t", "--rename", "qty", catalog=url).code == 2

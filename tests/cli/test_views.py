@@ -44,8 +44,8 @@ def test_describe(shop: Shop) -> None:
     doc = lakestep("describe", "shop.customers", "--json", catalog=shop.url).json()
     assert doc["table"] == "shop.customers" and doc["kind"] == "root" and doc["job"] == "crm"
     assert doc["readers"] == ["vip"] and doc["primary_key"] == ["id"] and doc["partition_by"] == []
-    assert doc["schema"] == [{"name": "id", "type": "int64", "nullable": False},
-                             {"name": "tier", "type": "string", "nullable": True}]
+    assert doc["schema"] == [{"name": "id", "type": "int64", "nullable": False, "id": 1, "stored_as": "id"},
+                             {"name": "tier", "type": "string", "nullable": True, "id": 2, "stored_as": "tier"}]
     assert doc["properties"] == {"owner": "crm-team"}
     assert doc["snapshots"] == [{"name": "lakestep-barrier-1", "version": 1, "barrier": 1,
                                  "created_at": doc["snapshots"][0]["created_at"], "expires_at": None}]

@@ -234,6 +234,10 @@ def _term_expr(t: Term, int_type: pa.DataType | None = None) -> ds.Expression:
             val = pa.array([v for v in val if v is not None], int_type)
         elif _is_int(val):
             val = pa.scalar(val, int_type)
+    if op in ("in", "not in") and not isinstance(val, pa.Array):
+        val = [v for v in val if v is not None]
+        if not val:  # no value (nothing, or nulls only): no row is in it; every non-null row is outside it
+            return f.is_valid() & ds.scalar(False) if op == "in" else f.is_valid()
     if op in ("=", "=="):
         return f == val
     if op == "!=":

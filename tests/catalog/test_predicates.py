@@ -178,3 +178,20 @@ def test_in_with_none_matches_no_null_in_scans_and_deletes_alike(catalog) -> Non
     assert sorted(r["k"] for r in t.to_arrow(where=[("x", "in", [None])]).to_pylist()) == []
     t.delete(where)
     assert sorted(r["k"] for r in t.to_arrow().to_pylist()) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
+def test_empty_in_lists_on_every_column_type(catalog) -> None:  # type: ignore[no-untyped-def]
+    """``in`` an empty list (or one of nulls only) matches no row, ``not in`` it every non-null
+    row, on string columns as on integer ones (found by tests/catalog/test_schema_property.py:
+    a string column refused the empty list as a value of no type)."""
+    catalog.create_namespace("s")
+    t = catalog.create_table("s.t", pa.schema([("k", pa.int64()), ("n", pa.string())]))
+    t.append({"k": [1, 2, 3], "n": ["x", None, "y"]})
+    for col in ("k", "n"):
+        for empty in ([], [None]):
+            assert t.to_arrow(where=[(col, "in", empty)]).num_rows == 0, (col, empty)
+            assert sorted(t.to_arrow(where=[(col, "not in", empty)]).column("k").to_pylist()) == (
+                [1, 2, 3] if col == "k" else [1, 3]), (col, empty)
+    t.delete([("n", "not in", [])])
+    assert t.to_arrow().column("k").to_pylist() == [2]

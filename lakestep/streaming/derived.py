@@ -263,6 +263,15 @@ class DerivedJob:
                                                       storage=self.storage, retry=self.retry)
         return t
 
+    def _fresh_targets(self) -> None:
+        """Open again the sinks whose schema changed since their target was opened (a column
+        added, renamed, dropped: docs/design.md §2.1), so this batch writes the schema of now."""
+        cat = self._catalog()
+        for sink, target in list(self._targets.items()):
+            if cat.load_table(sink).schema.serialize().to_pybytes() != target.shape.schema_ipc:
+                del self._targets[sink]
+                self._checked = {k: v for k, v in self._checked.items() if k[0] != sink}
+
     # ----------------------------------------------------------------- reads
     def _changes(self, batch: Batch, s: SourceRange) -> Any:
         cat = self._catalog()
@@ -380,6 +389,7 @@ class DerivedJob:
         batch = Batch(plan, self)
         ran = changed or not self.skip_unchanged
         if ran:
+            self._fresh_targets()
             outputs = self._outputs(self.transform(batch), plan)
             try:
                 for sink, df in outputs.items():

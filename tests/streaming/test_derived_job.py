@@ -219,6 +219,34 @@ def test_native_paths_reported(spark: Any, tmp_path: Path) -> None:
         rows(cat.load_table("s.latest").to_arrow(), LATEST.names)
 
 
+def test_a_source_renamed_mid_stream_reaches_the_next_batch(spark: Any, tmp_path: Path) -> None:
+    """Issue 35: a derived job reads each barrier with the schema of the version it reads: after a
+    rename of a source column (and of the sink's), its next batch sees the new name, over files
+    written before the rename and by a root writer still holding the old schema."""
+    cat = Catalog(warehouse=str(tmp_path / "wh"))
+    p = setup(cat)
+    feed = Feed(cat, p)  # its handles keep the schema from before the rename
+    cat.create_table("s.copy", ORDERS)
+    seen: list[list[str]] = []
+
+    def copy(batch: Any) -> Any:
+        df = batch.changes("s.orders")
+        seen.append(df.columns)
+        return df
+
+    job = DerivedJob(spark, cat, "copy", sources=["s.orders"], sinks=["s.copy"], transform=copy)
+    feed.step(0)
+    job.run_available()
+    cat.load_table("s.orders").rename_column("cents", "amount")
+    cat.load_table("s.copy").rename_column("cents", "amount")
+    feed.step(1)
+    job.run_available()
+    assert seen == [ORDERS.names, ["order_id", "customer", "amount"]]
+    cols = ["order_id", "customer", "amount"]
+    assert rows(cat.load_table("s.copy").to_arrow(), cols) == rows(cat.load_table("s.orders").to_arrow(), cols)
+    assert sorted(cat.load_table("s.copy").to_arrow().column("amount").to_pylist()) == [100 + 7 * x for x in range(10)]
+
+
 def test_bad_output_refused_before_writing(spark: Any, tmp_path: Path) -> None:
     """Columns the sink lacks, or a type it cannot take: SchemaMismatchError before any file is
     written; nothing committed; the next run with a fixed transform commits those barriers."""

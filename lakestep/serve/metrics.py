@@ -107,10 +107,6 @@ class Scrape:
         if value is not None:
             self.samples.setdefault(name, []).append((labels, float(value)))
 
-    def value(self, name: str, **labels: str) -> float | None:
-        """One sample's value (None when the scrape has none): for tests and benchmarks."""
-        return next((v for ls, v in self.samples.get(name, ()) if ls == labels), None)
-
 
 def scrape(catalog: "Catalog", topology: Topology | None = None) -> Scrape:
     """Read the catalog once (module docstring, step 1)."""

@@ -233,7 +233,7 @@ class TableHandle:
         if self.primary_key:
             return pk.read(self, files, columns=columns, where=where)
         return reader.read(self.ident, self.writer, files, self.schema, columns=columns,
-                           filter=where.expression() if where is not None else None)
+                           filter=where.file_expression() if where is not None else None)
 
     def read_head(self, *, columns: Sequence[str] | None = None, where: Predicate | None = None) -> pa.Table:
         """The logical rows at the newest version (``Table.to_arrow()`` without time travel)."""

@@ -149,7 +149,7 @@ class ReadPlan(SerializedSchemas):
         plan = self.prune(pred) if pred is not None else self
         return reader.read(self.table, self.store(), plan.files, self.schema,
                            columns=list(columns) if columns else None,
-                           filter=pred.expression() if pred is not None else None)
+                           filter=pred.file_expression() if pred is not None else None)
 
     def prune(self, where: Filter | Predicate) -> "ReadPlan":
         """The plan without the files that cannot hold rows matching ``where`` (by

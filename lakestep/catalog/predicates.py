@@ -161,6 +161,14 @@ class Predicate:
         return frozenset(keys)
 
     # ---------------------------------------------------------------- rows
+    def file_expression(self) -> ds.Expression:
+        """:meth:`expression` over the names the files store the columns under (columns.py
+        rule 6): what a scan of the files filters with."""
+        if not self.stored:
+            return self.expression()
+        return Predicate(tuple(tuple((self.stored_name(c), op, v) for c, op, v in clause) for clause in self.clauses),
+                         tuple((self.stored_name(n), t) for n, t in self.int_types)).expression()
+
     def expression(self) -> ds.Expression:
         ors = []
         types = dict(self.int_types)

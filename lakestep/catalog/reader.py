@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from ..errors import DataFileCorruptError
@@ -66,7 +65,8 @@ def read(
     """The rows of ``files`` (under ``store``'s location) read with ``schema``, checked (steps 1-3).
 
     ``columns`` may name :data:`FRAGMENT_INDEX`: the position in ``files`` of
-    each row's file.
+    each row's file. ``filter`` names columns by their stored names (the table's,
+    unless renamed: ``Predicate.file_expression``).
     """
     if not files:
         empty = to_table_names(schema.empty_table(), schema)
@@ -93,31 +93,19 @@ def read(
 
 def _read_stored(table: str, store: "FileWriter", files: Sequence[Recorded], schema: pa.Schema,
                  columns: Sequence[str] | None, filter: ds.Expression | None) -> pa.Table:
-    """:func:`read` of a schema with stored names: files are read by the stored names, the
-    rows come back with the table's; ``filter`` is applied to them after the scan."""
+    """:func:`read` of a schema with stored names: the files are scanned by the stored names
+    (``filter`` is over them: ``Predicate.file_expression``), the rows come back with the
+    table's names."""
     names = [c for c in (columns or schema.names) if c != FRAGMENT_INDEX]
-    want = pa.schema([schema.field(c) for c in names])
     stored = stored_schema(schema)
-    read_cols = [stored.field(schema.get_field_index(c)).name for c in schema.names] if filter is not None \
-        else [stored.field(schema.get_field_index(c)).name for c in names]
+    read_cols = [stored.field(schema.get_field_index(c)).name for c in names]
     if columns and FRAGMENT_INDEX in columns:
         read_cols.append(FRAGMENT_INDEX)
-    raw = read(table, store, files, stored, columns=read_cols)
-    index = raw.column(FRAGMENT_INDEX) if FRAGMENT_INDEX in raw.column_names else None
-    if filter is not None:
-        full = to_table_names(raw.select(read_cols[:len(schema.names)]), schema)
-        keep = ds.dataset(full).to_table(columns={"m": filter}).column("m")
-        keep = pc.fill_null(keep, False)
-        raw, full = raw.filter(keep), full.filter(keep)
-        out = full.select(names)
-        index = raw.column(FRAGMENT_INDEX) if index is not None else None
-    else:
-        out = to_table_names(raw.select(read_cols[:len(names)]), want)
-    if index is not None:
-        out = out.append_column(FRAGMENT_INDEX, index)
-    if columns:
-        return out.select(list(columns))
-    return out
+    raw = read(table, store, files, stored, columns=read_cols, filter=filter)
+    out = to_table_names(raw.select(read_cols[:len(names)]), pa.schema([schema.field(c) for c in names]))
+    if FRAGMENT_INDEX in raw.column_names:
+        out = out.append_column(FRAGMENT_INDEX, raw.column(FRAGMENT_INDEX))
+    return out.select(list(columns)) if columns else out
 
 
 def dataset(store: "FileWriter", files: Sequence[Recorded], schema: pa.Schema) -> ds.Dataset:

@@ -355,7 +355,7 @@ def draw_op(data: st.DataObject, m: Model) -> Op:
 
 # ------------------------------------------------------------------ the property
 @pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
-@settings(max_examples=35, deadline=None, derandomize=True, database=None,
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_schema_changes_read_as_the_model(catalog: Catalog, keyed: bool, data: st.DataObject) -> None:

@@ -94,6 +94,8 @@ def test_every_offset_lands_once_in_root_commits_and_a_replay_adds_nothing(
 
     # Schema changes between runs (issue 35): the restarted ingest writes the table's columns of now
     # (a dropped Kafka column is no longer written, a renamed one keeps its values); old rows read right.
+    if catalog_spec.on_s3:  # (one backend: the storage is not the point, and the run costs a query)
+        return
     table.drop_column("topic")
     table.rename_column("note", "remark")
     table.rename_column("timestamp", "ts")  # no Kafka column by that name any more: null from now on

@@ -14,9 +14,19 @@
    session fixtures (PostgreSQL cluster, Kafka broker, S3 server, ...) are its
    own, on free ports. The lanes' lines are printed as they come, each with
    its lane's prefix; each lane ends with pytest's own summary.
-4. The exit status is 0 when each lane passed or collected nothing (pytest's
+4. Each lane records every test's durations as pytest measured them (setup,
+   call, teardown; tests/conftest.py) in the run's folder (``lakestep-tests-*``
+   under the temp directory, printed at the end, kept): ``slowest.txt`` has the
+   40 slowest tests of each lane. The run ends with a one-screen summary: each
+   lane's wall time, its 10 slowest tests and the share of the lane they take.
+5. When both lanes ran their whole selection, the budget guard runs last
+   (tests/test_budget.py, marked ``budget``): it fails when a test outside
+   tests/budget.py's allow-list took more than 60 s in this run.
+6. ``--long`` runs the endurance tests instead (marked ``long``: soaks, torture
+   runs, the biggest scale curves), which `make test` leaves out: `make test-long`.
+7. The exit status is 0 when each lane passed or collected nothing (pytest's
    status 5, e.g. arguments that select only catalog tests) and at least one
-   ran tests; otherwise the first failing lane's status.
+   ran tests, and the guard passed; otherwise the first failing status.
 
 Not guaranteed: the lanes' test order is pytest's, per lane; a test that is
 not marked ``spark`` but starts a Spark application would share the machine
@@ -27,6 +37,7 @@ with the Spark lane (tests/conftest.py refuses such a test: it asks for the
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,14 +47,39 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LANES = (("spark", "spark"), ("other", "not spark"))
+SLOWEST_KEPT, SLOWEST_SHOWN = 40, 10
 
 
-def _pump(name: str, proc: subprocess.Popen[bytes], lock: threading.Lock) -> None:
+def _pump(name: str, proc: subprocess.Popen[bytes], lock: threading.Lock, ended: dict[str, float]) -> None:
     assert proc.stdout is not None
     for raw in iter(proc.stdout.readline, b""):
         line = raw.decode(errors="replace").rstrip("\n")
         with lock:
             print(f"[{name:5}] {line}", flush=True)
+    proc.wait()
+    ended[name] = time.monotonic()
+
+
+def _summary(run: Path, walls: dict[str, float]) -> None:
+    """Write the slowest tests of each lane to ``run/slowest.txt`` and print a short summary."""
+    sys.path.insert(0, str(ROOT))
+    from tests.budget import load
+
+    kept, shown = [], []
+    for name, wall in walls.items():
+        path = run / f"durations-{name}.jsonl"
+        totals = load([path]) if path.exists() else {}
+        slowest = sorted(totals.items(), key=lambda nd: -nd[1])
+        kept.append(f"# lane {name}: {len(totals)} tests, wall {wall / 60:.1f} min")
+        kept += [f"{d:8.1f} s  {n}" for n, d in slowest[:SLOWEST_KEPT]]
+        top = slowest[:SLOWEST_SHOWN]
+        share = sum(d for _, d in top) / wall if wall else 0.0
+        shown.append(f"lane {name}: {wall / 60:.1f} min wall, {len(totals)} tests; "
+                     f"the {len(top)} slowest take {share:.0%} of it:")
+        shown += [f"  {d:7.1f} s  {n}" for n, d in top]
+    (run / "slowest.txt").write_text("\n".join(kept) + "\n")
+    print("\n".join(shown), flush=True)
+    print(f"durations: {run / 'slowest.txt'}", flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -51,35 +87,52 @@ def main(argv: list[str]) -> int:
         print("scripts/test.py: -m selects the lanes' tests itself; run pytest directly to pass -m",
               file=sys.stderr)
         return 2
+    long = "--long" in argv
+    argv = [a for a in argv if a != "--long"]
     if os.environ.get("LAKESTEP_TEST_LANES") == "1":
-        return subprocess.call([sys.executable, "-m", "pytest", *argv], cwd=ROOT)
+        marks = "long" if long else "not long and not budget"
+        return subprocess.call([sys.executable, "-m", "pytest", "-m", marks, *argv], cwd=ROOT)
     started = time.monotonic()
     lock = threading.Lock()
-    with tempfile.TemporaryDirectory(prefix="lakestep-tests-") as tmp:
-        procs: list[tuple[str, subprocess.Popen[bytes], threading.Thread]] = []
-        for name, marks in LANES:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest", "-m", marks, f"--basetemp={Path(tmp) / name}", *argv],
-                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "LAKESTEP_TEST_LANE": name})
-            pump = threading.Thread(target=_pump, args=(name, proc, lock), daemon=True)
-            pump.start()
-            procs.append((name, proc, pump))
-        try:
-            codes = {}
-            for name, proc, pump in procs:
-                codes[name] = proc.wait()
-                pump.join()
-        except KeyboardInterrupt:
-            for _, proc, _ in procs:
-                proc.terminate()
-            raise
+    run = Path(tempfile.mkdtemp(prefix="lakestep-tests-"))
+    procs: list[tuple[str, subprocess.Popen[bytes], threading.Thread]] = []
+    ended: dict[str, float] = {}
+    codes: dict[str, int] = {}
+    for name, marks in LANES:
+        marks = f"{marks} and long" if long else f"{marks} and not long and not budget"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-m", marks, f"--basetemp={run / name}", *argv],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "LAKESTEP_TEST_LANE": name,
+                 "LAKESTEP_TEST_DURATIONS": str(run / f"durations-{name}.jsonl")})
+        pump = threading.Thread(target=_pump, args=(name, proc, lock, ended), daemon=True)
+        pump.start()
+        procs.append((name, proc, pump))
+    try:
+        for name, proc, pump in procs:
+            codes[name] = proc.wait()
+            pump.join()
+    except KeyboardInterrupt:
+        for _, proc, _ in procs:
+            proc.terminate()
+        raise
     minutes = (time.monotonic() - started) / 60
     print(f"lanes: {', '.join(f'{n} exit {c}' for n, c in codes.items())}; {minutes:.1f} min", flush=True)
+    _summary(run, {name: ended[name] - started for name, _ in LANES})
     ran = [c for c in codes.values() if c != 5]
     if not ran:
         return 5
     failed = [c for c in ran if c != 0]
+    if not long and not failed:
+        # the guard, over the durations of every test this run ran
+        guard = subprocess.call([sys.executable, "-m", "pytest", "-q", "-m", "budget", "-p", "no:cacheprovider",
+                                 "tests/test_budget.py"], cwd=ROOT,
+                                env={**os.environ, "LAKESTEP_TEST_RUN_DIR": str(run)})
+        if guard != 0:
+            failed.append(guard)
+    if not failed:
+        for name, _ in LANES:  # the lanes' temp folders are large; the durations stay
+            shutil.rmtree(run / name, ignore_errors=True)
     return failed[0] if failed else 0
 
 

@@ -317,3 +317,19 @@ def worker_pair() -> Iterator[tuple["Worker", "Worker"]]:
     yield pair
     for w in pair:
         w.stop()
+
+
+# --- durations: what scripts/test.py summarises and tests/test_budget.py guards -----------------
+_DURATIONS = os.environ.get("LAKESTEP_TEST_DURATIONS")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``LAKESTEP_TEST_DURATIONS=FILE`` (set by scripts/test.py for each lane), append each
+    phase's duration as pytest itself measured it (the figure ``--durations`` prints) to FILE, one
+    JSON object a line: ``{"nodeid", "when", "duration", "outcome"}``."""
+    if _DURATIONS:
+        import json
+
+        with open(_DURATIONS, "a") as out:
+            out.write(json.dumps({"nodeid": report.nodeid, "when": report.when,
+                                  "duration": round(report.duration, 3), "outcome": report.outcome}) + "\n")

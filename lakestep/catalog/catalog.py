@@ -198,11 +198,10 @@ class Catalog:
                     if not create:
                         raise CatalogError(f"no lakestep catalog at {self.url} (create=False)")
                     self.backend.check_empty(conn)
-                S.upgrade(conn)
-                if found == 0:  # a new catalog: its first epoch opened by the catalog's clock
-                    now = self.clock.now()
-                    conn.execute(sa.update(S.epoch).where(S.epoch.c.id == 1).values(opened_at=now))
-                    conn.execute(sa.update(S.topology).where(S.topology.c.id == 1).values(updated_at=now))
+                    # a new catalog, at the newest version in one pass; its first epoch opened by its clock
+                    S.create_latest(conn, self.clock.now())
+                else:
+                    S.upgrade(conn)
                 row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
                 if row is None:
                     if warehouse is None:

@@ -40,12 +40,15 @@ class PgProxy:
 
     # ------------------------------------------------------------ control
     def url_for(self, url: str) -> str:
-        """``url`` (a PostgreSQL URL of the upstream server) pointed at the proxy."""
+        """``url`` (a PostgreSQL URL of the upstream server) pointed at the proxy, without TLS: the
+        proxy finds its markers in the statements' text, which a TLS session would hide (a server
+        installed by apt has ``ssl = on``, and libpq's default ``sslmode=prefer`` takes it)."""
         parts = urlsplit(url)
         netloc = parts.netloc.rsplit("@", 1)
         host = f"127.0.0.1:{self.port}"
         netloc = f"{netloc[0]}@{host}" if len(netloc) == 2 else host
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        query = "&".join([q for q in parts.query.split("&") if q and not q.startswith("sslmode=")] + ["sslmode=disable"])
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
     def cut_after(self, marker: bytes) -> None:
         with self._lock:

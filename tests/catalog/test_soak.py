@@ -13,13 +13,15 @@ import time
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from lakestep import Catalog
 
 from .workers import Worker
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
-SECONDS = 8.0
+SECONDS = 5.0  # `make test`: long enough for several cleanups beside several slow pinned reads
+LONG_SECONDS = 60.0  # `make test-long`
 RETENTION = 0.5
 MODULE = __name__
 
@@ -76,6 +78,15 @@ def model_at(logs: list[dict[str, Any]], version: int) -> dict[int, str]:
 
 
 def test_soak(catalog_spec, catalog) -> None:  # type: ignore[no-untyped-def]
+    _soak(catalog_spec, catalog, SECONDS)
+
+
+@pytest.mark.long
+def test_soak_long(catalog_spec, catalog) -> None:  # type: ignore[no-untyped-def]
+    _soak(catalog_spec, catalog, LONG_SECONDS)
+
+
+def _soak(catalog_spec, catalog, seconds: float) -> None:  # type: ignore[no-untyped-def]
     catalog.create_namespace("soak")
     table = catalog.create_table("soak.t", SCHEMA, primary_key=["k"],
                                  properties={"lakestep.retention-seconds": str(RETENTION)})
@@ -83,12 +94,12 @@ def test_soak(catalog_spec, catalog) -> None:  # type: ignore[no-untyped-def]
     try:
         for w in workers:
             w.call(catalog_spec, "tests.catalog.workers", "ping")
-        calls = [(workers[0], "writer", (1, SECONDS)), (workers[1], "writer", (2, SECONDS)),
-                 (workers[2], "maintainer", (SECONDS,)),
-                 (workers[3], "reader", (1, SECONDS)), (workers[4], "reader", (2, SECONDS))]
+        calls = [(workers[0], "writer", (1, seconds)), (workers[1], "writer", (2, seconds)),
+                 (workers[2], "maintainer", (seconds,)),
+                 (workers[3], "reader", (1, seconds)), (workers[4], "reader", (2, seconds))]
         for w, func, args in calls:
             w.send_call(catalog_spec, MODULE, func, *args)
-        results = [w.receive(timeout=SECONDS + 180) for w, _, _ in calls]  # a reader error raises here
+        results = [w.receive(timeout=seconds + 180) for w, _, _ in calls]  # a reader error raises here
     finally:
         for w in workers:
             w.stop()

@@ -61,7 +61,7 @@ import pyarrow as pa
 
 from lakestep import Catalog
 from lakestep.barrier import Pipeline
-from lakestep.testing.spark import log4j2_properties
+from lakestep.testing.spark import class_archive_option, log4j2_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -307,7 +307,8 @@ def spark_session(log: Path) -> "SparkSession":
         ("spark.driver.bindAddress", "127.0.0.1"),
         ("spark.sql.adaptive.enabled", "false"),  # unsupported by streaming; it warns
         ("spark.sql.warehouse.dir", str(log.parent / "spark-warehouse")),
-        ("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}"),
+        # the test run's class-data archive when it has one (lakestep.testing.spark): "" otherwise
+        ("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j} {class_archive_option()}".strip()),
     ])
     # The JVM prints before any log configuration applies (JVM warnings, the log4j
     # banner): its stdout and stderr go to the log file from the start.

@@ -23,6 +23,41 @@ BUDGET_MIN = 25
 
 ALLOWED: dict[str, str] = {
     # nodeid (or a prefix of it, ending before the parameters) -> why it must take over LIMIT_S.
+    # Spark applications started, killed and started again: each start is a JVM of its own.
+    "tests/streaming/test_exactly_once.py::test_exactly_once_across_crashes":
+        "two Spark applications per backend, the first SIGKILLed between a commit and Spark's commit log",
+    "tests/streaming/test_derived_job.py::test_killed_and_restarted_exactly_once":
+        "three Spark applications in a row, two killed by failpoints at different commit steps",
+    "tests/streaming/test_outage.py::test_a_streaming_pipeline_survives_its_catalog_database_going_away":
+        "a Spark pipeline keeps running through a 20 s outage of its database, then drains",
+    "tests/streaming/test_cluster.py::test_readme_cluster_commands_run":
+        "the README's cluster commands as written: spark-submit to a standalone cluster, twice",
+    "tests/streaming/test_cluster.py::test_exactly_once_when_a_worker_dies_mid_batch":
+        "a three-level pipeline on a standalone cluster, a worker SIGKILLed mid-batch and replaced",
+    "tests/streaming/test_cluster.py::test_spark_writer_counts_rows_on_a_cluster":
+        "the first test of the module starts the standalone cluster (a master and two workers)",
+    # The entry points a user runs, run as a user runs them: a Spark application each.
+    "tests/test_demo.py::test_shopping_demo_end_to_end":
+        "make demo's pipeline in its short mode: Spark, Kafka, three jobs, Iceberg publishing",
+    "tests/test_benchmarks.py::test_streaming_benchmark_runs":
+        "every section of benchmarks.streaming in one Spark application: a dozen queries started and stopped",
+    "tests/test_benchmarks.py::test_freshness_benchmark_runs":
+        "a three-level Kafka pipeline in a Spark application of its own, measured until every record is seen",
+    "tests/test_benchmarks.py::test_scale_benchmark_runs":
+        "every curve of benchmarks.scale on both backends: fixed costs (processes, peers) dominate, not sizes",
+    "tests/test_docs.py::test_readme_python_blocks_run":
+        "every README and docs/iceberg.md Python block, each twice in a process of its own (re-runnable)",
+    # Property tests whose example counts are their strength (kept unless a smaller count is
+    # shown to kill the same mutants, scripts/mutate.py).
+    "tests/barrier/test_simulation.py::test_simulation_sqlite":
+        "200 generated programs against the real catalog, each checking every isolation level",
+    "tests/barrier/test_simulation.py::test_simulation_postgres":
+        "20 generated programs, each on a fresh PostgreSQL catalog schema",
+    "tests/iceberg/test_publish.py::test_every_kind_of_change":
+        "every kind of change published and read back on S3 (moto's server): an HTTP request per object",
+    # Crash-recovery matrices: a process per kill point.
+    "tests/iceberg/test_crash.py::test_killed_at_every_step_then_rerun":
+        "half of the publisher's kill points per backend, each a killed process and a rerun process",
 }
 
 

@@ -172,11 +172,21 @@ def test_restart_after_the_old_run_asked_more_often(join_job: JoinJob) -> None:
 
 
 def test_join_survives_restarts_at_random_moments(join_job: JoinJob) -> None:
+    """The restart soak's short run (`make test`): two restarts at random moments."""
+    _restart_soak(join_job, int(os.environ.get("LAKESTEP_RESTARTS", "2")))
+
+
+@pytest.mark.long
+def test_join_survives_many_restarts_at_random_moments(join_job: JoinJob) -> None:
+    """The restart soak in `make test-long`: eight restarts."""
+    _restart_soak(join_job, int(os.environ.get("LAKESTEP_RESTARTS", "8")))
+
+
+def _restart_soak(join_job: JoinJob, restarts: int) -> None:
     """A restart soak: the join is restarted N times, each at a moment drawn at random
     (while s.b lags after some "nothing new" answers, or right as s.b catches up, while
     the join's batch may be running). No run may die, and s.j must equal the join of
     its sources at every barrier it precommitted."""
-    restarts = int(os.environ.get("LAKESTEP_RESTARTS", "3"))
     seed = int(os.environ.get("LAKESTEP_SEED", str(time.time_ns() % 2**32)))
     print(f"restart soak: LAKESTEP_RESTARTS={restarts} LAKESTEP_SEED={seed}")
     rng = random.Random(seed)

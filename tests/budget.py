@@ -36,6 +36,12 @@ ALLOWED: dict[str, str] = {
         "a three-level pipeline on a standalone cluster, a worker SIGKILLed mid-batch and replaced",
     "tests/streaming/test_cluster.py::test_spark_writer_counts_rows_on_a_cluster":
         "the first test of the module starts the standalone cluster (a master and two workers)",
+    # Restarts are the point: a streaming join stopped and started again in the shared session, each
+    # start planning its lakestep sources anew (measured 51 s and, with three restarts, 67 s here).
+    "tests/streaming/test_restarts.py::test_restart_after_the_old_run_asked_more_often":
+        "the join query started twice, the first run held until it asked four times at barrier 0",
+    "tests/streaming/test_restarts.py::test_join_survives_restarts_at_random_moments":
+        "the join query stopped and started again at two random moments, each barrier then checked",
     # The entry points a user runs, run as a user runs them: a Spark application each.
     "tests/test_demo.py::test_shopping_demo_end_to_end":
         "make demo's pipeline in its short mode: Spark, Kafka, three jobs, Iceberg publishing",
@@ -45,6 +51,8 @@ ALLOWED: dict[str, str] = {
         "a three-level Kafka pipeline in a Spark application of its own, measured until every record is seen",
     "tests/test_benchmarks.py::test_scale_benchmark_runs":
         "every curve of benchmarks.scale on both backends: fixed costs (processes, peers) dominate, not sizes",
+    "tests/test_benchmarks.py::test_publish_benchmark_runs":
+        "benchmarks.publish --quick on both backends: publisher rounds and readers, measured 48 s here",
     "tests/test_docs.py::test_readme_python_blocks_run":
         "every README and docs/iceberg.md Python block, each twice in a process of its own (re-runnable)",
     # Property tests whose example counts are their strength (kept unless a smaller count is

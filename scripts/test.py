@@ -18,7 +18,8 @@
    call, teardown; tests/conftest.py) in the run's folder (``lakestep-tests-*``
    under the temp directory, printed at the end, kept): ``slowest.txt`` has the
    40 slowest tests of each lane. The run ends with a one-screen summary: each
-   lane's wall time, its 10 slowest tests and the share of the lane they take.
+   lane's wall time, its 10 slowest tests and the share of the lane they take,
+   then each lane's status and the tests that failed, last (a CI log's tail).
 5. The Spark lane's JVMs start from a class-data archive made once per
    virtualenv, pyspark and JVM (lakestep/testing/spark.py), while the other lane
    has already started: a Spark JVM starts in about half the time.
@@ -109,6 +110,24 @@ def _summary(run: Path, walls: dict[str, float]) -> None:
     print(f"durations: {run / 'slowest.txt'}", flush=True)
 
 
+def _failures(run: Path, codes: dict[str, int]) -> None:
+    """Print each lane's exit status and the tests that failed or errored, last: a CI log that
+    keeps only its tail still says what broke."""
+    import json
+
+    for name, code in codes.items():
+        path = run / f"durations-{name}.jsonl"
+        bad: dict[str, str] = {}
+        for line in (path.read_text().splitlines() if path.exists() else []):
+            row = json.loads(line) if line.strip() else {}
+            if row.get("outcome") == "failed":
+                bad.setdefault(row["nodeid"], "failed" if row["when"] == "call" else f"error in {row['when']}")
+        status = {0: "passed", 5: "nothing collected"}.get(code, f"exit {code}")
+        print(f"lane {name}: {status}" + (f", {len(bad)} failing:" if bad else ""), flush=True)
+        for nodeid, what in bad.items():
+            print(f"  {what}: {nodeid}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     if "-m" in argv or any(a.startswith("-m") and a != "-m" and not a.startswith("--") for a in argv):
         print("scripts/test.py: -m selects the lanes' tests itself; run pytest directly to pass -m",
@@ -147,6 +166,7 @@ def main(argv: list[str]) -> int:
     minutes = (time.monotonic() - started) / 60
     print(f"lanes: {', '.join(f'{n} exit {c}' for n, c in codes.items())}; {minutes:.1f} min", flush=True)
     _summary(run, {name: ended[name] - started for name, _ in LANES})
+    _failures(run, codes)
     ran = [c for c in codes.values() if c != 5]
     if not ran:
         return 5
@@ -158,6 +178,7 @@ def main(argv: list[str]) -> int:
                                 env={**os.environ, "LAKESTEP_TEST_RUN_DIR": str(run)})
         if guard != 0:
             failed.append(guard)
+            print("budget guard: failed (tests/test_budget.py, above)", flush=True)
     if not failed:
         for name, _ in LANES:  # the lanes' temp folders are large; the durations stay
             shutil.rmtree(run / name, ignore_errors=True)

@@ -61,3 +61,22 @@ def test_allow_list_names_existing_tests_with_reasons() -> None:
         path, _, name = key.partition("::")
         source = (ROOT / path).read_text()
         assert re.search(rf"def {re.escape(name.split('::')[-1])}\(", source), f"{key}: no such test"
+
+
+def test_the_run_ends_with_what_failed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/test.py's last lines name each lane's status and its failing tests (a CI log that keeps
+    only its tail still says what broke), from the outcomes the lanes recorded."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lakestep_test_runner", ROOT / "scripts" / "test.py")
+    runner = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(runner)
+    rows = [("t.py::ok", "call", "passed"), ("t.py::bad", "setup", "passed"), ("t.py::bad", "call", "failed"),
+            ("t.py::broken", "setup", "failed")]
+    (tmp_path / "durations-spark.jsonl").write_text("".join(
+        json.dumps({"nodeid": n, "when": w, "duration": 1.0, "outcome": o}) + "\n" for n, w, o in rows))
+    runner._failures(tmp_path, {"spark": 1, "other": 0})
+    assert capsys.readouterr().out.splitlines() == [
+        "lane spark: exit 1, 2 failing:", "  failed: t.py::bad", "  error in setup: t.py::broken",
+        "lane other: passed"]

@@ -2,13 +2,13 @@
 #   make demo   the main demo: the streaming shopping pipeline (Kafka -> orders -> aggregates -> dashboard);
 #               DEMO_ARGS='--seconds 60' reads the dashboard longer
 #   make test   the test suite (what CI runs), within 25 minutes on 2 cores (tests/budget.py)
-# Also: make test-long (the endurance runs make test leaves out), make tour (a tour of the catalog, no Spark), make bench, make mutate (a mutation run; not in make test).
+# Also: make test-long (the endurance runs make test leaves out), make compat (every Spark line, 3.5 to 4.3), make tour (a tour of the catalog, no Spark), make bench, make mutate (a mutation run; not in make test).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo tour test test-long venv bench mutate clean
+.PHONY: demo tour test test-long compat venv bench mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ test-long: venv
 	scripts/ensure-services.sh
 	$(BIN)/python scripts/test.py --long -q $(PYTEST_ARGS)
 
+# The compatibility suite on every supported Spark line (lakestep/streaming/compat.py), each in a
+# virtualenv of its own (.venv-spark-3.5, ...; made once, ~300 MB of pyspark each): scripts/compat.py.
+# COMPAT_ARGS='--only 3.5 4.0' runs some lines.
+compat: venv
+	scripts/ensure-services.sh
+	$(BIN)/python scripts/compat.py $(COMPAT_ARGS)
+
 # A mutation run over catalog/commit.py, catalog/resolver.py, catalog/predicates.py, barrier/rules.py and barrier/facts.py
 # (scripts/mutate.py):
 # long (minutes per target), not part of `make test`. MUTATE_ARGS='--target lakestep/barrier/rules.py'.
@@ -55,4 +62,4 @@ bench: venv
 	$(BIN)/python -m benchmarks.scale
 
 clean:
-	rm -rf $(VENV) demo-warehouse .pytest_cache
+	rm -rf $(VENV) .venv-spark-* demo-warehouse .pytest_cache

@@ -453,6 +453,19 @@ class SparkSetupError(StreamingJobError):
         self.problems = problems
 
 
+class SparkVersionError(StreamingJobError):
+    """The Spark this runs on lacks what a lakestep feature needs (lakestep/streaming/compat.py
+    holds the matrix): raised at the feature's first call, before any query starts.
+
+    ``feature``: what was asked for; ``needs``: the Spark version it needs (``"4.2"``);
+    ``found``: the version found; the message says what to use instead on that version.
+    """
+
+    def __init__(self, message: str, *, feature: str, needs: str, found: str) -> None:
+        super().__init__(message)
+        self.feature, self.needs, self.found = feature, needs, found
+
+
 # --------------------------------------------------------------------- iceberg
 class IcebergError(LakestepError):
     """Publishing lakestep tables as Iceberg tables failed (lakestep/iceberg)."""

@@ -26,9 +26,12 @@
 6. When both lanes ran their whole selection, the budget guard runs last
    (tests/test_budget.py, marked ``budget``): it fails when a test outside
    tests/budget.py's allow-list took more than 60 s in this run.
-7. ``--long`` runs the endurance tests instead (marked ``long``: soaks, torture
+7. The Spark lane's compatibility test runs the suite of tests/streaming/test_spark_versions.py
+   on Spark 3.5 in a virtualenv of its own (scripts/compat.py), which is made beside the lanes
+   as the run starts (``[prep]`` lines), when the whole suite runs.
+8. ``--long`` runs the endurance tests instead (marked ``long``: soaks, torture
    runs, the biggest scale curves), which `make test` leaves out: `make test-long`.
-8. The exit status is 0 when each lane passed or collected nothing (pytest's
+9. The exit status is 0 when each lane passed or collected nothing (pytest's
    status 5, e.g. arguments that select only catalog tests) and at least one
    ran tests, and the guard passed; otherwise the first failing status.
 
@@ -144,6 +147,11 @@ def main(argv: list[str]) -> int:
     procs: list[tuple[str, subprocess.Popen[bytes], threading.Thread]] = []
     ended: dict[str, float] = {}
     codes: dict[str, int] = {}
+    prep = None
+    if not long and not any(not a.startswith("-") for a in argv):  # the whole suite: its compat lane's venv
+        prep = subprocess.Popen([sys.executable, "scripts/compat.py", "--prepare", "--only", "3.5"], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        threading.Thread(target=_pump, args=("prep", prep, lock, ended), daemon=True).start()
     for name, marks in reversed(LANES):  # the other lane first: it starts while the archive is made
         marks = f"{marks} and long" if long else f"{marks} and not long and not budget"
         extra = _class_archive(lock) if name == "spark" else {}
@@ -163,6 +171,8 @@ def main(argv: list[str]) -> int:
         for _, proc, _ in procs:
             proc.terminate()
         raise
+    if prep is not None:
+        prep.wait()
     minutes = (time.monotonic() - started) / 60
     print(f"lanes: {', '.join(f'{n} exit {c}' for n, c in codes.items())}; {minutes:.1f} min", flush=True)
     _summary(run, {name: ended[name] - started for name, _ in LANES})

@@ -55,6 +55,8 @@ ALLOWED: dict[str, str] = {
         "benchmarks.publish --quick on both backends: publisher rounds and readers, measured 48 s here",
     "tests/test_docs.py::test_readme_python_blocks_run":
         "every README and docs/iceberg.md Python block, each twice in a process of its own (re-runnable)",
+    "tests/test_compat_lane.py::test_the_compatibility_suite_passes_on_spark_3_5":
+        "a Spark 3.5 application in a virtualenv of its own (made once, ~60 s; the download first)",
     # Property tests whose example counts are their strength (kept unless a smaller count is
     # shown to kill the same mutants, scripts/mutate.py).
     "tests/barrier/test_simulation.py::test_simulation_sqlite":

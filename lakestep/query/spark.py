@@ -93,8 +93,9 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
     ``native``: None (default) scans with Spark's own Parquet reader wherever it can (step 3),
     True also on object stores (Spark must reach the store itself), False never."""
     from ..streaming.catalog_cache import open_catalog
-    from ..streaming.datasource import register
-    from ..streaming.scan import native_frame, python_reason
+    from ..streaming import compat
+    from ..streaming.datasource import prepare
+    from ..streaming.scan import native_frame, plan_frame, python_reason
 
     cat = open_catalog(catalog) if isinstance(catalog, str) else catalog
     url = catalog if isinstance(catalog, str) else cat.connection_url()
@@ -103,7 +104,7 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
     read = consistent_read(cat, template.refs, level=level, scope=scope, barrier=barrier, snapshot=snapshot)
     paths: dict[str, str] = {}
     try:
-        register(spark)
+        prepare(spark)
         views: dict[TableRef, str] = {}
         for label, plan in read.plans.items():
             ref = read.refs[label]
@@ -112,6 +113,9 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
             if why is None:
                 df = native_frame(spark, plan)
                 paths[label] = "native"
+            elif not compat.supports("format"):  # Spark 3.5: no Python data sources
+                df = plan_frame(spark, plan)
+                paths[label] = f"python ({why})"
             else:
                 df = (spark.read.format("lakestep").option("catalog", url).option("table", plan.table)
                       .options(**storage).option("versionAsOf", str(plan.version)).load())

@@ -48,7 +48,7 @@ import uuid
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
+from .compat import DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 
 from ..errors import LakestepError, QueryError, StreamingJobError
 from .catalog_cache import open_catalog, required, storage_of

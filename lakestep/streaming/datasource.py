@@ -22,11 +22,12 @@ from __future__ import annotations
 import pickle
 from typing import Any, Callable, Mapping, Sequence
 
-from pyspark.sql.datasource import DataSource
 
 from ..catalog.files import Storage
 from ..errors import InvalidArgumentError
+from . import compat
 from .catalog_cache import open_catalog, required, storage_of
+from .compat import DataSource
 
 
 def _spark_schema(table: Any) -> str:
@@ -66,10 +67,14 @@ class LakestepDataSource(DataSource):
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
         from .sink import LakestepStreamWriter
 
+        compat.require("sink")  # Spark 4.1: Arrow batches to a Python stream writer
+
         return LakestepStreamWriter(self.options, overwrite, schema)  # case-insensitive keys
 
     def streamReader(self, schema: Any) -> Any:
         from .source import LakestepStreamReader
+
+        compat.require("source")  # Spark 4.2: admission control hands latestOffset its start
 
         return LakestepStreamReader(self.options)
 
@@ -85,13 +90,29 @@ def register(spark: Any, *, check_executors: bool = True) -> Any:
     "Failed to create Python data source instance". Returns what the workers
     import (:class:`~lakestep.streaming.executors.ExecutorLakestep` list), or
     None when not checked (``check_executors=False``, checked before, Spark Connect).
-    """
-    from .executors import check_executors as _check
-    from .kafka.source import register_kafka_source
 
+    The formats are Python data sources (Spark 4.0); on Spark 3.5 this raises
+    :class:`~lakestep.errors.SparkVersionError` naming what to use there instead
+    (``DerivedJob``, ``foreach_batch``, ``spark_sql``, ``spark_table``, which need no
+    registration). What each Spark line runs: lakestep/streaming/compat.py.
+    """
+    compat.require("format", compat.check_session(spark))
+    return prepare(spark, check_executors=check_executors)
+
+
+def prepare(spark: Any, *, check_executors: bool = True) -> Any:
+    """What ``DerivedJob``, ``spark_sql`` and ``ingest`` need of a session, on any supported Spark:
+    the executors checked (as :func:`register`), the formats registered where Spark has Python
+    data sources (4.0), nothing refused. Returns what :func:`register` returns."""
+    from .executors import check_executors as _check
+
+    at = compat.check_session(spark)
     found = _check(spark) if check_executors else None
-    spark.dataSource.register(LakestepDataSource)
-    register_kafka_source(spark)
+    if compat.supports("format", at):
+        from .kafka.source import register_kafka_source
+
+        spark.dataSource.register(LakestepDataSource)
+        register_kafka_source(spark)
     return found
 
 

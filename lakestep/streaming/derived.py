@@ -98,7 +98,8 @@ from ..barrier.jobs import BatchPlan, BatchResult, SourceRange
 from ..catalog.files import Storage, is_object_store
 from ..errors import CatalogUnavailableError, InvalidArgumentError, SchemaMismatchError
 from .catalog_cache import open_catalog
-from .scan import native_frame, python_reason, spark_scan
+from . import compat
+from .scan import native_frame, plan_frame, python_reason, spark_scan
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table
@@ -207,9 +208,9 @@ class DerivedJob:
         self.quiet_commit = quiet_commit
         self._quiet_since: dict[int, float] = {}  # lo -> when a plan of only unchanged barriers was first seen
         self.stats = JobStats()
-        from .datasource import register
+        from .datasource import prepare
 
-        register(spark)  # the "lakestep" format (the Python paths), and Python workers that import lakestep
+        prepare(spark)  # Python workers that import lakestep; the "lakestep" format where Spark has it
         cat = self._catalog()
         self.sources = [cat.load_table(s).ident for s in sources]
         modes = dict(sinks) if isinstance(sinks, Mapping) else {s: None for s in sinks}
@@ -298,6 +299,8 @@ class DerivedJob:
             batch.paths[f"table {s.table}"] = "native"
             return native_frame(self.spark, t.read_plan(version=s.to_version))
         batch.paths[f"table {s.table}"] = f"python ({why})"
+        if not compat.supports("format"):  # Spark 3.5: no Python data sources
+            return plan_frame(self.spark, t.read_plan(version=s.to_version))
         return (self.spark.read.format("lakestep").option("catalog", self.url).option("table", s.table)
                 .options(**self.storage.spark_options()).option("versionAsOf", str(s.to_version)).load())
 
@@ -324,7 +327,7 @@ class DerivedJob:
     def _spark_writes(self, sink: str, df: Any) -> bool:
         """Step 4's checks: the batch's columns against the sink's (raises
         SchemaMismatchError); whether Spark's own writer writes it."""
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from .compat import to_arrow_schema
 
         from ..catalog.writes import conform
         from .native import check_target
@@ -337,7 +340,7 @@ class DerivedJob:
         if lacks:
             raise SchemaMismatchError(sink, [f"columns not in the table: {lacks}"])
         try:
-            arrow = to_arrow_schema(df.schema, timezone="UTC")
+            arrow = to_arrow_schema(df.schema)
         except Exception as e:  # a Spark type Arrow has no form for
             raise SchemaMismatchError(sink, [f"the batch's schema has no Arrow form: {e}"]) from e
         conform(arrow.empty_table(), target.shape.schema, sink)

@@ -166,10 +166,12 @@ def _selection(batch: Any, schema: pa.Schema, ident: str, partition_by: list[str
     batch has the table's columns and types already, in its order, no ids are to be set and
     no partition copies are needed); the copies' names; the column that counts the rows."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    from .compat import to_arrow_schema
 
     try:
-        arrow = to_arrow_schema(batch, timezone="UTC")
+        arrow = to_arrow_schema(batch)
     except Exception as e:  # a Spark type Arrow has no form for
         raise SchemaMismatchError(ident, [f"the batch's schema has no Arrow form: {e}"]) from e
     conform(arrow.empty_table(), schema, ident)  # the arrow writer's rules, on the types alone

@@ -74,6 +74,35 @@ def native_frame(spark: Any, plan: Any) -> Any:
     return parquet_frame(spark, plan.location, plan.store(), plan.files, plan.schema)
 
 
+def plan_frame(spark: Any, plan: Any, *, max_partitions: int = 64) -> Any:
+    """A :class:`~lakestep.catalog.plan.ReadPlan` read by lakestep's reader in Python workers, as
+    ``format("lakestep")`` reads it (merge-on-read included), without a Python data source: the
+    plan's pieces (``plan.split``) pickled into rows, each read by ``mapInArrow``. What the
+    Python paths read with on Spark 3.5 (lakestep/streaming/compat.py); the executors reach the
+    files with the plan's storage, and never the catalog database."""
+    import pickle
+
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = from_arrow_schema(plan.schema)
+    pieces = [pickle.dumps(p) for p in plan.split(max_partitions)] if plan.files else []
+    if not pieces:
+        return spark.createDataFrame([], schema)
+    rows = spark.createDataFrame([(p,) for p in pieces], "p binary").repartition(len(pieces))
+    return rows.mapInArrow(_read_pieces, schema)
+
+
+def _read_pieces(batches: Any) -> Any:  # executors
+    import pickle
+
+    from .executors import freeze_worker_heap
+
+    freeze_worker_heap()
+    for rb in batches:
+        for cell in rb.column(0).to_pylist():
+            yield from pickle.loads(cell).to_arrow().to_batches()
+
+
 def spark_scan(spark: Any, t: "Table", files: Sequence[Any], *, physical: bool = False) -> Any:
     """Spark's Parquet scan of ``files`` (recorded files of table ``t``) with the table's schema
     (``physical``: with a primary-key table's tombstone flag too); on a local disk their sizes

@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from .compat import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from .. import retry as _retry
 from ..catalog.columns import ColumnIds
@@ -300,11 +300,11 @@ def _unplaced(columns: Any, schema: pa.Schema, dead: pa.Schema | None) -> list[s
 
 def evolve_schema(table: Any, spark_schema: Any, dead: Any, merge: bool) -> None:
     """Refuse, or with ``merge`` add (nullable), the columns of ``spark_schema`` that ``table`` lacks."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from .compat import to_arrow_schema
 
     from ..errors import SchemaMismatchError
 
-    arrow = to_arrow_schema(spark_schema, timezone="UTC")
+    arrow = to_arrow_schema(spark_schema)
     extra = [arrow.field(n) for n in _unplaced(arrow.names, table.schema, dead.schema if dead is not None else None)]
     if not extra:
         return

@@ -50,8 +50,6 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from .. import retry as _retry
 from ..barrier import Pipeline, triggers
@@ -59,6 +57,7 @@ from ..catalog import reader
 from ..catalog.columns import stored_name
 from ..errors import CatalogUnavailableError, InvalidArgumentError, StreamingJobError
 from .catalog_cache import open_catalog, required, storage_of
+from .compat import DataSourceStreamReader, InputPartition, SupportsTriggerAvailableNow
 from .microbatch import ensure_source_registered
 from .sink import TableShape, wait_policy
 from .executors import freeze_worker_heap

@@ -54,12 +54,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from ...catalog.writes import conform
 from ...errors import SchemaMismatchError
 from ..catalog_cache import open_catalog, required, storage_of
+from ..compat import DataSourceStreamReader, InputPartition
 # the sink side of the protocol (step 3): STAGED_COLUMN is a task's row, gather reads it back
 from ..sink import STAGED_COLUMN, StagedFiles, TableShape, gather, task_prefix  # noqa: F401  (gather: re-exported)
 from .errors import KafkaOptionError
@@ -163,8 +163,10 @@ def ingest(spark: Any, url: str, table: str, options: Mapping[str, Any], *, job:
     its rows/s in ``benchmarks.streaming`` (b); see the module docstring for
     the protocol. ``rowFormat=tuples`` is refused here (ValueError).
     """
+    from ..compat import check_session, require
     from ..datasource import register
 
+    require("kafka", check_session(spark))  # SparkVersionError before 4.2, naming what to use instead
     register(spark)  # the lakestep sink (and lakestep-kafka)
     spark.dataSource.register(KafkaIngestSource)  # registered here only: it is for ingest's queries alone
     storage = {f"storage.{k}": str(v) for k, v in (storage_options or {}).items()}

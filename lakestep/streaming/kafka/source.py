@@ -10,21 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-try:
-    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadLimit,
-        ReadMaxRows,
-        SupportsTriggerAvailableNow,
-    )
-    from pyspark.sql.types import StructType
-except ImportError as _exc:  # pragma: no cover - depends on the installed pyspark
-    raise ImportError(
-        "lakestep.streaming.kafka needs pyspark>=4.2 (Python data source admission control); "
-        f"import failed: {_exc}"
-    ) from _exc
+from pyspark.sql.types import StructType
 
+from ..compat import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from ..executors import freeze_worker_heap
 from .errors import KafkaDataLossError, KafkaOptionError, KafkaTimestampNotFoundError, KafkaTopicNotFoundError
 from .offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
@@ -560,6 +557,9 @@ class KafkaDataSource(DataSource):
         return kafka_schema(check_common_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from ..compat import require
+
+        require("kafka")  # streams need admission control (4.2); batch reads run from 4.0
         options = self._options()
         _check_schema(schema, options)
         return KafkaStreamReader(options)
@@ -583,5 +583,13 @@ def _check_schema(schema: StructType, options: KafkaSourceOptions) -> None:
 
 def register_kafka_source(spark: SparkSession) -> None:
     """Register ``lakestep-kafka`` with ``spark`` (idempotent). (``lakestep-kafka-ingest`` is
-    registered by :func:`lakestep.streaming.kafka.ingest`, the only one that starts it.)"""
+    registered by :func:`lakestep.streaming.kafka.ingest`, the only one that starts it.)
+
+    Raises:
+        SparkVersionError: before Spark 4.0 (no Python data sources). On 4.0 and 4.1 batch
+            reads run, and a streaming query fails as it starts with the same error's
+            message (streams need 4.2's admission control: lakestep/streaming/compat.py)."""
+    from ..compat import check_session, require
+
+    require("format", check_session(spark))
     spark.dataSource.register(KafkaDataSource)

@@ -117,8 +117,16 @@ def prepare(spark: Any, *, check_executors: bool = True) -> Any:
 
 
 def register_job(url: str, job: str, *, sources: Sequence[str], sinks: Sequence[str]) -> None:
-    """Register a derived job (before starting its query): which tables it reads and writes."""
+    """Register a derived job (before starting its query): which tables it reads and writes.
+
+    Raises:
+        SparkVersionError: the job reads ``sources``, which a streaming query reads with the
+            ``lakestep`` source: Spark 4.2 (lakestep/streaming/compat.py); before, a derived job
+            runs as a :class:`~lakestep.streaming.DerivedJob`, which registers itself."""
     from ..barrier import Pipeline
+
+    if sources:
+        compat.require("source")
 
     Pipeline(open_catalog(url)).register_job(job, sources=sources, sinks=sinks)
 

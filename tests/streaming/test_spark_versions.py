@@ -180,7 +180,8 @@ def test_streaming_sink(spark: SparkSession, tmp_path: Path) -> None:
 
 def test_streaming_source(spark: SparkSession, tmp_path: Path) -> None:
     """From Spark 4.2 the ``lakestep`` streaming source reads a table barrier by barrier into the
-    sink; on 4.0 and 4.1 a query reading it fails as it starts, naming 4.2 (rule 'source')."""
+    sink; on 4.0 and 4.1 ``register_job`` of a job with sources raises SparkVersionError naming
+    4.2, and a query reading the source anyway fails as it starts, naming 4.2 (rule 'source')."""
     if not compat.supports("format"):
         pytest.skip(_lacks("format"))
     from lakestep.streaming import register, register_job
@@ -193,9 +194,13 @@ def test_streaming_source(spark: SparkSession, tmp_path: Path) -> None:
     for i in range(4):
         feed.step(i)
     url = cat.connection_url()
-    register_job(url, "copy", sources=["s.orders"], sinks=["s.copy"])
     src = spark.readStream.format("lakestep").option("catalog", url).option("table", "s.orders").option("job", "copy")
     if not compat.supports("source"):
+        with pytest.raises(SparkVersionError) as refused:  # the first call of ours: typed
+            register_job(url, "copy", sources=["s.orders"], sinks=["s.copy"])
+        _refused(refused, "source")
+        assert refused.value.needs == "4.2" and "DerivedJob" in str(refused.value)
+        p.register_job("copy", sources=["s.orders"], sinks=["s.copy"])  # and a query started anyway
         with pytest.raises(Exception) as e:
             q = (src.load().writeStream.foreachBatch(lambda df, b: None)
                  .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
@@ -204,6 +209,7 @@ def test_streaming_source(spark: SparkSession, tmp_path: Path) -> None:
                 raise q.exception()  # type: ignore[misc]
         _refused(e, "source")
         return
+    register_job(url, "copy", sources=["s.orders"], sinks=["s.copy"])
     q = (src.load().writeStream.format("lakestep").option("catalog", url).option("table", "s.copy")
          .option("job", "copy").option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
     q.awaitTermination(300)

@@ -48,10 +48,10 @@ import uuid
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
-from .compat import DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 
 from ..errors import LakestepError, QueryError, StreamingJobError
 from .catalog_cache import open_catalog, required, storage_of
+from .compat import DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 from .executors import freeze_worker_heap
 from .microbatch import ensure_sink_registered
 from .sink import BatchFiles, FilesWritten, TableShape, evolve_schema, parse_flag, task_prefix

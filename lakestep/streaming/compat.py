@@ -45,6 +45,7 @@ check); their features are judged by the same table.
 
 from __future__ import annotations
 
+import weakref
 from functools import lru_cache
 from typing import Any
 
@@ -116,25 +117,43 @@ def require(feature: str, at: tuple[int, int] | None = None) -> None:
                             + (f": {instead}" if instead else ""), feature=feature, needs=need, found=found)
 
 
+_CHECKED: "weakref.WeakKeyDictionary[Any, tuple[int, int]]" = weakref.WeakKeyDictionary()
+
+
 def check_session(spark: Any) -> tuple[int, int]:
     """Step 1: the session's Spark line. Raises SparkVersionError when it is not the driver's
-    pyspark line (a pyspark that does not match its cluster's Spark)."""
+    pyspark line (a pyspark that does not match its cluster's Spark). Asks the JVM once per
+    session (``spark.version`` is a Py4J call; a session's Spark does not change)."""
+    try:
+        return _CHECKED[spark]
+    except (KeyError, TypeError):  # TypeError: an object that takes no weak reference
+        pass
     jvm = getattr(spark, "version", None)
     ours = version()
     if isinstance(jvm, str) and parse(jvm) != ours:
         raise SparkVersionError(
             f"pyspark {pyspark_version()} drives Spark {jvm}: install the pyspark of the cluster's Spark "
             f"(pip install 'pyspark=={jvm}')", feature="spark", needs=jvm, found=pyspark_version())
+    try:
+        _CHECKED[spark] = ours
+    except TypeError:
+        pass
     return ours
 
 
 # ---------------------------------------------------- base classes, or stand-ins where a Spark lacks them
 class _Missing:
-    """Stands in for a base class of Python data sources that this Spark lacks (step 3)."""
+    """Stands in for a base class of Python data sources that this Spark lacks (step 3): making
+    one raises what :func:`require` raises for the feature it belongs to."""
+
+    feature = "format"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise SparkVersionError(f"{type(self).__name__} needs a newer Spark; this is {pyspark_version()}",
-                                feature="format", needs="4.0", found=pyspark_version())
+        require(self.feature)
+
+
+def _stand_in(name: str, feature: str, base: type = _Missing) -> Any:
+    return type(name, (base,), {"feature": feature, "__module__": __name__})
 
 
 try:  # Spark 4.0
@@ -147,17 +166,9 @@ try:  # Spark 4.0
         WriterCommitMessage,
     )
 except ImportError:  # Spark 3.5
-    class DataSource(_Missing):  # type: ignore[no-redef]
-        pass
-
-    class DataSourceArrowWriter(_Missing):  # type: ignore[no-redef]
-        pass
-
-    class DataSourceReader(_Missing):  # type: ignore[no-redef]
-        pass
-
-    class DataSourceStreamReader(_Missing):  # type: ignore[no-redef]
-        pass
+    DataSource, DataSourceArrowWriter, DataSourceReader = (
+        _stand_in(n, "format") for n in ("DataSource", "DataSourceArrowWriter", "DataSourceReader"))
+    DataSourceStreamReader = _stand_in("DataSourceStreamReader", "source")
 
     class InputPartition:  # type: ignore[no-redef]
         """pyspark 4's ``InputPartition``, which lakestep also pickles to its own Python tasks."""
@@ -171,8 +182,7 @@ except ImportError:  # Spark 3.5
 try:  # Spark 4.1
     from pyspark.sql.datasource import DataSourceStreamArrowWriter  # noqa: F401
 except ImportError:
-    class DataSourceStreamArrowWriter(_Missing):  # type: ignore[no-redef]
-        pass
+    DataSourceStreamArrowWriter = _stand_in("DataSourceStreamArrowWriter", "sink")
 
 try:  # Spark 4.2
     from pyspark.sql.streaming.datasource import (  # noqa: F401
@@ -182,14 +192,8 @@ try:  # Spark 4.2
         SupportsTriggerAvailableNow,
     )
 except ImportError:
-    class ReadLimit(_Missing):  # type: ignore[no-redef]
-        pass
-
-    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
-        pass
-
-    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
-        pass
+    ReadLimit = _stand_in("ReadLimit", "kafka")
+    ReadAllAvailable, ReadMaxRows = (_stand_in(n, "kafka", ReadLimit) for n in ("ReadAllAvailable", "ReadMaxRows"))
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """A mix-in marker: without admission control Spark never asks for it."""

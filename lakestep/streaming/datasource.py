@@ -22,7 +22,6 @@ from __future__ import annotations
 import pickle
 from typing import Any, Callable, Mapping, Sequence
 
-
 from ..catalog.files import Storage
 from ..errors import InvalidArgumentError
 from . import compat

@@ -63,7 +63,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal
 
 import pyarrow as pa
-from .compat import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from .. import retry as _retry
 from ..catalog.columns import ColumnIds
@@ -73,6 +72,7 @@ from ..catalog.writes import conform
 from ..errors import InvalidArgumentError
 from . import microbatch
 from .catalog_cache import open_catalog, required, storage_of
+from .compat import DataSourceStreamArrowWriter, WriterCommitMessage, to_arrow_schema
 from .executors import freeze_worker_heap
 
 log = logging.getLogger(__name__)
@@ -300,8 +300,6 @@ def _unplaced(columns: Any, schema: pa.Schema, dead: pa.Schema | None) -> list[s
 
 def evolve_schema(table: Any, spark_schema: Any, dead: Any, merge: bool) -> None:
     """Refuse, or with ``merge`` add (nullable), the columns of ``spark_schema`` that ``table`` lacks."""
-    from .compat import to_arrow_schema
-
     from ..errors import SchemaMismatchError
 
     arrow = to_arrow_schema(spark_schema)

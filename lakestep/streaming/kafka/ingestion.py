@@ -59,7 +59,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from ...catalog.writes import conform
 from ...errors import SchemaMismatchError
 from ..catalog_cache import open_catalog, required, storage_of
-from ..compat import DataSourceStreamReader, InputPartition
+from ..compat import DataSourceStreamReader, InputPartition, check_session, require
 # the sink side of the protocol (step 3): STAGED_COLUMN is a task's row, gather reads it back
 from ..sink import STAGED_COLUMN, StagedFiles, TableShape, gather, task_prefix  # noqa: F401  (gather: re-exported)
 from .errors import KafkaOptionError
@@ -163,7 +163,6 @@ def ingest(spark: Any, url: str, table: str, options: Mapping[str, Any], *, job:
     its rows/s in ``benchmarks.streaming`` (b); see the module docstring for
     the protocol. ``rowFormat=tuples`` is refused here (ValueError).
     """
-    from ..compat import check_session, require
     from ..datasource import register
 
     require("kafka", check_session(spark))  # SparkVersionError before 4.2, naming what to use instead

@@ -14,6 +14,8 @@ from pyspark.sql.types import StructType
 
 from ..compat import (
     DataSource,
+    check_session,
+    require,
     DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
@@ -557,8 +559,6 @@ class KafkaDataSource(DataSource):
         return kafka_schema(check_common_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from ..compat import require
-
         require("kafka")  # streams need admission control (4.2); batch reads run from 4.0
         options = self._options()
         _check_schema(schema, options)
@@ -589,7 +589,5 @@ def register_kafka_source(spark: SparkSession) -> None:
         SparkVersionError: before Spark 4.0 (no Python data sources). On 4.0 and 4.1 batch
             reads run, and a streaming query fails as it starts with the same error's
             message (streams need 4.2's admission control: lakestep/streaming/compat.py)."""
-    from ..compat import check_session, require
-
     require("format", check_session(spark))
     spark.dataSource.register(KafkaDataSource)

@@ -5,7 +5,7 @@ input gets the spec's error body with nothing leaked."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import requests
@@ -16,7 +16,7 @@ from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.iceberg import s3_properties, status
 from tests.iceberg.conftest import TABLES, Shop, orders
 from tests.iceberg.readers import counter
-from tests.serve.conftest import TOKEN, Served
+from tests.serve.conftest import TOKEN, Served, published_shop
 
 SQLITE = pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
 #: the root, the primary-key root, the derived table kept up and the lagging one
@@ -182,10 +182,25 @@ HOSTILE = [
 ]
 
 
-@SQLITE
+@pytest.fixture(scope="module")
+def one_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Shop, Served]]:
+    """One published shop on SQLite and its server for the module's bad-input cases: each
+    request only reads, and the last step of each case checks the server still serves."""
+    from lakestep import Catalog
+
+    where = tmp_path_factory.mktemp("one-served") / "warehouse"
+    cat = Catalog(f"sqlite:///{where}/catalog.db", warehouse=str(where))
+    shop = published_shop(cat)
+    s = Served(cat)
+    yield shop, s
+    s.stop()
+    shop.pub.close()
+    cat.close()
+
+
 @pytest.mark.parametrize("path,code", HOSTILE, ids=[p[:40] for p, _ in HOSTILE])
-def test_bad_input_gets_the_spec_error_body(shop: Shop, served: Served, path: str, code: int,
-                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_bad_input_gets_the_spec_error_body(one_served: tuple[Shop, Served], path: str, code: int) -> None:
+    shop, served = one_served
     r = requests.get(served.uri + path)
     assert r.status_code == code, r.text
     body = r.json()
@@ -214,10 +229,11 @@ RAW = [
 ]
 
 
-@SQLITE
 @pytest.mark.parametrize("raw,code,spec", RAW, ids=[f"{i}:{r[:24]!r}" for i, (r, _, _) in enumerate(RAW)])
-def test_malformed_and_oversized_requests(shop: Shop, served: Served, raw: bytes, code: int, spec: bool) -> None:
+def test_malformed_and_oversized_requests(one_served: tuple[Shop, Served], raw: bytes, code: int, spec: bool) -> None:
     import socket
+
+    shop, served = one_served
 
     with socket.create_connection(("127.0.0.1", served.port), timeout=60) as sock:
         try:

@@ -55,6 +55,8 @@ def test_schema_mismatch_is_refused(spark, catalog_spec, tmp_path) -> None:  # t
     cat.close()
 
 
+# the alignment in Spark is the point; the source on PostgreSQL: test_consistent_queries' concurrent jobs
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
 def test_join_of_two_sources_processes_matching_barriers(spark, catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Table a is a root; b is derived from a by a slow job. A join of a and b must see
     barrier e from both in the same micro-batch, and only once b has precommitted e."""

@@ -154,6 +154,8 @@ def join_job(spark, catalog_spec, tmp_path):  # type: ignore[no-untyped-def]
             spark.conf.set(_VERIFY_EMPTY, before)
 
 
+# restarts are Spark's and the source's offsets: PostgreSQL in make test-long's soak
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
 def test_restart_after_the_old_run_asked_more_often(join_job: JoinJob) -> None:
     """The first run asks at barrier 0 at least 4 times while s.b lags; the restarted
     run reads barrier 1 at its first call. Its sink must commit barrier 1 (it used to
@@ -171,6 +173,8 @@ def test_restart_after_the_old_run_asked_more_often(join_job: JoinJob) -> None:
     assert sorted(r["id"] for r in jj.j.to_arrow().to_pylist()) == [100, 101, 102]
 
 
+# restarts are Spark's and the source's offsets: PostgreSQL in make test-long's soak
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
 def test_join_survives_restarts_at_random_moments(join_job: JoinJob) -> None:
     """The restart soak's short run (`make test`): two restarts at random moments."""
     _restart_soak(join_job, int(os.environ.get("LAKESTEP_RESTARTS", "2")))

@@ -114,6 +114,8 @@ def test_primary_key_source_emits_upserts_into_update_mode(spark, catalog_spec, 
     cat.close()
 
 
+# Spark's output modes are the point; the sink's PostgreSQL statements run in test_native_writer
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
 def test_complete_and_update_aggregates_match_the_source_at_every_barrier(spark, catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]
     cat, p, coord, orders = _setup(catalog_spec, pk=False)
     agg_schema = pa.schema([pa.field("customer", pa.string(), nullable=False), ("n", pa.int64()), ("total", pa.int64())])
@@ -197,6 +199,8 @@ def test_foreach_batch_root_and_derived(spark, catalog_spec, tmp_path) -> None: 
     cat.close()
 
 
+# the sink's option is the point; schema changes on PostgreSQL: tests/catalog/test_schema_property.py
+@pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
 def test_sink_schema_evolution_is_opt_in(spark, catalog_spec, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A query with a column the table lacks is refused before it writes anything, unless
     mergeSchema=true: then the column is added (nullable) and older rows read null in it."""

@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo tour test test-long compat venv bench mutate clean
+.PHONY: demo tour test test-long compat jars interop venv bench mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,16 @@ test-long: venv
 compat: venv
 	scripts/ensure-services.sh
 	$(BIN)/python scripts/compat.py $(COMPAT_ARGS)
+
+# The JVM peers' jars (jars/pom.xml: Spark's Kafka source, Iceberg's Spark runtime, Delta Lake, the JDBC
+# drivers) into .jars/ with mvn, and their Spark's virtualenv (.venv-spark-4.1): scripts/jars.py. Cached.
+jars: venv
+	scripts/ensure-services.sh
+	$(BIN)/python scripts/jars.py --peer
+
+# Every JVM engine that reads lakestep's tables (tests/interop), on both catalog backends.
+interop: jars
+	LAKESTEP_TEST_LANES=1 $(BIN)/python scripts/test.py -q tests/interop $(PYTEST_ARGS)
 
 # A mutation run over catalog/commit.py, catalog/resolver.py, catalog/predicates.py, barrier/rules.py and barrier/facts.py
 # (scripts/mutate.py):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure what the tests need outside Python is there: a JVM for Spark, a
-# reachable PostgreSQL server with a `test` database, headless Chromium and Prometheus's promtool.
+# reachable PostgreSQL server with a `test` database, Maven, headless Chromium and Prometheus's promtool.
 # Idempotent; installs with apt only what is missing (CI and new machines start bare).
 set -euo pipefail
 
@@ -16,6 +16,12 @@ apt_install() {
 if ! command -v java >/dev/null 2>&1; then
   log "no java: installing openjdk-17-jre-headless"
   apt_install openjdk-17-jre-headless
+fi
+
+# --- Maven (scripts/jars.py fetches the JVM peers' jars with it: jars/pom.xml) ---------
+if ! command -v mvn >/dev/null 2>&1; then
+  log "no mvn: installing maven"
+  apt_install maven
 fi
 
 # --- PostgreSQL (and Chromium and promtool, for the HTML report's and the alert rules' tests) ---
@@ -67,4 +73,4 @@ if command -v psql >/dev/null 2>&1; then
     psql -h 127.0.0.1 -U postgres -d postgres -qc "create database test"
   fi
 fi
-log "java, chromium, promtool and PostgreSQL ready"
+log "java, maven, chromium, promtool and PostgreSQL ready"

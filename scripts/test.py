@@ -27,8 +27,9 @@
    (tests/test_budget.py, marked ``budget``): it fails when a test outside
    tests/budget.py's allow-list took more than 60 s in this run.
 7. The Spark lane's compatibility test runs the suite of tests/streaming/test_spark_versions.py
-   on Spark 3.5 in a virtualenv of its own (scripts/compat.py), which is made beside the lanes
-   as the run starts (``[prep]`` lines), when the whole suite runs.
+   on Spark 3.5 in a virtualenv of its own (scripts/compat.py), and tests/interop runs the JVM
+   peers' Spark with their jars (scripts/jars.py): both are made beside the lanes as the run
+   starts (``[prep]`` lines), when the whole suite runs (cached after the first run).
 8. ``--long`` runs the endurance tests instead (marked ``long``: soaks, torture
    runs, the biggest scale curves), which `make test` leaves out: `make test-long`.
 9. The exit status is 0 when each lane passed or collected nothing (pytest's
@@ -44,6 +45,7 @@ with the Spark lane (tests/conftest.py refuses such a test: it asks for the
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -149,8 +151,10 @@ def main(argv: list[str]) -> int:
     codes: dict[str, int] = {}
     prep = None
     if not long and not any(not a.startswith("-") for a in argv):  # the whole suite: its compat lane's venv
-        prep = subprocess.Popen([sys.executable, "scripts/compat.py", "--prepare", "--only", "3.5"], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # the interop tests' jars and Spark first (they run early in the Spark lane), then Spark 3.5's venv
+        py = shlex.quote(sys.executable)
+        prep = subprocess.Popen(["sh", "-c", f"{py} scripts/jars.py --peer; {py} scripts/compat.py --prepare --only 3.5"],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         threading.Thread(target=_pump, args=("prep", prep, lock, ended), daemon=True).start()
     for name, marks in reversed(LANES):  # the other lane first: it starts while the archive is made
         marks = f"{marks} and long" if long else f"{marks} and not long and not budget"

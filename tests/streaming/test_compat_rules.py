@@ -65,3 +65,12 @@ def test_pip_range_and_tested_releases_agree_with_the_matrix() -> None:
     assert all(compat.parse(low) <= x < compat.parse(high) for x in lines)
     assert [x for x in lines if x[0] == 4] == [(4, m) for m in range(compat.parse(high)[1])]
     assert compat.version() == lines[-1], "the project's virtualenv runs the newest tested line"
+
+
+def test_the_jvm_peers_run_on_a_tested_release() -> None:
+    """jars/pom.xml's Spark is the tested release of its line: the peers share that line's
+    virtualenv (scripts/jars.py), so `make compat` and the interop tests make it once."""
+    import re
+
+    spark = re.search(r"<spark.version>([^<]+)</spark.version>", (ROOT / "jars" / "pom.xml").read_text())
+    assert spark is not None and spark.group(1) in compat.TESTED

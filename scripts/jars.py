@@ -1,0 +1,118 @@
+"""The JVM peers' jars and their Spark: what `make jars` runs, and what the interop tests and
+benchmarks.jvm_peers call.
+
+    python scripts/jars.py            # fetch the jars (cached); print the folder
+    python scripts/jars.py --peer     # also the peers' virtualenv (pyspark of jars/pom.xml); print its python
+
+1. ``jars/pom.xml`` pins every artifact: Spark's Kafka source, Iceberg's Spark runtime, Delta
+   Lake, and the PostgreSQL and SQLite JDBC drivers. `mvn dependency:copy-dependencies` copies
+   them with their runtime dependencies (Spark's own, which the pom declares ``provided``, are
+   left out) from Maven Central into ``.jars/`` beside the project (git-ignored), through the
+   local Maven repository (``~/.m2``). The copy is made once: a stamp of the pom's hash says it is
+   whole (a copy cut short is remade), a lock file keeps two runs from making it at once.
+2. The peers run on the Spark of the pom's ``spark.version``: pyspark of that release, in the
+   virtualenv ``scripts/compat.py`` makes for its line (``.venv-spark-4.1``; that line's tested
+   release is the pom's, so the two share it).
+3. :func:`classpath` lists the jars a Spark session of that pyspark needs on top of its own: a
+   jar whose artifact pyspark already ships (slf4j, zstd, ...) is left out, so the session keeps
+   its own version of it.
+
+Not guaranteed: the first run downloads about 150 MB from Maven Central; without network and
+without the cache, it fails with Maven's own error (``JarsError``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+POM = ROOT / "jars" / "pom.xml"
+FOLDER = ROOT / ".jars"
+
+
+class JarsError(RuntimeError):
+    """The jars could not be fetched (no Maven, no network and no cache, an artifact not served)."""
+
+
+def pom_property(name: str) -> str:
+    """A ``<properties>`` value of jars/pom.xml (``spark.version``, ``iceberg.version``, ...)."""
+    m = re.search(rf"<{re.escape(name)}>([^<]+)</{re.escape(name)}>", POM.read_text())
+    if m is None:
+        raise JarsError(f"jars/pom.xml has no property {name}")
+    return m.group(1)
+
+
+SPARK = pom_property("spark.version")
+"""The peers' Spark release (their pyspark's version)."""
+
+
+def ensure(*, quiet: bool = True) -> Path:
+    """Step 1: the folder of jars, fetched when missing or stale."""
+    FOLDER.mkdir(exist_ok=True)
+    key = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
+    stamp = FOLDER / "stamp"
+    with open(FOLDER / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists() and stamp.read_text() == key:
+            return FOLDER
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise JarsError("Maven (mvn) is not installed: scripts/ensure-services.sh installs it")
+        stamp.unlink(missing_ok=True)
+        for old in FOLDER.glob("*.jar"):
+            old.unlink()
+        cmd = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(POM), "dependency:copy-dependencies",
+               f"-DoutputDirectory={FOLDER}", "-DincludeScope=runtime"]
+        if not quiet:
+            print("[jars]", " ".join(cmd), flush=True)
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=quiet, text=True)
+        if proc.returncode != 0:
+            raise JarsError(f"mvn dependency:copy-dependencies failed (exit {proc.returncode}):\n"
+                            f"{(proc.stdout or '')[-3000:]}{(proc.stderr or '')[-2000:]}")
+        stamp.write_text(key)
+    return FOLDER
+
+
+def peer_python() -> Path:
+    """Step 2: the python of the peers' virtualenv (made when missing)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from compat import venv_for
+
+    return venv_for(SPARK) / "bin" / "python"
+
+
+def _artifact(jar: str) -> str:
+    """``kafka-clients-3.9.1.jar`` -> ``kafka-clients``."""
+    return re.sub(r"-\d[\w.\-]*$", "", jar.removesuffix(".jar"))
+
+
+def classpath(spark_jars: Path, folder: Path = FOLDER) -> list[Path]:
+    """Step 3: the jars of ``folder`` whose artifacts ``spark_jars`` (pyspark's ``jars/``) lacks."""
+    own = {_artifact(j.name) for j in spark_jars.glob("*.jar")}
+    return sorted(j for j in folder.glob("*.jar") if _artifact(j.name) not in own)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="scripts/jars.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--peer", action="store_true", help="also make the peers' virtualenv; print its python")
+    args = ap.parse_args(argv)
+    try:
+        folder = ensure(quiet=False)
+    except JarsError as e:
+        print(f"scripts/jars.py: {e}", file=sys.stderr)
+        return 1
+    print(folder)
+    if args.peer:
+        print(peer_python())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

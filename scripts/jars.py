@@ -8,7 +8,7 @@ benchmarks.jvm_peers call.
    Lake, and the PostgreSQL and SQLite JDBC drivers. `mvn dependency:copy-dependencies` copies
    them with their runtime dependencies (Spark's own, which the pom declares ``provided``, are
    left out) from Maven Central into ``.jars/`` beside the project (git-ignored), through the
-   local Maven repository (``~/.m2``). The copy is made once: a stamp of the pom's hash says it is
+   local Maven repository (``~/.m2``), with jars/settings.xml (Central for the mirror Spark's pom names). The copy is made once: a stamp of the pom's hash says it is
    whole (a copy cut short is remade), a lock file keeps two runs from making it at once.
 2. The peers run on the Spark of the pom's ``spark.version``: pyspark of that release, in the
    virtualenv ``scripts/compat.py`` makes for its line (``.venv-spark-4.1``; that line's tested
@@ -56,7 +56,7 @@ SPARK = pom_property("spark.version")
 def ensure(*, quiet: bool = True) -> Path:
     """Step 1: the folder of jars, fetched when missing or stale."""
     FOLDER.mkdir(exist_ok=True)
-    key = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(POM.read_bytes() + POM.with_name("settings.xml").read_bytes()).hexdigest()[:16]
     stamp = FOLDER / "stamp"
     with open(FOLDER / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -68,7 +68,8 @@ def ensure(*, quiet: bool = True) -> Path:
         stamp.unlink(missing_ok=True)
         for old in FOLDER.glob("*.jar"):
             old.unlink()
-        cmd = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(POM), "dependency:copy-dependencies",
+        cmd = [mvn, "-B", *(["-q"] if quiet else []), "-s", str(POM.with_name("settings.xml")), "-f", str(POM),
+               "dependency:copy-dependencies",
                f"-DoutputDirectory={FOLDER}", "-DincludeScope=runtime"]
         if not quiet:
             print("[jars]", " ".join(cmd), flush=True)
@@ -85,7 +86,7 @@ def peer_python() -> Path:
     sys.path.insert(0, str(ROOT / "scripts"))
     from compat import venv_for
 
-    return venv_for(SPARK) / "bin" / "python"
+    return venv_for(SPARK)
 
 
 def _artifact(jar: str) -> str:

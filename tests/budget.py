@@ -57,6 +57,10 @@ ALLOWED: dict[str, str] = {
         "every README and docs/iceberg.md Python block, each twice in a process of its own (re-runnable)",
     "tests/test_compat_lane.py::test_the_compatibility_suite_passes_on_spark_3_5":
         "a Spark 3.5 application in a virtualenv of its own (made once, ~60 s; the download first)",
+    # The first test of the module asks the JVM peer's Spark (its own virtualenv and jars) every query once,
+    # after publishing a shop on each backend.
+    "tests/interop/test_spark_iceberg.py::test_rest_catalog_pinned_warehouses_give_lakesteps_rows":
+        "a Spark 4.1 application with Iceberg's runtime reading both backends' shops through REST and JDBC",
     # Property tests whose example counts are their strength (kept unless a smaller count is
     # shown to kill the same mutants, scripts/mutate.py).
     "tests/barrier/test_simulation.py::test_simulation_sqlite":

@@ -54,10 +54,10 @@ from ..errors import SparkVersionError
 SUPPORTED = ">=3.5,<4.4"
 """The pyspark versions lakestep supports (pyproject.toml's ``spark`` extra says the same)."""
 
-TESTED = ("3.5.9", "4.0.5", "4.1.3", "4.2.1", "4.3.0")
+TESTED = ("3.5.9", "4.0.5", "4.1.1", "4.2.1", "4.3.0")
 """The pyspark releases `make compat` runs the compatibility suite on (tests/streaming/test_spark_versions.py), one per
 line; the newest is the one `make test` runs everything on. 4.1's is the Spark of the JVM peers (jars/pom.xml: the
-newest 4.1 release whose Kafka source Maven Central serves), so that they share its virtualenv."""
+newest 4.1 release whose Kafka source Maven Central serves whole), so that they share its virtualenv."""
 
 FEATURES: dict[str, tuple[tuple[int, int], str, str]] = {
     # feature -> (the Spark it needs, what it is, what to use instead on an older Spark)

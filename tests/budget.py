@@ -53,6 +53,8 @@ ALLOWED: dict[str, str] = {
         "every curve of benchmarks.scale on both backends: fixed costs (processes, peers) dominate, not sizes",
     "tests/test_benchmarks.py::test_publish_benchmark_runs":
         "benchmarks.publish --quick on both backends: publisher rounds and readers, measured 48 s here",
+    "tests/test_benchmarks.py::test_jvm_peers_benchmark_runs":
+        "two Spark applications (lakestep's and the JVM peers' Spark 4.1 with Delta and Iceberg), five ingest runs",
     "tests/test_docs.py::test_readme_python_blocks_run":
         "every README and docs/iceberg.md Python block, each twice in a process of its own (re-runnable)",
     "tests/test_compat_lane.py::test_the_compatibility_suite_passes_on_spark_3_5":

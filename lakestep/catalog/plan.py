@@ -23,10 +23,9 @@ table's retention window must hold a version lock (``Table.lock``, or a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from ..errors import InvalidArgumentError
@@ -34,6 +33,9 @@ from . import reader
 from .columns import plain_schema, renamed
 from .files import DataFile, FileWriter, Storage, resolve_filesystem
 from .predicates import Filter, Predicate, Verdict
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 
 def schema_from_ipc(data: bytes) -> pa.Schema:
@@ -129,6 +131,8 @@ class ReadPlan(SerializedSchemas):
             raise InvalidArgumentError(f"{self.table} has a primary key: its files must be merged, use to_arrow()",
                                        argument="plan", value=self.table)
         if renamed(self.schema):  # stored names differ from the table's: read, then rename
+            import pyarrow.dataset as ds  # here: it imports pandas (predicates.Predicate.mask)
+
             return ds.dataset(self.to_arrow())
         return reader.dataset(self.store(), self.files, self.schema)
 

@@ -29,7 +29,6 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from ..errors import FilterValueError, InvalidPredicateError
 from .columns import stored_names
@@ -161,7 +160,7 @@ class Predicate:
         return frozenset(keys)
 
     # ---------------------------------------------------------------- rows
-    def file_expression(self) -> ds.Expression:
+    def file_expression(self) -> pc.Expression:
         """:meth:`expression` over the names the files store the columns under (columns.py
         rule 6): what a scan of the files filters with."""
         if not self.stored:
@@ -169,7 +168,7 @@ class Predicate:
         return Predicate(tuple(tuple((self.stored_name(c), op, v) for c, op, v in clause) for clause in self.clauses),
                          tuple((self.stored_name(n), t) for n, t in self.int_types)).expression()
 
-    def expression(self) -> ds.Expression:
+    def expression(self) -> pc.Expression:
         ors = []
         types = dict(self.int_types)
         for clause in self.clauses:
@@ -187,6 +186,8 @@ class Predicate:
         """Boolean mask of the rows that match (null counts as no match)."""
         if table.num_rows == 0:
             return pa.array([], pa.bool_())
+        import pyarrow.dataset as ds  # here: importing it imports pandas (0.4 s), which most processes never need
+
         result = ds.dataset(table).to_table(columns={"m": self.expression()})
         return pc.fill_null(result.column("m"), False)
 
@@ -232,11 +233,11 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _term_expr(t: Term, int_type: pa.DataType | None = None) -> ds.Expression:
+def _term_expr(t: Term, int_type: pa.DataType | None = None) -> pc.Expression:
     """``t`` as a pyarrow expression; on an integer column (``int_type``) its integer values
     are literals of that type (``_exact_integer_term`` made them fit it)."""
     col, op, val = t
-    f = ds.field(col)
+    f = pc.field(col)
     if int_type is not None:
         if op in ("in", "not in") and all(v is None or _is_int(v) for v in val):
             val = pa.array([v for v in val if v is not None], int_type)
@@ -245,7 +246,7 @@ def _term_expr(t: Term, int_type: pa.DataType | None = None) -> ds.Expression:
     if op in ("in", "not in") and not isinstance(val, pa.Array):
         val = [v for v in val if v is not None]
         if not val:  # no value (nothing, or nulls only): no row is in it; every non-null row is outside it
-            return f.is_valid() & ds.scalar(False) if op == "in" else f.is_valid()
+            return f.is_valid() & pc.scalar(False) if op == "in" else f.is_valid()
     if op in ("=", "=="):
         return f == val
     if op == "!=":

@@ -29,19 +29,20 @@ accept, is read as it now is (pages carry no checksum).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from ..errors import DataFileCorruptError
 from .columns import renamed, stored_schema, to_table_names
 
 if TYPE_CHECKING:
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
     from .files import FileWriter
 
-_PARQUET = ds.ParquetFileFormat()
 FRAGMENT_INDEX = "__fragment_index"
 
 
@@ -60,7 +61,7 @@ def read(
     schema: pa.Schema,
     *,
     columns: Sequence[str] | None = None,
-    filter: ds.Expression | None = None,
+    filter: "pc.Expression | None" = None,
 ) -> pa.Table:
     """The rows of ``files`` (under ``store``'s location) read with ``schema``, checked (steps 1-3).
 
@@ -76,8 +77,8 @@ def read(
     paths = [store.full_path(f.path) for f in files]
     if "://" not in store.location:
         _check_sizes(table, store.fs, files, paths, store.fs.get_file_info(paths))  # 1. local
-    fragments = [_PARQUET.make_fragment(p, store.fs, file_size=int(f.file_size)) for p, f in zip(paths, files)]
-    dataset = ds.FileSystemDataset(fragments, schema, _PARQUET, store.fs)
+    fragments = _fragments(store.fs, files, paths)
+    dataset = _dataset(fragments, schema, store.fs)
     try:
         out = dataset.to_table(columns=list(columns) if columns else None, filter=filter)
     except (OSError, pa.ArrowException) as e:
@@ -92,7 +93,7 @@ def read(
 
 
 def _read_stored(table: str, store: "FileWriter", files: Sequence[Recorded], schema: pa.Schema,
-                 columns: Sequence[str] | None, filter: ds.Expression | None) -> pa.Table:
+                 columns: Sequence[str] | None, filter: "pc.Expression | None") -> pa.Table:
     """:func:`read` of a schema with stored names: the files are scanned by the stored names
     (``filter`` is over them: ``Predicate.file_expression``), the rows come back with the
     table's names."""
@@ -108,15 +109,30 @@ def _read_stored(table: str, store: "FileWriter", files: Sequence[Recorded], sch
     return out.select(list(columns)) if columns else out
 
 
-def dataset(store: "FileWriter", files: Sequence[Recorded], schema: pa.Schema) -> ds.Dataset:
+def dataset(store: "FileWriter", files: Sequence[Recorded], schema: pa.Schema) -> "ds.Dataset":
     """A lazy dataset of ``files``, each opened with its recorded size (step 1 on object
     stores; locally, sizes are checked here with one stat per file). Row counts (step 2)
     are left to the caller: a lazy scan has no place to check them after it ran."""
     paths = [store.full_path(f.path) for f in files]
     if "://" not in store.location and files:
         _check_sizes("?", store.fs, files, paths, store.fs.get_file_info(paths))
-    fragments = [_PARQUET.make_fragment(p, store.fs, file_size=int(f.file_size)) for p, f in zip(paths, files)]
-    return ds.FileSystemDataset(fragments, schema, _PARQUET, store.fs)
+    return _dataset(_fragments(store.fs, files, paths), schema, store.fs)
+
+
+def _fragments(fs: pafs.FileSystem, files: Sequence[Recorded], paths: Sequence[str]) -> list[Any]:
+    """A Parquet fragment of each path, opened with its file's recorded size. pyarrow.dataset is
+    imported here, not with the module: it imports pandas (0.4 s), which a process that only commits
+    or reads metadata never needs."""
+    import pyarrow.dataset as ds
+
+    fmt = ds.ParquetFileFormat()
+    return [fmt.make_fragment(p, fs, file_size=int(f.file_size)) for p, f in zip(paths, files)]
+
+
+def _dataset(fragments: list[Any], schema: pa.Schema, fs: pafs.FileSystem) -> "ds.Dataset":
+    import pyarrow.dataset as ds
+
+    return ds.FileSystemDataset(fragments, schema, ds.ParquetFileFormat(), fs)
 
 
 def local_paths(store: "FileWriter", files: Sequence[Recorded]) -> list[str]:
@@ -148,8 +164,7 @@ def _diagnose(table: str, fs: pafs.FileSystem, files: Sequence[Recorded], paths:
     except OSError:
         return  # storage itself is failing: not a file's fault
     _check_sizes(table, fs, files, paths, infos)
-    for f, p in zip(files, paths):
-        frag = _PARQUET.make_fragment(p, fs, file_size=int(f.file_size))
+    for f, p, frag in zip(files, paths, _fragments(fs, files, paths)):
         try:
             frag.to_table(schema=schema)
             rows = frag.metadata.num_rows

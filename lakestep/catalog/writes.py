@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Sequence, Uni
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from ..errors import ArgumentTypeError, DataOutOfRangeError, InvalidArgumentError, InvalidDataError, SchemaMismatchError
 from .changes import Isolation, Operation, TableChange
@@ -329,11 +328,13 @@ def _check_set(table: "TableHandle", set: Mapping[str, Any]) -> None:
 
 
 def _evaluate_set(rows: pa.Table, set: Mapping[str, Any], schema: pa.Schema, ident: str = "?") -> dict[str, Any]:
-    exprs = {k: v for k, v in set.items() if isinstance(v, ds.Expression)}
+    exprs = {k: v for k, v in set.items() if isinstance(v, pc.Expression)}
     out: dict[str, Any] = {}
     bad = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError)
     if exprs:
         try:
+            import pyarrow.dataset as ds  # here: it imports pandas (predicates.Predicate.mask)
+
             evaluated = ds.dataset(rows).to_table(columns=exprs)
             for k in exprs:
                 out[k] = evaluated.column(k).cast(schema.field(k).type)

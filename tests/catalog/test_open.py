@@ -108,3 +108,31 @@ def test_a_warehouse_that_is_a_file_is_a_typed_error(tmp_path) -> None:  # type:
         Catalog(warehouse=str(tmp_path / "wh"))
     with pytest.raises(errors.InvalidLocationError):
         Catalog(warehouse=str(tmp_path / "wh" / "below"))
+
+
+def test_metadata_work_imports_no_dataset_or_pandas() -> None:
+    """A process that opens a catalog, makes tables, registers jobs, seals and plans (a CLI command,
+    the coordinator) does not import pyarrow.dataset, which imports pandas (0.4 s a process):
+    lakestep imports it where it scans files (catalog/reader.py). pyarrow itself imports both where a
+    plan's filter is checked against the schema (Acero) and where data comes as Python lists (its
+    conversion looks for pandas objects)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tempfile, pyarrow as pa\n"
+            "from lakestep import Catalog\n"
+            "from lakestep.barrier import Pipeline\n"
+            "cat = Catalog(warehouse=tempfile.mkdtemp())\n"
+            "cat.create_namespace('s')\n"
+            "t = cat.create_table('s.t', pa.schema([('id', pa.int64())]))\n"
+            "p = Pipeline(cat)\n"
+            "p.register_job('j', sinks=['s.t'], external_input=True)\n"
+            "coord = p.coordinator(interval=3600)\n"
+            "assert coord.acquire() and coord.seal() is not None\n"
+            "assert t.files() == [] and t.read_plan().files == () and cat.list_tables('s') == ['s.t']\n"
+            "bad = sorted(m for m in ('pyarrow.dataset', 'pandas', 'pyspark') if m in sys.modules)\n"
+            "assert not bad, bad\n"
+            "t.append({'id': [1, 2]})\n"
+            "assert t.to_arrow()['id'].to_pylist() == [1, 2] and 'pyarrow.dataset' in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -48,9 +48,10 @@ jars: venv
 	scripts/ensure-services.sh
 	$(BIN)/python scripts/jars.py --peer
 
-# Every JVM engine that reads lakestep's tables (tests/interop), on both catalog backends.
+# Every JVM engine that reads lakestep's tables (tests/interop), on both catalog backends; Trino's
+# server (scripts/trino.py: fetched and unpacked into .jars/trino-476 on first use, about 820 MB) too.
 interop: jars
-	LAKESTEP_TEST_LANES=1 $(BIN)/python scripts/test.py -q tests/interop $(PYTEST_ARGS)
+	LAKESTEP_TEST_TRINO=1 LAKESTEP_TEST_LANES=1 $(BIN)/python scripts/test.py -q tests/interop $(PYTEST_ARGS)
 
 # A mutation run over catalog/commit.py, catalog/resolver.py, catalog/predicates.py, barrier/rules.py and barrier/facts.py
 # (scripts/mutate.py):

@@ -23,41 +23,18 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, Pipeline
-from lakestep.iceberg import status
-from tests.conftest import CatalogSpec, _pg_spec
-from tests.iceberg.conftest import orders
-from tests.serve.conftest import Served, published_shop
+from tests.conftest import CatalogSpec
+from tests.interop.shops import JOIN, check, customers, joined, orders_rows, served_shops
+from tests.serve.conftest import Served
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import jars  # noqa: E402  (scripts/jars.py)
-
-JOIN = ("SELECT t.region, t.total, c.total, c.n FROM {a} t JOIN {b} c ON t.region = c.region "
-        "ORDER BY t.region")
-
-
-def tagged(shop: Any, ident: str) -> set[int]:
-    refs = shop.engines.table(ident).metadata.refs
-    return {int(r.split("-", 1)[1]) for r in refs if r.startswith("barrier-")}
-
-
-def at(cat: Catalog, ident: str, barrier: int) -> pa.Table:
-    return cat.load_table(ident).to_arrow(version=Pipeline(cat).version_at(ident, barrier))
-
-
-def joined(cat: Catalog, barrier: int) -> list[list[Any]]:
-    """lakestep's own answer to JOIN at ``barrier``."""
-    t = {r["region"]: r for r in at(cat, "shop.totals", barrier).to_pylist()}
-    c = {r["region"]: r for r in at(cat, "shop.counts", barrier).to_pylist()}
-    return [[k, t[k]["total"], c[k]["total"], c[k]["n"]] for k in sorted(t.keys() & c.keys())]
 
 
 def doc_catalog(name: str) -> dict[str, str]:
@@ -93,54 +70,29 @@ def rest_catalog(served: Served, warehouse: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def spark_answers(tmp_path_factory: pytest.TempPathFactory, pg_admin: sa.Engine
-                  ) -> Iterator[tuple[dict[str, Any], dict[str, list[list[Any]]], list[str]]]:
-    """Both backends' shops published and served; the peer's Spark asked every query once.
-    Yields (its answers, lakestep's answers by query name, the backends' lag descriptions)."""
+                  ) -> Iterator[tuple[dict[str, Any], dict[str, list[list[Any]]]]]:
+    """Both backends' shops published and served (tests/interop/shops.py); the peer's Spark asked
+    every query once, a session per backend. Yields (its answers, lakestep's answers by query name)."""
     work = tmp_path_factory.mktemp("interop")
     with contextlib.ExitStack() as stack:
-        specs = [CatalogSpec("sqlite", f"sqlite:///{work}/sqlite-wh/catalog.db", str(work / "sqlite-wh")),
-                 stack.enter_context(_pg_spec(pg_admin, str(work / "pg-wh")))]
-        sessions, want, lags = [], {}, []
-        for spec in specs:
-            cat = spec.open()
-            stack.callback(cat.close)
-            shop = published_shop(cat)
-            shop.step(check=False)  # counts catches up: the complete cut holds the customers' upserts (deletes)
-            shop.orders.append(orders((8, "apac", 5)), barrier=OPEN_EPOCH)
-            shop.step(lagging=False, check=False)  # and lags again
-            stack.callback(shop.pub.close)
-            served = Served(cat)
-            stack.callback(served.stop)
-            common = set.intersection(*(tagged(shop, i) for i in ("shop.orders", "shop.customers",
-                                                                   "shop.totals", "shop.counts")))
-            complete = status(cat).complete
-            assert complete is not None and complete == max(common)
-            # the lagging job: its newest version is barriers behind the other's, which no tag shows
-            ahead, behind = shop.p.frontier("shop.totals"), shop.p.frontier("shop.counts")
-            assert ahead is not None and behind is not None and ahead > behind >= complete, (ahead, behind, complete)
-            lags.append(f"{spec.backend}: totals at {ahead}, counts at {behind}, complete cut {complete}")
-            b = spec.backend
-            catalogs: dict[str, dict[str, str]] = {
-                "lakestep": jdbc_catalog(spec),
-                "cons": rest_catalog(served, "lakestep@consistent")}
+        sessions, want = [], {}
+        for s in served_shops(stack, work, pg_admin):
+            b = s.backend
+            catalogs = {"lakestep": jdbc_catalog(s.spec), "cons": rest_catalog(s.served, "lakestep@consistent")}
             queries = {f"{b} consistent join": JOIN.format(a="cons.shop.totals", b="cons.shop.counts"),
                        f"{b} jdbc main join": JOIN.format(a="lakestep.shop.totals", b="lakestep.shop.counts")}
-            want[f"{b} consistent join"] = want[f"{b} jdbc main join"] = joined(cat, complete)
-            for n in sorted(common):
-                catalogs[f"b{n}"] = rest_catalog(served, f"lakestep@barrier={n}")
+            want[f"{b} consistent join"] = want[f"{b} jdbc main join"] = joined(s.cat, s.complete)
+            for n in s.barriers:
+                catalogs[f"b{n}"] = rest_catalog(s.served, f"lakestep@barrier={n}")
                 queries[f"{b} rest barrier {n} join"] = JOIN.format(a=f"b{n}.shop.totals", b=f"b{n}.shop.counts")
                 queries[f"{b} jdbc tag {n} join"] = JOIN.format(
                     a=f"lakestep.shop.totals VERSION AS OF 'barrier-{n}'",
                     b=f"lakestep.shop.counts VERSION AS OF 'barrier-{n}'")
-                want[f"{b} rest barrier {n} join"] = want[f"{b} jdbc tag {n} join"] = joined(cat, n)
-            # the primary-key table (its position deletes) and the decimal and date columns
+                want[f"{b} rest barrier {n} join"] = want[f"{b} jdbc tag {n} join"] = joined(s.cat, n)
             queries[f"{b} customers"] = "SELECT cid, name, tier FROM cons.shop.customers ORDER BY cid"
-            want[f"{b} customers"] = sorted(
-                [r["cid"], r["name"], r["tier"]] for r in at(cat, "shop.customers", complete).to_pylist())
+            want[f"{b} customers"] = customers(s)
             queries[f"{b} orders"] = "SELECT id, region, amount, price, day FROM cons.shop.orders ORDER BY id"
-            want[f"{b} orders"] = sorted(
-                [r["id"], r["region"], r["amount"], str(r["price"]), str(r["day"])]
-                for r in at(cat, "shop.orders", complete).to_pylist())
+            want[f"{b} orders"] = orders_rows(s)
             sessions.append({"catalogs": catalogs, "queries": queries})
         folder = jars.ensure()
         py = jars.peer_python()
@@ -155,33 +107,23 @@ def spark_answers(tmp_path_factory: pytest.TempPathFactory, pg_admin: sa.Engine
         proc = subprocess.run([str(py), str(ROOT / "tests" / "interop" / "spark_reader.py"), str(spec_file),
                                str(out_file)], capture_output=True, text=True, timeout=900, env=env, cwd=work)
         assert proc.returncode == 0, proc.stderr[-5000:]
-        yield json.loads(out_file.read_text()), want, lags
-
-
-def _check(answers: dict[str, Any], want: dict[str, Any], contains: str) -> int:
-    names = [n for n in want if contains in n]
-    assert names
-    for name in names:
-        got = answers[name]
-        assert not isinstance(got, dict), f"{name}: {got['error']}"
-        assert got == want[name], f"{name}: Spark read {got}, lakestep {want[name]}"
-    return len(names)
+        yield json.loads(out_file.read_text()), want
 
 
 def test_rest_catalog_pinned_warehouses_give_lakesteps_rows(spark_answers: Any) -> None:
-    answers, want, _ = spark_answers
-    assert _check(answers, want, "rest barrier") >= 4  # at least two barriers on each backend
-    assert _check(answers, want, "consistent join") == 2
+    answers, want = spark_answers
+    assert check("Spark", answers, want, "rest barrier") >= 4  # at least two barriers on each backend
+    assert check("Spark", answers, want, "consistent join") == 2
 
 
 def test_jdbc_catalog_tags_and_main(spark_answers: Any) -> None:
-    answers, want, _ = spark_answers
-    assert _check(answers, want, "jdbc tag") >= 6
-    assert _check(answers, want, "jdbc main") == 2
+    answers, want = spark_answers
+    assert check("Spark", answers, want, "jdbc tag") >= 6
+    assert check("Spark", answers, want, "jdbc main") == 2
 
 
 def test_primary_keys_decimals_and_dates(spark_answers: Any) -> None:
-    answers, want, _ = spark_answers
-    assert _check(answers, want, "customers") == 2
+    answers, want = spark_answers
+    assert check("Spark", answers, want, "customers") == 2
     assert [2, "bobby", 2] in answers["sqlite customers"]  # an upserted row: its old one deleted by position
-    assert _check(answers, want, "orders") == 2
+    assert check("Spark", answers, want, "orders") == 2

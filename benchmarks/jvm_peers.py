@@ -59,18 +59,12 @@ class Peer:
     """The peers' Spark application (benchmarks/jvm_peer_app.py), asked one run at a time."""
 
     def __init__(self, work: Path) -> None:
-        folder = jars.ensure()
-        py = jars.peer_python()
-        spark_jars = Path(subprocess.check_output(
-            [str(py), "-c", "import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))"],
-            text=True).strip())
+        py, peer_jars, env = jars.peer_spark()
         self.version = subprocess.check_output([str(py), "-c", "import pyspark; print(pyspark.__version__)"],
                                                text=True).strip()
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("LAKESTEP_SPARK_CLASS_ARCHIVE", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
         self.log = (work / "peer.log").open("w")
         self.proc = subprocess.Popen(
-            [str(py), "-m", "benchmarks.jvm_peer_app", str(work / "peer"), *map(str, jars.classpath(spark_jars, folder))],
+            [str(py), "-m", "benchmarks.jvm_peer_app", str(work / "peer"), *map(str, peer_jars)],
             cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
         line = self._line()
         if line.strip() != "ready":

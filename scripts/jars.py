@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -62,23 +63,28 @@ def ensure(*, quiet: bool = True) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if stamp.exists() and stamp.read_text() == key:
             return FOLDER
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise JarsError("Maven (mvn) is not installed: scripts/ensure-services.sh installs it")
         stamp.unlink(missing_ok=True)
         for old in FOLDER.glob("*.jar"):
             old.unlink()
-        cmd = [mvn, "-B", *(["-q"] if quiet else []), "-s", str(POM.with_name("settings.xml")), "-f", str(POM),
-               "dependency:copy-dependencies",
-               f"-DoutputDirectory={FOLDER}", "-DincludeScope=runtime"]
-        if not quiet:
-            print("[jars]", " ".join(cmd), flush=True)
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=quiet, text=True)
-        if proc.returncode != 0:
-            raise JarsError(f"mvn dependency:copy-dependencies failed (exit {proc.returncode}):\n"
-                            f"{(proc.stdout or '')[-3000:]}{(proc.stderr or '')[-2000:]}")
+        mvn(["-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={FOLDER}", "-DincludeScope=runtime"],
+            quiet=quiet, label="jars")
         stamp.write_text(key)
     return FOLDER
+
+
+def mvn(args: list[str], *, quiet: bool, label: str) -> None:
+    """Maven with jars/settings.xml and ``args``; its output shown unless ``quiet``. Raises
+    :class:`JarsError` with the end of its output when it fails or is not installed."""
+    exe = shutil.which("mvn")
+    if exe is None:
+        raise JarsError("Maven (mvn) is not installed: scripts/ensure-services.sh installs it")
+    cmd = [exe, "-B", *(["-q"] if quiet else []), "-s", str(POM.with_name("settings.xml")), *args]
+    if not quiet:
+        print(f"[{label}]", " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=quiet, text=True)
+    if proc.returncode != 0:
+        raise JarsError(f"mvn {' '.join(args)} failed (exit {proc.returncode}):\n"
+                        f"{(proc.stdout or '')[-3000:]}{(proc.stderr or '')[-2000:]}")
 
 
 def peer_python() -> Path:
@@ -98,6 +104,21 @@ def classpath(spark_jars: Path, folder: Path = FOLDER) -> list[Path]:
     """Step 3: the jars of ``folder`` whose artifacts ``spark_jars`` (pyspark's ``jars/``) lacks."""
     own = {_artifact(j.name) for j in spark_jars.glob("*.jar")}
     return sorted(j for j in folder.glob("*.jar") if _artifact(j.name) not in own)
+
+
+PEER_ENV_DROP = ("LAKESTEP_SPARK_CLASS_ARCHIVE", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+"""What a `make test` lane sets for its own Spark that the peers' Spark must not inherit (the newest
+Spark's class-data archive, this interpreter as the workers' Python)."""
+
+
+def peer_spark() -> tuple[Path, list[Path], dict[str, str]]:
+    """Steps 1-3 for a peer application: its python, the jars it adds to its pyspark's own, and
+    the environment to run it with."""
+    folder, py = ensure(), peer_python()
+    spark_jars = Path(subprocess.check_output(
+        [str(py), "-c", "import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))"],
+        text=True).strip())
+    return py, classpath(spark_jars, folder), {k: v for k, v in os.environ.items() if k not in PEER_ENV_DROP}
 
 
 def main(argv: list[str]) -> int:

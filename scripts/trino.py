@@ -33,7 +33,6 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -42,6 +41,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+import jars  # noqa: E402  (scripts/jars.py: Maven with jars/settings.xml)
+
+from lakestep.testing.ports import free_port  # noqa: E402
+
 JARS = ROOT / ".jars"
 VERSION = "476"
 FOLDER = JARS / f"trino-{VERSION}"
@@ -63,27 +68,20 @@ class TrinoError(RuntimeError):
 def ensure(*, quiet: bool = True) -> Path:
     """Step 1: the unpacked server's folder, fetched and unpacked when missing or stale."""
     JARS.mkdir(exist_ok=True)
-    settings = ROOT / "jars" / "settings.xml"
-    key = hashlib.sha256(f"{VERSION} {PLUGINS}".encode() + settings.read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(f"{VERSION} {PLUGINS}".encode() + (ROOT / "jars" / "settings.xml").read_bytes()).hexdigest()[:16]
     stamp = FOLDER / "stamp"
     with open(JARS / f".trino-{VERSION}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if stamp.exists() and stamp.read_text() == key:
             return FOLDER
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise TrinoError("Maven (mvn) is not installed: scripts/ensure-services.sh installs it")
         shutil.rmtree(FOLDER, ignore_errors=True)
         download = JARS / f"trino-{VERSION}.download"
         shutil.rmtree(download, ignore_errors=True)
-        cmd = [mvn, "-B", *(["-q"] if quiet else []), "-s", str(settings), "dependency:copy",
-               f"-Dartifact=io.trino:trino-server:{VERSION}:tar.gz", f"-DoutputDirectory={download}"]
-        if not quiet:
-            print("[trino]", " ".join(cmd), flush=True)
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=quiet, text=True)
-        if proc.returncode != 0:
-            raise TrinoError(f"mvn dependency:copy of trino-server {VERSION} failed (exit {proc.returncode}):\n"
-                             f"{(proc.stdout or '')[-3000:]}{(proc.stderr or '')[-2000:]}")
+        try:
+            jars.mvn(["dependency:copy", f"-Dartifact=io.trino:trino-server:{VERSION}:tar.gz",
+                      f"-DoutputDirectory={download}"], quiet=quiet, label="trino")
+        except jars.JarsError as e:
+            raise TrinoError(f"trino-server {VERSION}: {e}") from e
         top = f"trino-server-{VERSION}/"
         partial = FOLDER.with_name(FOLDER.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
@@ -102,12 +100,6 @@ def ensure(*, quiet: bool = True) -> Path:
         shutil.rmtree(download, ignore_errors=True)
         stamp.write_text(key)
     return FOLDER
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _props(values: Mapping[str, str]) -> str:
@@ -158,7 +150,7 @@ class Trino:
         etc = self.workdir / "etc"
         shutil.rmtree(self.workdir, ignore_errors=True)
         (etc / "catalog").mkdir(parents=True)
-        self.port = _free_port()
+        self.port = free_port()
         (etc / "config.properties").write_text(_props({
             "coordinator": "true",
             "node-scheduler.include-coordinator": "true",

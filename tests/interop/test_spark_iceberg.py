@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -94,16 +93,10 @@ def spark_answers(tmp_path_factory: pytest.TempPathFactory, pg_admin: sa.Engine
             queries[f"{b} orders"] = "SELECT id, region, amount, price, day FROM cons.shop.orders ORDER BY id"
             want[f"{b} orders"] = orders_rows(s)
             sessions.append({"catalogs": catalogs, "queries": queries})
-        folder = jars.ensure()
-        py = jars.peer_python()
-        spark_jars = Path(subprocess.check_output(
-            [str(py), "-c", "import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))"],
-            text=True).strip())
+        py, peer_jars, env = jars.peer_spark()
         spec_file, out_file = work / "spec.json", work / "out.json"
-        spec_file.write_text(json.dumps({"jars": [str(j) for j in jars.classpath(spark_jars, folder)],
+        spec_file.write_text(json.dumps({"jars": [str(j) for j in peer_jars],
                                          "workdir": str(work / "spark"), "sessions": sessions}))
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("LAKESTEP_SPARK_CLASS_ARCHIVE", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
         proc = subprocess.run([str(py), str(ROOT / "tests" / "interop" / "spark_reader.py"), str(spec_file),
                                str(out_file)], capture_output=True, text=True, timeout=900, env=env, cwd=work)
         assert proc.returncode == 0, proc.stderr[-5000:]

@@ -192,11 +192,14 @@ class Producer(threading.Thread):
 
 
 class Reader(threading.Thread):
-    """First-seen times of the ids of f.d2: in consistent answers (``barriers``), or at its newest version."""
+    """First-seen times of the ids of f.d2: in consistent answers (``barriers``), or at its newest version.
+    ``probe``: each answer also counts the rows of the three tables at the versions it chose (a join of
+    f.raw and f.d2 on id is right when they are equal); ``wrong``: the answers where they differ."""
 
-    def __init__(self, url: str, barriers: bool) -> None:
+    def __init__(self, url: str, barriers: bool, probe: bool = False) -> None:
         super().__init__(name="freshness-reader", daemon=True)
-        self.url, self.barriers = url, barriers
+        self.url, self.barriers, self.probe = url, barriers, probe
+        self.wrong = 0
         self.seen: dict[int, float] = {}
         self.duplicates = 0
         self.answers: list[tuple[float, int | None, int | None, int]] = []  # (time, barrier, sealed, d2 version)
@@ -225,6 +228,10 @@ class Reader(threading.Thread):
                         continue
                     last_b, v = ch.barrier, ch.versions["f.d2"]
                     self.answers.append((t, ch.barrier, ch.explanation.sealed, v))
+                    if self.probe:
+                        counts = {sum(f.record_count for f in cat.load_table(ident).files(version=ch.versions[ident]))
+                                  for ident in TABLES}
+                        self.wrong += len(counts) > 1
                 else:
                     v = d2.version
                     t = time.time()
@@ -392,6 +399,54 @@ def wait_for(cond: Callable[[], bool], timeout: float, failed: Callable[[], str 
     return True
 
 
+def measure(producer: Producer, reader: Any, failed: Callable[[], str | None], params: dict[str, Any],
+            out: dict[str, Any], lag: Callable[[], int | None] = lambda: None) -> list[int]:
+    """The measurement of a running pipeline (the producer and the reader started): wait for the first
+    record to come through, ``warmup`` s, then the ``seconds`` window; drain (the producer runs on until
+    every measured record was seen, then stops; then every record produced must be seen). Fills ``out``
+    with ``first_through_s``, ``lag_end`` (``lag()`` at the window's end) and ``load_1min``; returns the
+    ids produced in the window, in order. Raises what ``failed()`` reports."""
+    t_start = time.time()
+    if not wait_for(lambda: bool(reader.seen), params["start_timeout"], failed):
+        raise TimeoutError(f"no record came through within {params['start_timeout']} s")
+    out["first_through_s"] = round(time.time() - t_start, 1)
+    time.sleep(params["warmup"])
+    t0 = time.time()
+    time.sleep(params["seconds"])
+    t1 = time.time()
+    out["lag_end"] = lag()
+    out["load_1min"] = round(os.getloadavg()[0], 2)
+    # dict.copy() runs in C under the GIL: a consistent view while the producer adds ids
+    ids = sorted(i for i, t in producer.produced.copy().items() if t0 <= t < t1)
+    wait_for(lambda: all(i in reader.seen for i in ids), params["drain"], failed)
+    producer.halt.set()
+    producer.join(timeout=90)
+    wait_for(lambda: len(reader.seen) >= len(producer.produced), params["drain"], failed)
+    why = failed()
+    if why:
+        raise RuntimeError(why)
+    return ids
+
+
+def latency_stats(ids: list[int], producer: Producer, reader: Any) -> dict[str, Any]:
+    """Record-to-answer latencies of the measured ``ids`` and what was seen against what was produced
+    (``reader``: ``seen`` id -> first-seen time, ``duplicates``, ``answers``)."""
+    produced, seen = producer.produced, reader.seen
+    lat = [seen[i] - produced[i] for i in ids if i in seen]
+    third = len(ids) // 3
+    early = [seen[i] - produced[i] for i in ids[:third] if i in seen]
+    late = [seen[i] - produced[i] for i in ids[len(ids) - third:] if i in seen]
+    return {
+        "records": len(ids), "unseen": sum(1 for i in ids if i not in seen),
+        "p50_s": _r(pct(lat, 0.5)), "p95_s": _r(pct(lat, 0.95)), "p99_s": _r(pct(lat, 0.99)),
+        "max_s": _r(max(lat, default=None)), "min_s": _r(min(lat, default=None)),
+        "trend": _r(statistics.median(late) / statistics.median(early)) if early and late else None,
+        "produced": len(produced), "seen": len(seen), "duplicates": reader.duplicates,
+        "unexpected": len(set(seen) - set(produced)), "missing": len(set(produced) - set(seen)),
+        "answers": len(reader.answers),
+    }
+
+
 def run_cell(spark: Any, broker: Any, root: Path, backend: str, pg_dsn: str, interval: float | None,
              trigger: float, params: dict[str, Any], tag: str = "r1") -> dict[str, Any]:
     barriers = interval is not None
@@ -414,7 +469,8 @@ def run_cell(spark: Any, broker: Any, root: Path, backend: str, pg_dsn: str, int
         derived = params["derived"]
         queries = start_queries(spark, url, broker.bootstrap_servers, topic, ck, trigger, barriers, name, derived)
         jobs = DriverJobs(spark, url, barriers, params["quiet_commit_s"]) if derived == "driver" else None
-        producer, reader = Producer(broker.bootstrap_servers, topic, params["rate"]), Reader(url, barriers)
+        producer, reader = (Producer(broker.bootstrap_servers, topic, params["rate"]),
+                            Reader(url, barriers, probe=params.get("probe", False)))
         reader.start()
         producer.start()
 
@@ -429,26 +485,9 @@ def run_cell(spark: Any, broker: Any, root: Path, backend: str, pg_dsn: str, int
 
         out: dict[str, Any] = {"backend": backend, "interval": interval, "trigger": trigger, "derived": derived}
         try:
-            t_start = time.time()
-            if not wait_for(lambda: bool(reader.seen), params["start_timeout"], failed):
-                raise TimeoutError(f"no record came through within {params['start_timeout']} s")
-            out["first_through_s"] = round(time.time() - t_start, 1)
-            time.sleep(params["warmup"])
-            t0 = time.time()
-            time.sleep(params["seconds"])
-            t1 = time.time()
-            out["lag_end"] = (reader.answers[-1][2] - reader.answers[-1][1]) if barriers and reader.answers \
-                else None
-            out["load_1min"] = round(os.getloadavg()[0], 2)
-            # dict.copy() runs in C under the GIL: a consistent view while the producer adds ids
-            ids = sorted(i for i, t in producer.produced.copy().items() if t0 <= t < t1)
-            wait_for(lambda: all(i in reader.seen for i in ids), params["drain"], failed)
-            producer.halt.set()
-            producer.join(timeout=90)
-            wait_for(lambda: len(reader.seen) >= len(producer.produced), params["drain"], failed)
-            why = failed()
-            if why:
-                raise RuntimeError(why)
+            ids = measure(producer, reader, failed, params, out,
+                          lag=lambda: (reader.answers[-1][2] - reader.answers[-1][1])
+                          if barriers and reader.answers else None)
         finally:
             producer.halt.set()
             reader.halt.set()
@@ -462,21 +501,11 @@ def run_cell(spark: Any, broker: Any, root: Path, backend: str, pg_dsn: str, int
                 coord.stop()
         progress = {job: [json.loads(x.json) for x in q.recentProgress] for job, q in zip(JOBS, queries)}
         driver = {job: jobs.timings(job) for job in JOBS[1:]} if jobs is not None else {}
+        out.update(latency_stats(ids, producer, reader))
+        out["seals"] = len(p.seals()) if barriers else 0
+        if reader.probe:
+            out["probes_wrong"] = reader.wrong
         produced, seen = producer.produced, reader.seen
-        lat = [seen[i] - produced[i] for i in ids if i in seen]
-        third = len(ids) // 3
-        early = [seen[i] - produced[i] for i in ids[:third] if i in seen]
-        late = [seen[i] - produced[i] for i in ids[len(ids) - third:] if i in seen]
-        out.update({
-            "records": len(ids), "unseen": sum(1 for i in ids if i not in seen),
-            "p50_s": _r(pct(lat, 0.5)), "p95_s": _r(pct(lat, 0.95)), "p99_s": _r(pct(lat, 0.99)),
-            "max_s": _r(max(lat, default=None)), "min_s": _r(min(lat, default=None)),
-            "trend": _r(statistics.median(late) / statistics.median(early)) if early and late else None,
-            "produced": len(produced), "seen": len(seen), "duplicates": reader.duplicates,
-            "unexpected": len(set(seen) - set(produced)), "missing": len(set(produced) - set(seen)),
-            "answers": len(reader.answers),
-            "seals": len(p.seals()) if barriers else 0,
-        })
         timed = {job: commit_times(ck / f"commits-{job}.jsonl") for job in JOBS}
         out["stages_ms"], out["barriers_backwards"] = stage_breakdown(tables, p, barriers, ids, produced, seen,
                                                                    progress, timed, driver)

@@ -149,9 +149,16 @@ def run_sink(spark: Any, root: Path, fmt: str, rows_per_batch: int, batches: int
 
         spark.dataSource.register(NullSink)
         w = w.format(NULL_NAME)
-    else:
+    elif fmt == "delta":  # benchmarks.jvm_peers: in the peers' Spark (Delta Lake's jars)
+        w = w.format("delta").option("path", str(root / "delta-out"))
+    elif fmt != "iceberg":
         w = w.format("parquet").option("path", str(root / "parquet-out"))
-    q = w.queryName(f"sink-{fmt}").start()
+    if fmt == "iceberg":  # benchmarks.jvm_peers: the peers' Spark, its Iceberg catalog ``bench``
+        ident = f"bench.k.sink_{root.name.replace('-', '_')}"
+        spark.sql(f"CREATE TABLE {ident} (id bigint, ts timestamp, value double, name string) USING iceberg")
+        q = w.queryName(f"sink-{fmt}").toTable(ident)
+    else:
+        q = w.queryName(f"sink-{fmt}").start()
     try:
         deadline = time.time() + 1800
         while sum(1 for p in q.recentProgress if p.get("numInputRows", 0) > 0) < batches + 1:
@@ -166,6 +173,10 @@ def run_sink(spark: Any, root: Path, fmt: str, rows_per_batch: int, batches: int
     if fmt in ("lakestep", "lakestep-spark"):
         stats["table_rows"] = table.count()
         cat.close()
+    elif fmt == "delta":
+        stats["table_rows"] = spark.read.format("delta").load(str(root / "delta-out")).count()
+    elif fmt == "iceberg":
+        stats["table_rows"] = spark.table(ident).count()
     return stats
 
 

@@ -195,12 +195,15 @@ def test_publish_benchmark_runs(tmp_path: Path) -> None:
 @pytest.mark.spark
 @pytest.mark.kafka
 def test_jvm_peers_benchmark_runs(tmp_path: Path) -> None:
-    """``benchmarks.jvm_peers``, a smoke run: lakestep's Kafka readers and Spark's own Kafka source into
-    Delta, Iceberg and Parquet (the peers' Spark and jars, scripts/jars.py) over one topic; every run
-    lands every record once, and each lakestep reader has its ratio to Spark's source into Delta."""
+    """``benchmarks.jvm_peers``, a smoke run of its three sections against the peers' Spark and jars
+    (scripts/jars.py): lakestep's Kafka readers and Spark's own Kafka source into Delta, Iceberg and
+    Parquet over one topic, every run landing every record once; lakestep's sinks against Delta's and
+    Iceberg's; the freshness pipeline on lakestep (SQLite), Delta and Iceberg, every record produced
+    seen once, lakestep's answers never wrong."""
     out = tmp_path / "jvm.json"
     r = subprocess.run([sys.executable, "-m", "benchmarks.jvm_peers", "--quick", "--messages", "2000", "--warmup", "0",
-                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                        "--backends", "sqlite", "--seconds", "2", "--rate", "50", "--rows-per-batch", "2000",
+                        "--batches", "1", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert r.returncode in (0, 1), r.stderr[-3000:]  # 1: a target missed (no timing is judged here)
     doc = json.loads(out.read_text())
     ing = doc["ingest"]
@@ -209,5 +212,17 @@ def test_jvm_peers_benchmark_runs(tmp_path: Path) -> None:
                    "spark-kafka->parquet"):
         assert ing[f"{reader} rows/s median"] > 0, reader
     assert ing["lakestep-kafka / spark-kafka->delta median"] > 0 and ing["kafka.ingest / spark-kafka->delta median"] > 0
+    sinks = doc["sinks"]
+    for sink in ("lakestep", "lakestep-spark", "delta", "iceberg"):
+        assert sinks[f"{sink} rows/s median"] > 0, sink
+    assert all(n >= 4000 and n % 2000 == 0 for n in sinks["table_rows"]), sinks["table_rows"]
+    cells = {c["system"]: c for c in doc["freshness"]["cells"]}
+    assert sorted(cells) == ["delta", "iceberg", "lakestep-sqlite"]
+    for c in cells.values():
+        assert "error" not in c, c["error"]
+        assert c["produced"] == c["seen"] > 0 and c["records"] > 0 and c["p50_s"] > 0
+        assert c["missing"] == c["unexpected"] == c["duplicates"] == c["unseen"] == 0
+        assert c["answers"] > 0
+    assert cells["lakestep-sqlite"]["probes_wrong"] == 0  # every consistent answer: equal counts
     assert doc["versions"] == {"spark": "4.1.1", "iceberg": "1.12.0", "delta": "4.2.0"}
-    assert "root ingest" in r.stdout and "targets met" in r.stdout
+    assert all(x in r.stdout for x in ("root ingest", "sink throughput", "freshness", "targets met"))

@@ -98,11 +98,11 @@ class Shop:
                 if not every_tag and (ident, tag_name(b)) in self.checked:
                     continue
                 expected = lakestep_rows(self.cat, ident, self.version_at(t, ident, b))
-                assert_same(self.engines, ident, tag_name(b), expected)
+                assert_same(self.engines, ident, tag_name(b), expected, t)
                 self.checked.add((ident, tag_name(b)))
                 n += 1
             if ident == "shop.regions":  # unmanaged: main is its newest version
-                assert_same(self.engines, ident, "main", self.regions.to_arrow())
+                assert_same(self.engines, ident, "main", self.regions.to_arrow(), t)
             elif complete is not None and tags:
                 assert t.metadata.current_snapshot_id == t.snapshot_by_name(tag_name(complete)).snapshot_id, \
                     (ident, complete)

@@ -94,9 +94,10 @@ class Engines:
     def table(self, ident: str) -> Any:
         return self.sql.load_table(ident)
 
-    def read(self, engine: str, ident: str, ref: str) -> tuple[list[str], Rows]:
-        """(columns, rows) of ``ref`` (a tag or ``main``) of the Iceberg table ``ident``."""
-        t = self.table(ident)
+    def read(self, engine: str, ident: str, ref: str, table: Any = None) -> tuple[list[str], Rows]:
+        """(columns, rows) of ``ref`` (a tag or ``main``) of the Iceberg table ``ident`` (``table``: its
+        metadata as the caller loaded it, else loaded now)."""
+        t = table if table is not None else self.table(ident)
         snap = t.snapshot_by_name(ref)
         assert snap is not None, f"{ident} has no ref {ref!r}: {sorted(t.metadata.refs)}"
         if engine == "pyiceberg":
@@ -120,10 +121,12 @@ def lakestep_rows(catalog: Catalog, ident: str, version: int) -> pa.Table:
     return catalog.load_table(ident).to_arrow(version=version)
 
 
-def assert_same(engines: Engines, ident: str, ref: str, expected: pa.Table) -> None:
-    """Every engine reads ``ref`` of ``ident`` as exactly ``expected`` (lakestep's rows)."""
+def assert_same(engines: Engines, ident: str, ref: str, expected: pa.Table, table: Any = None) -> None:
+    """Every engine reads ``ref`` of ``ident`` as exactly ``expected`` (lakestep's rows); the table's
+    metadata loaded once for all of them (``table``: as the caller loaded it)."""
+    t = table if table is not None else engines.table(ident)
     for engine in engines.engines:
-        cols, got = engines.read(engine, ident, ref)
+        cols, got = engines.read(engine, ident, ref, t)
         extra = [c for c in expected.column_names if c not in cols]
         for c in extra:  # added after this snapshot: null in lakestep's rows too
             assert expected.column(c).null_count == expected.num_rows, (engine, ident, ref, c)

@@ -205,7 +205,7 @@ class Table(TableHandle):
         rows = conn.execute(sa.select(S.schemas.c.schema_ipc).where(S.schemas.c.table_id == self.table_id))
         return [pa.ipc.read_schema(pa.py_buffer(r[0])) for r in rows]
 
-    def update_column(self, name: str, *, type: pa.DataType | None = None, nullable: bool | None = None) -> "Table":
+    def update_column(self, name: str, type: pa.DataType | None = None, *, nullable: bool | None = None) -> "Table":
         """Widen a column's type or make a required column optional: one catalog commit,
         metadata only (no file is rewritten); returns this handle.
 
@@ -220,7 +220,7 @@ class Table(TableHandle):
 
         Example::
 
-            t.update_column("n", type=pa.int64())
+            t.update_column("n", pa.int64())          # or type=pa.int64()
             t.update_column("note", nullable=True)
         """
         if type is None and nullable is None:

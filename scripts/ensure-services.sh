@@ -64,14 +64,6 @@ if ! port_open; then
   $SUDO pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
   for _ in $(seq 1 60); do port_open && break; sleep 0.5; done
   port_open || { log "PostgreSQL did not come up on 127.0.0.1:5432"; exit 1; }
-  # Test machines only, on the server this script started: no fsync (nor the full-page images that
-  # guard against torn pages after an OS crash). A killed PostgreSQL process still loses nothing
-  # committed (the WAL is written to the OS at each commit; only an OS crash could lose it), and the
-  # suite's restart tests run servers of their own (tests/pgcluster.py). Each test's schema, made and
-  # dropped, and every commit stop waiting for the disk: 0.25 -> 0.15 s per catalog made, used, dropped.
-  log "test settings: fsync=off, full_page_writes=off"
-  psql -h 127.0.0.1 -U postgres -d postgres -qAt -c "alter system set fsync = off" \
-    -c "alter system set full_page_writes = off" -c "select pg_reload_conf()" >/dev/null
 fi
 
 # The `test` database the suite uses (each test works in a schema of its own).

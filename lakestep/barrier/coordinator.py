@@ -211,10 +211,6 @@ class Coordinator:
             wait = opened_at + self.interval - self.catalog.clock.shared_now(conn)
             return wait <= 0, max(wait, 0.0), open_
 
-    def request_seal(self) -> None:
-        """Wake the loop now (a root job's driver calls this after its batch committed)."""
-        self._wake.set()
-
     def tick(self) -> Tick:
         """One step of the loop (module docstring). Safe to call by hand, e.g. in tests."""
         try:

@@ -526,12 +526,6 @@ class Catalog:
     def _table(self, table: Table | str) -> Table:
         return table if isinstance(table, Table) else self.load_table(table)
 
-    def commit_changes(
-        self, changes: Sequence[TableChange], *, job_id: str | None = None, batch_id: int | None = None
-    ) -> list[CommitResult]:
-        """Commit prepared changes in one database transaction (see ``commit.py``)."""
-        return self.commit_guarded(changes, job_id=job_id, batch_id=batch_id)[1]
-
     def recorded(self, job_id: str, batch_id: int) -> list[CommitResult] | None:
         """The commits recorded under the idempotency key ``(job_id, batch_id)``, marked
         replayed; None when the key is not recorded (never committed, or pruned)."""

@@ -77,11 +77,6 @@ def normalize_location(location: str) -> str:
     return os.path.normpath(os.path.abspath(location))
 
 
-def is_within(location: str, root: str) -> bool:
-    loc, base = normalize_location(location), normalize_location(root)
-    return loc == base or loc.startswith(base.rstrip("/") + "/")
-
-
 def file_uri(location: str, rel: str) -> str:
     """The absolute URI (or local path) of the file ``rel`` of the table at ``location``."""
     check_relative_path(rel)

@@ -105,10 +105,6 @@ class ReadPlan(SerializedSchemas):
         return bool(self.primary_key)
 
     @property
-    def uris(self) -> list[str]:
-        return [f.uri for f in self.files]
-
-    @property
     def record_count(self) -> int:
         """Rows stored in the files (for a primary-key table: before merging)."""
         return sum(f.record_count for f in self.files)

@@ -14,18 +14,15 @@ import sqlalchemy as sa
 
 from ..errors import (
     InvalidArgumentError,
-    InvalidSchemaError,
     NoPrimaryKeyError,
     SchemaChangedConflict,
     SchemaChangeError,
-    SchemaMismatchError,
     TableNotFoundError,
     VersionNotFoundError,
 )
 from . import alter
 from . import cleanup as cleanup_mod
-from . import pk
-from .columns import assign, widening
+from .columns import widening
 from . import lifecycle
 from . import properties as P
 from . import schema as S
@@ -34,14 +31,7 @@ from .checks import check_barrier, check_seconds
 from .files import DataFile
 from .handle import CatalogLike, TableHandle, TableMeta
 from .predicates import Filter, Predicate, Verdict
-from .writes import (
-    PartitionSpec,
-    prepare_append,
-    prepare_compact,
-    prepare_delete,
-    prepare_overwrite,
-    prepare_update,
-)
+from .writes import PartitionSpec
 
 if TYPE_CHECKING:
     from .plan import ReadPlan

@@ -228,10 +228,6 @@ class IcebergTable:
         return cls(namespace, name, md, metadata_location, io, state)
 
     # ------------------------------------------------------------ reading
-    def snapshot_of(self, ref: str) -> Snapshot | None:
-        r = self.metadata.refs.get(ref)
-        return None if r is None else self.metadata.snapshot_by_id(r.snapshot_id)
-
     def tags(self) -> dict[int, int]:
         """barrier -> snapshot id of every ``barrier-N`` tag."""
         out = {}

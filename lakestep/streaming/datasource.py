@@ -29,12 +29,6 @@ from .catalog_cache import open_catalog, required, storage_of
 from .compat import DataSource
 
 
-def _spark_schema(table: Any) -> str:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(table.schema).simpleString()
-
-
 class LakestepDataSource(DataSource):
     """``format("lakestep")``: batch reads and writes (batch_io.py), a streaming sink (sink.py)
     and a streaming source (source.py) of lakestep tables."""

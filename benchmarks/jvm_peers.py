@@ -2,8 +2,8 @@
 sink throughput, and freshness over a three-level pipeline with its answers checked.
 
     python -m benchmarks.jvm_peers [--quick] [--only ingest,sinks,freshness] [--rounds N] [--messages N]
-        [--warmup N] [--backends sqlite,postgres] [--triggers 0.2,1] [--seconds S] [--rate R]
-        [--rows-per-batch N] [--batches N] [--[no-]warm] [--out FILE]
+        [--warmup N] [--backends sqlite,postgres] [--fresh-peers delta,iceberg] [--triggers 0.2,1]
+        [--seconds S] [--rate R] [--rows-per-batch N] [--batches N] [--[no-]warm] [--out FILE]
 
 1. **Set-up.** The peers' jars and Spark (scripts/jars.py: jars/pom.xml, its pyspark in its own
    virtualenv) are fetched when missing. lakestep runs in this process on the project's Spark; the

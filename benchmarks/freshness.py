@@ -212,6 +212,7 @@ class Reader(threading.Thread):
             cat = Catalog(self.url)
             p = Pipeline(cat)
             d2 = cat.load_table("f.d2")
+            probed = {ident: cat.load_table(ident) for ident in TABLES} if self.probe else {}
             last_b, last_v = 0, 0
             token: Any = None
             while not self.halt.is_set():
@@ -229,8 +230,8 @@ class Reader(threading.Thread):
                     last_b, v = ch.barrier, ch.versions["f.d2"]
                     self.answers.append((t, ch.barrier, ch.explanation.sealed, v))
                     if self.probe:
-                        counts = {sum(f.record_count for f in cat.load_table(ident).files(version=ch.versions[ident]))
-                                  for ident in TABLES}
+                        counts = {sum(f.record_count for f in t.files(version=ch.versions[ident]))
+                                  for ident, t in probed.items()}
                         self.wrong += len(counts) > 1
                 else:
                     v = d2.version

@@ -179,6 +179,8 @@ class PeerReader(threading.Thread):
         self.error: BaseException | None = None
         self._files: set[str] = set()
         self._hints: dict[str, int] = {}
+        self._ops: tuple[Any, Any, Any] | None = None  # (version, new_files, count) of the format
+        self._last = -1
 
     # Delta Lake
     def _delta(self) -> tuple[Any, Any]:
@@ -241,27 +243,35 @@ class PeerReader(threading.Thread):
 
         return version, new_files, count
 
+    def poll(self) -> bool:
+        """One look at d2: False when its version has not changed; else the new files' ids and the
+        answer's probe are recorded (True). :meth:`run` calls it until halted; a test may call it
+        itself, without the thread."""
+        if self._ops is None:
+            self._ops = self._delta() if self.fmt == "delta" else self._iceberg()
+        version, new_files, count = self._ops
+        v = version()
+        if v == self._last:
+            return False
+        t = time.time()
+        files = new_files()
+        for f in files:
+            for i in pq.read_table(_local(f), columns=["id"]).column("id").to_pylist():
+                if i in self.seen:
+                    self.duplicates += 1
+                else:
+                    self.seen[i] = t
+        self._files.update(files)
+        self._last = v
+        self.wrong += len({count(tb) for tb in ("raw", "d1", "d2")}) > 1
+        self.answers.append((t, v))  # last: an answer counted is a probed one
+        return True
+
     def run(self) -> None:
         try:
-            version, new_files, count = self._delta() if self.fmt == "delta" else self._iceberg()
-            last = -1
             while not self.halt.is_set():
-                v = version()
-                if v == last:
+                if not self.poll():
                     self.halt.wait(freshness.POLL)
-                    continue
-                t = time.time()
-                files = new_files()
-                for f in files:
-                    for i in pq.read_table(_local(f), columns=["id"]).column("id").to_pylist():
-                        if i in self.seen:
-                            self.duplicates += 1
-                        else:
-                            self.seen[i] = t
-                self._files.update(files)
-                last = v
-                self.wrong += len({count(tb) for tb in ("raw", "d1", "d2")}) > 1
-                self.answers.append((t, v))  # last: an answer counted is a probed one
         except BaseException as e:  # reported by the cell
             self.error = e
 

@@ -237,8 +237,6 @@ def test_jvm_peers_delta_reader_sees_each_new_version_and_flags_naive_answers(tm
     benchmark Delta's Spark sink does): each id of d2 seen once, from the version that added it, and
     an answer counted wrong exactly when raw, d1 and d2 hold different row counts. (The smoke run
     above runs the peers' freshness pipeline with Iceberg; Delta's chain only in the full run.)"""
-    import time
-
     import pyarrow as pa
     from deltalake import write_deltalake
 
@@ -251,27 +249,15 @@ def test_jvm_peers_delta_reader_sees_each_new_version_and_flags_naive_answers(tm
 
     for t in locations:
         write(t, [0, 1])
-    reader = PeerReader("delta", locations)
-    reader.start()
-
-    def wait(cond) -> None:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + 60  # a hang, not a speed limit
-        while not cond():
-            assert reader.error is None, reader.error
-            assert time.monotonic() < deadline, (reader.seen, reader.answers)
-            time.sleep(0.01)
-
-    try:
-        wait(lambda: len(reader.answers) == 1)
-        assert sorted(reader.seen) == [0, 1] and reader.wrong == 0  # equal counts: a true answer
-        write("raw", [2, 3])
-        write("d1", [2, 3])  # d2 lags: its next version still misses 3
-        write("d2", [2])
-        wait(lambda: len(reader.answers) == 2)
-        assert sorted(reader.seen) == [0, 1, 2] and reader.wrong == 1
-        write("d2", [3])
-        wait(lambda: len(reader.answers) == 3)
-        assert sorted(reader.seen) == [0, 1, 2, 3] and reader.wrong == 1 and reader.duplicates == 0
-    finally:
-        reader.halt.set()
-        reader.join(timeout=30)
+    reader = PeerReader("delta", locations)  # polled by the test, one look at a time: no thread
+    assert reader.poll() and not reader.poll()  # a new version, then none
+    assert sorted(reader.seen) == [0, 1] and reader.wrong == 0  # equal counts: a true answer
+    write("raw", [2, 3])
+    write("d1", [2, 3])  # d2 lags: its next version still misses 3
+    write("d2", [2])
+    assert reader.poll()
+    assert sorted(reader.seen) == [0, 1, 2] and reader.wrong == 1
+    write("d2", [3])
+    assert reader.poll()
+    assert sorted(reader.seen) == [0, 1, 2, 3] and reader.wrong == 1 and reader.duplicates == 0
+    assert len(reader.answers) == 3

@@ -17,7 +17,9 @@
 4. Each lane records every test's durations as pytest measured them (setup,
    call, teardown; tests/conftest.py) in the run's folder (``lakestep-tests-*``
    under the temp directory, printed at the end, kept): ``slowest.txt`` has the
-   40 slowest tests of each lane. The run ends with a one-screen summary: each
+   40 slowest tests of each lane, then the 40 that cost the most CPU (the lane's
+   processes, from the end of the test before: on 2 cores both lanes share the
+   CPU, so CPU, not a lane's wall time, is what the budget buys). The run ends with a one-screen summary: each
    lane's wall time, its 10 slowest tests and the share of the lane they take,
    then each lane's status and the tests that failed, last (a CI log's tail).
 5. The Spark lane's JVMs start from a class-data archive made once per
@@ -105,6 +107,10 @@ def _summary(run: Path, walls: dict[str, float]) -> None:
         slowest = sorted(totals.items(), key=lambda nd: -nd[1])
         kept.append(f"# lane {name}: {len(totals)} tests, wall {wall / 60:.1f} min")
         kept += [f"{d:8.1f} s  {n}" for n, d in slowest[:SLOWEST_KEPT]]
+        cpu = _cpu(path) if path.exists() else {}
+        if cpu:
+            kept.append(f"# lane {name}: CPU seconds of the lane's processes, {sum(cpu.values()) / 60:.1f} min in all")
+            kept += [f"{c:8.1f} s  {n}" for n, c in sorted(cpu.items(), key=lambda nc: -nc[1])[:SLOWEST_KEPT]]
         top = slowest[:SLOWEST_SHOWN]
         share = sum(d for _, d in top) / wall if wall else 0.0
         shown.append(f"lane {name}: {wall / 60:.1f} min wall, {len(totals)} tests; "
@@ -113,6 +119,15 @@ def _summary(run: Path, walls: dict[str, float]) -> None:
     (run / "slowest.txt").write_text("\n".join(kept) + "\n")
     print("\n".join(shown), flush=True)
     print(f"durations: {run / 'slowest.txt'}", flush=True)
+
+
+def _cpu(path: Path) -> dict[str, float]:
+    """Each test's CPU seconds as tests/conftest.py recorded them (its lane's processes, from the
+    end of the test before to its own end)."""
+    import json
+
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return {r["nodeid"]: r["cpu"] for r in rows if "cpu" in r}
 
 
 def _failures(run: Path, codes: dict[str, int]) -> None:

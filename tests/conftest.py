@@ -330,6 +330,40 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if _DURATIONS:
         import json
 
+        row = {"nodeid": report.nodeid, "when": report.when, "duration": round(report.duration, 3),
+               "outcome": report.outcome}
+        if report.when == "teardown":  # the CPU the lane's processes spent since the last test ended
+            global _CPU_SEEN
+            now = _tree_cpu()
+            row["cpu"], _CPU_SEEN = round(now - _CPU_SEEN, 2), now
         with open(_DURATIONS, "a") as out:
-            out.write(json.dumps({"nodeid": report.nodeid, "when": report.when,
-                                  "duration": round(report.duration, 3), "outcome": report.outcome}) + "\n")
+            out.write(json.dumps(row) + "\n")
+
+
+_CPU_SEEN = 0.0
+
+
+def _tree_cpu() -> float:
+    """CPU seconds (user + system) this process and its descendants spent so far: its own and its
+    reaped children's, plus every live descendant's (and theirs). A process that outlived its parent
+    (reparented to init) is no longer counted; good enough to say where a lane's CPU goes."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo.extend(children.get(pid, ()))
+    return total

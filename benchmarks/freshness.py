@@ -680,6 +680,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--derived", choices=["driver", "stream"], default="driver",
                     help="d1 and d2 as DerivedJob threads (default) or as Structured Streaming queries")
     ap.add_argument("--pg-dsn", default=os.environ.get("LAKESTEP_BENCH_PG_DSN", DEFAULT_PG_DSN))
+    ap.add_argument("--probe", action="store_true",
+                    help="also count each consistent answer's rows of the three tables at the versions it read: "
+                         "unequal counts make a wrong answer (a check: none)")
     ap.add_argument("--out", default="benchmarks/results/freshness.json")
     args = ap.parse_args(argv)
     q = args.quick
@@ -691,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
               else (3.0 if q else 5.0), "drain": args.drain, "start_timeout": args.start_timeout, "rate": args.rate,
               "partitions": PARTITIONS, "max_barriers_per_trigger": MAX_BARRIERS, "reader_poll_s": POLL,
               "derived": args.derived, "rounds": args.rounds or (1 if q else 3), "warm_cell": args.warm_cell,
-              "quiet_commit_s": args.quiet_commit}
+              "quiet_commit_s": args.quiet_commit, "probe": args.probe}
     import pyspark
 
     r: dict[str, Any] = {
@@ -756,6 +759,12 @@ def main(argv: list[str] | None = None) -> int:
         if ratio is not None:
             checks.append(Check(f"{backend} p50 with barriers / baseline p50 (trigger 0.2 s)", ratio, "<",
                                 RATIO_TARGET))
+    if params["probe"]:
+        for backend in params["backends"]:
+            mine = [c for c in r["cells"] if c["backend"] == backend and c["interval"] is not None]
+            checks.append(Check(f"{backend} wrong answers (probed, every cell with barriers)",
+                                sum(c["probes_wrong"] for c in mine) if all("probes_wrong" in c for c in mine)
+                                else None, "==", 0))
     r["checks"] = [c.to_json() for c in checks]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

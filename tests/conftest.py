@@ -2,8 +2,11 @@
 
 Every catalog behaviour runs on SQLite and on PostgreSQL: ``catalog_spec`` is
 parametrized over both. PostgreSQL tests get a fresh schema (``search_path``)
-in the server named by ``LAKESTEP_TEST_PG_URL`` (default: the local server on
-127.0.0.1:5432, database ``test``); ``make test`` makes sure one is running.
+in a database of the test session's own (``lst_lane_<time>_<pid>``), made in the server named by
+``LAKESTEP_TEST_PG_URL`` (default: the local server on 127.0.0.1:5432, database ``test``) when the
+session starts and dropped, with every schema in it, when it ends: one ``DROP DATABASE`` instead of
+a ``DROP SCHEMA ... CASCADE`` per test (0.1 s each, ~700 tests a lane). ``make test`` makes sure
+the server is running.
 
 Tests marked ``s3`` run on a second kind of storage as well: ``catalog_spec``
 gains ``sqlite-s3`` and ``postgres-s3``, whose warehouse is a fresh bucket of
@@ -103,36 +106,62 @@ class CatalogSpec:
             out.write(data)
 
 
-@pytest.fixture(scope="session")
-def pg_admin() -> Iterator[sa.Engine]:
-    url = sa.make_url(PG_URL)
+_LANE_DB_PREFIX = "lst_lane_"
+_STALE_LANE_DB_S = 6 * 3600  # a lane database this old is a killed run's: dropped by the next session
+
+
+def _pg_engine(url: sa.URL) -> sa.Engine:
     if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg2")
-    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT", pool_size=2)
+    return sa.create_engine(url, isolation_level="AUTOCOMMIT", pool_size=2)
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> Iterator[sa.Engine]:
+    """An AUTOCOMMIT engine on the session's own database (the module docstring), which holds every
+    PostgreSQL test catalog's schema and is dropped when the session ends."""
+    import time
+
+    root = _pg_engine(sa.make_url(PG_URL))
+    name = f"{_LANE_DB_PREFIX}{int(time.time())}_{os.getpid()}"
     try:
-        with engine.connect() as c:
-            c.execute(sa.text("select 1"))
+        with root.connect() as c:
+            stale = c.execute(sa.text("SELECT datname FROM pg_database WHERE datname LIKE :p"),
+                              {"p": f"{_LANE_DB_PREFIX}%"}).scalars().all()
+            for old in stale:  # killed sessions' leftovers, never a running session's
+                made = old[len(_LANE_DB_PREFIX):].split("_")[0]
+                if made.isdigit() and time.time() - int(made) > _STALE_LANE_DB_S:
+                    c.execute(sa.text(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)'))
+            c.execute(sa.text(f'CREATE DATABASE "{name}"'))
     except sa.exc.OperationalError as e:  # pragma: no cover - environment problem
         pytest.fail(f"PostgreSQL is not reachable at {PG_URL} (run `make test`, which starts it): {e}")
-    yield engine
-    engine.dispose()
+    global _LANE_URL
+    _LANE_URL = sa.make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    engine = _pg_engine(sa.make_url(_LANE_URL))
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+        with root.connect() as c:  # the catalogs' schemas with it; connections left open are ended
+            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        root.dispose()
+
+
+_LANE_URL = PG_URL  # the session's database once pg_admin made it
 
 
 def _pg_schema_url(schema: str) -> str:
-    sep = "&" if "?" in PG_URL else "?"
-    return f"{PG_URL}{sep}options={quote(f'-csearch_path={schema}')}"
+    sep = "&" if "?" in _LANE_URL else "?"
+    return f"{_LANE_URL}{sep}options={quote(f'-csearch_path={schema}')}"
 
 
 @contextlib.contextmanager
 def _pg_spec(admin: sa.Engine, warehouse: str) -> Iterator[CatalogSpec]:
+    """A fresh schema in the session's database (left there: the database goes when the session ends)."""
     schema = f"lst_{uuid.uuid4().hex[:12]}"
     with admin.connect() as c:
         c.execute(sa.text(f"CREATE SCHEMA {schema}"))
-    try:
-        yield CatalogSpec("postgres", _pg_schema_url(schema), warehouse)
-    finally:
-        with admin.connect() as c:
-            c.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+    yield CatalogSpec("postgres", _pg_schema_url(schema), warehouse)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -333,14 +362,15 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         row = {"nodeid": report.nodeid, "when": report.when, "duration": round(report.duration, 3),
                "outcome": report.outcome}
         if report.when == "teardown":  # the CPU the lane's processes spent since the last test ended
-            global _CPU_SEEN
-            now = _tree_cpu()
+            global _CPU_SEEN, _SELF_SEEN
+            now, self_now = _tree_cpu(), sum(os.times()[:2])
             row["cpu"], _CPU_SEEN = round(now - _CPU_SEEN, 2), now
+            row["cpu_pytest"], _SELF_SEEN = round(self_now - _SELF_SEEN, 2), self_now  # this process's own
         with open(_DURATIONS, "a") as out:
             out.write(json.dumps(row) + "\n")
 
 
-_CPU_SEEN = 0.0
+_CPU_SEEN = _SELF_SEEN = 0.0
 
 
 def _tree_cpu() -> float:

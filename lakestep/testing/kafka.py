@@ -49,14 +49,11 @@ import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from lakestep.errors import LakestepError
 from lakestep.streaming.kafka.kafka_python import import_kafka_python as _import_kafka_python
 from lakestep.testing.ports import free_port
-
-if TYPE_CHECKING:
-    from kafka import KafkaProducer
 
 __all__ = ["TansuBroker", "TansuBrokerError", "find_tansu_binary"]
 
@@ -157,7 +154,6 @@ class TansuBroker:
         self.extra_args = tuple(extra_args)
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
-        self._producer: KafkaProducer | None = None
         self._finalizer: weakref.finalize[..., TansuBroker] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -296,17 +292,8 @@ class TansuBroker:
                 last = exc
                 time.sleep(0.05)
 
-    def _close_producer(self) -> None:
-        if self._producer is not None:
-            try:
-                self._producer.close(timeout=2)
-            except Exception:  # the broker may already be gone
-                logger.debug("closing the helper producer failed", exc_info=True)
-            self._producer = None
-
     def stop(self) -> None:
         """Stop the broker (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
-        self._close_producer()
         if self._finalizer is not None:
             self._finalizer()  # runs _stop_process once
             self._finalizer = None
@@ -386,7 +373,6 @@ class TansuBroker:
         _import_kafka_python()
         from kafka import KafkaAdminClient, KafkaConsumer
 
-        self._close_producer()  # its metadata (partition count) would outlive the topic
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False,
                                  allow_auto_create_topics=False)
         deadline = time.monotonic() + timeout
@@ -461,23 +447,6 @@ class TansuBroker:
             raise TansuBrokerError(f"Produce to {topic}-{partition} failed with error code {error_code}")
         return int(base_offset)
 
-    @property
-    def producer(self) -> KafkaProducer:
-        """A shared kafka-python producer connected to this broker (created lazily)."""
-        if self._producer is None:
-            _import_kafka_python()
-            from kafka import KafkaProducer
-
-            self._producer = KafkaProducer(
-                bootstrap_servers=self.bootstrap_servers,
-                linger_ms=5,
-                batch_size=256 * 1024,
-                # it asks for the metadata of topics it wrote to again after they are deleted,
-                # and tansu creates the topics a metadata request names unless told not to
-                allow_auto_create_topics=False,
-            )
-        return self._producer
-
     def produce(
         self,
         topic: str,
@@ -486,43 +455,64 @@ class TansuBroker:
         *,
         keys: Iterable[bytes | str | None] | None = None,
         headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamps: Iterable[int] | None = None,
         timeout: float = 60.0,
     ) -> list[tuple[int, int]]:
         """Send ``values`` (``str`` is UTF-8 encoded) to ``topic`` and wait for acks.
+
+        Each call has a kafka-python producer of its own, closed before it returns: an idle
+        producer left open in a long test session was seen spinning its network thread at a
+        whole core (kafka-python 3.0), and a closed one keeps no metadata of a deleted topic.
 
         Args:
             partition: target partition, or None for kafka-python's default
                 partitioner (key hash, or sticky/random without a key).
             keys: optional keys, zipped with ``values``.
             headers: optional headers attached to every record.
+            timestamps: optional create timestamps (ms since the epoch), zipped with ``values``.
 
         Returns:
             ``(partition, offset)`` of every record, in input order.
         """
+        _import_kafka_python()
+        from kafka import KafkaProducer
 
         def encode(item: bytes | str | None) -> bytes | None:
             return item.encode("utf-8") if isinstance(item, str) else item
 
-        producer = self.producer
-        futures: list[Any] = []
-        key_iter = iter(keys) if keys is not None else None
-        for value in values:
-            key = encode(next(key_iter)) if key_iter is not None else None
-            futures.append(
-                producer.send(
-                    topic,
-                    value=encode(value),
-                    key=key,
-                    partition=partition,
-                    headers=list(headers) if headers else None,
+        producer = KafkaProducer(
+            bootstrap_servers=self.bootstrap_servers,
+            linger_ms=5,
+            batch_size=256 * 1024,
+            # tansu creates the topics a metadata request names unless told not to
+            allow_auto_create_topics=False,
+        )
+        try:
+            futures: list[Any] = []
+            key_iter = iter(keys) if keys is not None else None
+            stamp_iter = iter(timestamps) if timestamps is not None else None
+            for value in values:
+                futures.append(
+                    producer.send(
+                        topic,
+                        value=encode(value),
+                        key=encode(next(key_iter)) if key_iter is not None else None,
+                        partition=partition,
+                        headers=list(headers) if headers else None,
+                        timestamp_ms=next(stamp_iter) if stamp_iter is not None else None,
+                    )
                 )
-            )
-        producer.flush(timeout=timeout)
-        result: list[tuple[int, int]] = []
-        for future in futures:
-            metadata = future.get(timeout=timeout)
-            result.append((metadata.partition, metadata.offset))
-        return result
+            producer.flush(timeout=timeout)
+            result: list[tuple[int, int]] = []
+            for future in futures:
+                metadata = future.get(timeout=timeout)
+                result.append((metadata.partition, metadata.offset))
+            return result
+        finally:
+            try:
+                producer.close(timeout=2)
+            except Exception:  # the broker may already be gone
+                logger.debug("closing the helper producer failed", exc_info=True)
 
     def __repr__(self) -> str:
         state = f"pid={self.pid} {self.host}:{self.port}" if self._proc else "stopped"

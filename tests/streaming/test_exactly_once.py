@@ -120,8 +120,9 @@ def check_exactly_once(cat: Any, produced: dict[tuple[int, int], tuple[str, str]
         assert check_derived(p, agg, agg2, transform2, agg2_rows, last) == len(produced)
 
 
-# Test-only hook: after the sink's catalog commit of a batch with rows of job J, write a marker and hang, so that
-# the test kills the app after the catalog commit and before Spark records the batch in its commit log.
+# Test-only hook: after the sink's catalog commit of a batch with rows of job J (or of each job of "J1,J2"), write
+# a marker ("<marker>.<job>") and hang, so that the test kills the app after the catalog commit and before Spark
+# records the batch in its commit log.
 _PAUSE_HOOK = """
 import os
 _spec = os.environ.get("LS_TEST_PAUSE_AFTER_COMMIT")
@@ -131,15 +132,15 @@ try:  # only in the process running the sink's commit (cheap elsewhere: workers 
 except OSError:
     _sink = False
 if _spec and _sink:
-    _job, _marker = _spec.split(":", 1)
+    _jobs, _marker = _spec.split(":", 1)
     import time
     import lakestep.streaming.microbatch as _pr
     _orig = _pr.commit_batch
 
     def commit_batch(cat, job, batch_id, table, files, **kw):
         res = _orig(cat, job, batch_id, table, files, **kw)
-        if job == _job and files:
-            with open(_marker, "w") as f:
+        if job in _jobs.split(",") and files:
+            with open(f"{_marker}.{job}", "w") as f:
                 f.write(f"{job} batch {batch_id}")
             time.sleep(600)
         return res
@@ -198,6 +199,10 @@ class App:
                                            submit[1])
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=self.out.open("wb"), stderr=self.err.open("wb"),
                                      start_new_session=True)
+
+    def paused(self, job: str) -> Path:
+        """The marker a job's paused commit writes (``pause_after_commit``)."""
+        return self.marker.with_name(f"{self.marker.name}.{job}")
 
     def ready(self) -> bool:
         return b"READY" in self.out.read_bytes()
@@ -259,13 +264,14 @@ PLANS = {
     "postgres": [("failpoint", "commit.locked=exit"), ("pause_after_commit", "agg")],
 }
 # `make test` runs the kill that only a streaming pipeline has, in one pipeline on PostgreSQL with S3:
-# between a sink's catalog commit and Spark's commit log, of the root job, then of the derived job, whose
-# replays must commit nothing twice (three Spark applications). On SQLite the same replay of a root job's
+# between a sink's catalog commit and Spark's commit log, of the root job and of the derived job at once
+# (the root job's batch committed and held, the derived job's batch of it committed and held, then the
+# kill), whose replays must commit nothing twice (two Spark applications). On SQLite the same replay of a root job's
 # committed batch is made in `make test` by tests/streaming/test_kafka_ingest.py and
 # test_spark_versions.py (foreach_batch); the failpoint kills inside the commit by
 # tests/catalog/test_transactions.py (a process killed at each point, both backends). With Spark around
 # them, every kind of kill on each backend runs in `make test-long` (test_exactly_once_across_every_kind_of_crash).
-SHORT_PLANS = {"postgres": [("pause_after_commit", "ingest"), ("pause_after_commit", "agg")]}
+SHORT_PLANS = {"postgres": [("pause_after_commit", "ingest,agg")]}
 # The soak variant (LAKESTEP_CRASH_KILLS=N): N runs, each killed in a way drawn at random from these.
 KINDS = [("delay", None), ("after_commit", "s.raw"), ("after_commit", "s.agg"), ("pause_after_commit", "agg"),
          ("pause_after_commit", "ingest"), ("failpoint", "commit.before_db_commit=exit"),
@@ -322,9 +328,12 @@ def _crash_run(catalog_spec, kafka_broker, kafka_topic_name, tmp_path,  # type: 
                 app.wait(lambda: cat.load_table(arg).count() > n0, f"a commit of rows to {arg}", 150)
                 log.append(f"run {run}: killed right after {arg} v{cat.load_table(arg).version}")
             elif kind == "pause_after_commit":
-                app.wait(app.marker.exists, f"a commit of job {arg} with rows", 150)
-                log.append(f"run {run}: killed after the catalog commit of {app.marker.read_text()}, "
-                           f"before Spark's commit log")
+                assert arg is not None
+                for job in arg.split(","):
+                    app.wait(app.paused(job).exists, f"a commit of job {job} with rows", 150)
+                log.append(f"run {run}: killed after the catalog commits of "
+                           f"{', '.join(app.paused(job).read_text() for job in arg.split(','))}, before Spark's "
+                           f"commit log")
             else:  # the failpoint kills the Python worker of the first commit: what does Spark do?
                 try:
                     # a hang, not a speed limit

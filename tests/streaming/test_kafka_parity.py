@@ -349,11 +349,9 @@ def test_assign_reads_only_its_partitions_of_a_recreated_topic(
 
 def _produce_at(broker: TansuBroker, topic: str, partition: int, stamps: list[int]) -> dict[tuple[int, int], bytes]:
     """Records with the given create timestamps (ms), in order; {(partition, offset): value}."""
-    producer = broker.producer
     values = [f"{partition}@{ts}#{i}".encode() for i, ts in enumerate(stamps)]
-    futures = [producer.send(topic, v, partition=partition, timestamp_ms=ts) for v, ts in zip(values, stamps)]
-    producer.flush()
-    return {(partition, f.get(timeout=60).offset): v for f, v in zip(futures, values)}
+    placed = broker.produce(topic, values, partition=partition, timestamps=stamps)
+    return {(p, offset): v for (p, offset), v in zip(placed, values)}
 
 
 @pytest.mark.kafka

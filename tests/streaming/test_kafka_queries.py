@@ -104,9 +104,8 @@ def _produce_at(broker: TansuBroker, topic: str, partition: int, stamps: list[in
                 ) -> dict[tuple[int, int], bytes]:
     """Records with the given create timestamps (ms), in order; {(partition, offset): value}."""
     values = [f"{tag}-{partition}@{ts}#{i}".encode() for i, ts in enumerate(stamps)]
-    futures = [broker.producer.send(topic, v, partition=partition, timestamp_ms=ts) for v, ts in zip(values, stamps)]
-    broker.producer.flush()
-    return {(partition, f.get(timeout=60).offset): v for f, v in zip(futures, values)}
+    placed = broker.produce(topic, values, partition=partition, timestamps=stamps)
+    return {(p, offset): v for (p, offset), v in zip(placed, values)}
 
 
 def test_offsets_by_timestamp_in_queries(

@@ -24,7 +24,8 @@
    then each lane's status and the tests that failed, last (a CI log's tail).
 5. The Spark lane's JVMs start from a class-data archive made once per
    virtualenv, pyspark and JVM (lakestep/testing/spark.py), while the other lane
-   has already started: a Spark JVM starts in about half the time.
+   has already started: a Spark JVM starts in about half the time. Every JVM of
+   the lane compiles with C1 only (``JAVA_TOOL_OPTIONS``): short runs, less CPU.
 6. When both lanes ran their whole selection, the budget guard runs last
    (tests/test_budget.py, marked ``budget``): it fails when a test outside
    tests/budget.py's allow-list took more than 60 s in this run.
@@ -93,6 +94,15 @@ def _class_archive(lock: threading.Lock) -> dict[str, str]:
         what = "cached" if made else f"made in {time.monotonic() - began:.0f} s" if ok else "could not be made"
         print(f"[spark] class-data archive {path.name}: {what}", flush=True)
     return {CLASS_ARCHIVE_ENV: str(path)} if ok else {}
+
+
+def _quick_jit() -> dict[str, str]:
+    """Every JVM the Spark lane starts (its shared session's, the applications, benchmarks and demo it
+    runs as processes, the JVM peers') compiles with C1 only: their runs are seconds long, and C2's
+    compiler threads cost them ~20% more CPU than they save (benchmarks.freshness's smoke run: 84 s
+    of CPU against 103-109 s). Nothing in `make test` judges a speed. A JAVA_TOOL_OPTIONS of the
+    caller's own is kept as it is."""
+    return {} if "JAVA_TOOL_OPTIONS" in os.environ else {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"}
 
 
 def _summary(run: Path, walls: dict[str, float]) -> None:
@@ -173,7 +183,7 @@ def main(argv: list[str]) -> int:
         threading.Thread(target=_pump, args=("prep", prep, lock, ended), daemon=True).start()
     for name, marks in reversed(LANES):  # the other lane first: it starts while the archive is made
         marks = f"{marks} and long" if long else f"{marks} and not long and not budget"
-        extra = _class_archive(lock) if name == "spark" else {}
+        extra = {**_class_archive(lock), **_quick_jit()} if name == "spark" else {}
         proc = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-m", marks, f"--basetemp={run / name}", *argv],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -7,7 +7,6 @@ standby test kills a running publisher with SIGKILL itself.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

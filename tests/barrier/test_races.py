@@ -30,19 +30,18 @@ from tests.catalog.workers import Worker
 
 from .conftest import kv, make_tables
 
-SECONDS = 2.5
+COMMITS = 25  # appends each worker makes (a count, not a time window: the seal loop may hog SQLite's lock)
 _COUNT = sa.text("SELECT count(*) FROM ls_commit WHERE barrier = :b")
 
 
-def commit_loop(cat: Catalog, start_at: float, seconds: float, worker: int) -> list[tuple[int, int, int, int]]:
+def commit_loop(cat: Catalog, start_at: float, commits: int, worker: int) -> list[tuple[int, int, int, int]]:
     """(open epoch before, barrier stamped, open epoch after, worker) of every commit made."""
     p = Pipeline(cat)
     r1, r2 = cat.load_table("s.r1"), cat.load_table("s.r2")
     out = []
     i = 0
     time.sleep(max(0.0, start_at - time.time()))
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while i < commits:
         before = p.open_epoch()
         if i % 3 == 2:
             with cat.transaction() as tx:
@@ -75,7 +74,7 @@ def test_no_commit_lands_in_a_sealed_epoch(catalog_spec: Any, catalog: Catalog, 
         w.call(catalog_spec, "tests.catalog.workers", "ping")
     start_at = time.time() + 0.3  # then they start together
     for n, w in enumerate(racers):
-        w.send_call(catalog_spec, __name__, "commit_loop", start_at, SECONDS, n)
+        w.send_call(catalog_spec, __name__, "commit_loop", start_at, COMMITS, n)
     coord = Coordinator(catalog, lease_seconds=60.0, snapshot_every=None)
     rnd = random.Random(7)
     at_seal: dict[int, int] = {}

@@ -135,9 +135,7 @@ def pg_admin() -> Iterator[sa.Engine]:
             c.execute(sa.text(f'CREATE DATABASE "{name}"'))
     except sa.exc.OperationalError as e:  # pragma: no cover - environment problem
         pytest.fail(f"PostgreSQL is not reachable at {PG_URL} (run `make test`, which starts it): {e}")
-    global _LANE_URL
-    _LANE_URL = sa.make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-    engine = _pg_engine(sa.make_url(_LANE_URL))
+    engine = _pg_engine(sa.make_url(PG_URL).set(database=name))
     try:
         yield engine
     finally:
@@ -147,12 +145,11 @@ def pg_admin() -> Iterator[sa.Engine]:
         root.dispose()
 
 
-_LANE_URL = PG_URL  # the session's database once pg_admin made it
-
-
-def _pg_schema_url(schema: str) -> str:
-    sep = "&" if "?" in _LANE_URL else "?"
-    return f"{_LANE_URL}{sep}options={quote(f'-csearch_path={schema}')}"
+def _pg_schema_url(admin: sa.Engine, schema: str) -> str:
+    """LAKESTEP_TEST_PG_URL on ``admin``'s database (the session's), with ``schema`` first on the search path."""
+    url = sa.make_url(PG_URL).set(database=admin.url.database).render_as_string(hide_password=False)
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options={quote(f'-csearch_path={schema}')}"
 
 
 @contextlib.contextmanager
@@ -161,7 +158,7 @@ def _pg_spec(admin: sa.Engine, warehouse: str) -> Iterator[CatalogSpec]:
     schema = f"lst_{uuid.uuid4().hex[:12]}"
     with admin.connect() as c:
         c.execute(sa.text(f"CREATE SCHEMA {schema}"))
-    yield CatalogSpec("postgres", _pg_schema_url(schema), warehouse)
+    yield CatalogSpec("postgres", _pg_schema_url(admin, schema), warehouse)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

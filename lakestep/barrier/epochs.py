@@ -56,6 +56,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import epoch
+from ..catalog import retention
 from ..catalog import schema as S
 from ..clock import database_now
 from ..errors import InternalError, InvalidArgumentError
@@ -293,7 +294,7 @@ def _insert_snapshots(conn: Connection, graph: Graph, ids: Sequence[int], barrie
 def _retention(conn: Connection, retain_count: int | None, wall: float) -> None:
     sc = S.snapshots.c
     ours = sc.name.like(f"{SNAPSHOT_PREFIX}%")
-    conn.execute(sa.delete(S.snapshots).where(ours, sc.expires_at.is_not(None), sc.expires_at <= wall))
+    conn.execute(sa.delete(S.snapshots).where(ours, retention.lapsed(S.snapshots, wall)))
     if retain_count is None:
         return
     cutoff = conn.execute(

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import sqlalchemy as sa
 
+from ..catalog import retention
 from ..catalog import schema as S
 from ..errors import InvalidArgumentError
 from ..catalog.pins import pinned_storage
@@ -90,7 +91,7 @@ def diagnose(catalog: "Catalog", *, stuck_after: float = 300.0, storage: bool = 
     with catalog.backend.read() as conn:
         lk = S.locks.c
         lapsed = conn.execute(sa.select(lk.locker, lk.table_id, lk.version, lk.expires_at).where(
-            lk.expires_at.is_not(None), lk.expires_at <= st.now).order_by(lk.expires_at)).all()
+            retention.lapsed(S.locks, st.now)).order_by(lk.expires_at)).all()
         c = S.commits.c
         oldest = {int(r[0]): int(r[1]) for r in conn.execute(
             sa.select(c.table_id, sa.func.min(c.version)).group_by(c.table_id))}
@@ -269,8 +270,16 @@ def _storage(catalog: "Catalog", t: TableStatus) -> list[Finding]:
                            {"files": len(rep.deleted_files), "bytes": rep.deleted_bytes}))
     pins = pinned_storage(table)
     barrier_pins = [p for p in pins.pins if p.name.startswith(SNAPSHOT_PREFIX) and p.kind == "snapshot" and p.files]
+    iceberg_pins = [p for p in pins.pins if p.kind == "iceberg" and p.files]  # the publisher's retention
+    if iceberg_pins:
+        files = sum(p.files for p in iceberg_pins)
+        out.append(Finding("pins", "info", t.table,
+                           f"{len(iceberg_pins)} published Iceberg snapshot(s) keep {files} expired file(s) from "
+                           "cleanup until the publisher's retention lets them go",
+                           {"iceberg_snapshots": len(iceberg_pins), "files": files,
+                            "bytes": sum(p.bytes for p in iceberg_pins)}))
     for p in pins.pins:
-        if p.files and p not in barrier_pins:
+        if p.files and p not in barrier_pins and p.kind != "iceberg":
             what = f"snapshot {p.name!r}" if p.kind == "snapshot" else f"the version lock of {p.name!r}"
             out.append(Finding("pins", "warning", t.table,
                                f"{what} pins version {p.version} and keeps {p.files} expired file(s), {p.bytes} "

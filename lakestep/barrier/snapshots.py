@@ -12,29 +12,31 @@ from typing import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..catalog.retention import live_sql
+
 SNAPSHOT_PREFIX = "lakestep-barrier-"
 
-_COMMON_SNAPSHOT = sa.text("""
+_COMMON_SNAPSHOT = sa.text(f"""
 SELECT s.barrier FROM ls_snapshot s
- WHERE s.table_id = :first AND s.barrier IS NOT NULL AND (s.expires_at IS NULL OR s.expires_at > :now)
+ WHERE s.table_id = :first AND s.barrier IS NOT NULL AND {live_sql('s')}
    AND (SELECT count(DISTINCT s2.table_id) FROM ls_snapshot s2
          WHERE s2.barrier = s.barrier AND s2.table_id IN :ids
-           AND (s2.expires_at IS NULL OR s2.expires_at > :now)) = :n
+           AND {live_sql('s2')}) = :n
  ORDER BY s.barrier DESC LIMIT 1
 """).bindparams(sa.bindparam("ids", expanding=True))
-_SNAPSHOT_ROWS = sa.text("""
+_SNAPSHOT_ROWS = sa.text(f"""
 SELECT table_id, version, name FROM ls_snapshot
- WHERE barrier = :b AND table_id IN :ids AND (expires_at IS NULL OR expires_at > :now)
+ WHERE barrier = :b AND table_id IN :ids AND {live_sql()}
  ORDER BY table_id, name
 """).bindparams(sa.bindparam("ids", expanding=True))
-_NEWEST_SNAPSHOT = sa.text("""
+_NEWEST_SNAPSHOT = sa.text(f"""
 SELECT table_id, barrier FROM ls_snapshot
- WHERE table_id IN :ids AND barrier IS NOT NULL AND (expires_at IS NULL OR expires_at > :now)
+ WHERE table_id IN :ids AND barrier IS NOT NULL AND {live_sql()}
  ORDER BY barrier DESC LIMIT 1
 """).bindparams(sa.bindparam("ids", expanding=True))
 _OLDEST_RETAINED = sa.text(f"""
 SELECT min(barrier) FROM ls_snapshot
- WHERE name LIKE '{SNAPSHOT_PREFIX}%' AND barrier IS NOT NULL AND (expires_at IS NULL OR expires_at > :now)
+ WHERE name LIKE '{SNAPSHOT_PREFIX}%' AND barrier IS NOT NULL AND {live_sql()}
 """)
 
 

@@ -25,6 +25,7 @@ import time
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..catalog import retention
 from ..catalog import schema as S
 from . import rules
 from .facts import (  # noqa: F401  (importable from here until 0.3)
@@ -123,6 +124,6 @@ def table_states(conn: Connection, graph: Graph, table_id: int, barrier: int, op
     c = S.snapshots.c
     if conn.execute(sa.select(c.name).where(
             c.table_id == table_id, c.barrier == barrier,
-            sa.or_(c.expires_at.is_(None), c.expires_at > now)).limit(1)).first() is not None:
+            retention.live(S.snapshots, now)).limit(1)).first() is not None:
         out.add(BarrierState.SNAPSHOT)
     return frozenset(out)

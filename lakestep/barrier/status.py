@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import epoch
+from ..catalog import retention
 from ..catalog import schema as S
 from ..errors import InvalidArgumentError
 from .epochs import Lease, epoch_row, read_lease
@@ -140,7 +141,7 @@ def _status(conn: Connection, topology: Topology, last: int, only: Sequence[str]
     if window:
         for tid, b in conn.execute(sa.select(sc.table_id, sc.barrier).where(
                 sc.barrier >= window.start, sc.barrier < window.stop,
-                sa.or_(sc.expires_at.is_(None), sc.expires_at > clock.now()))):
+                retention.live(S.snapshots, clock.now()))):
             snaps.setdefault(int(tid), set()).add(int(b))
     frontiers = {i: frontier(graph, f, open_) for i, f in fx.items()}
     need = {window.start} | {f + 1 for f in frontiers.values() if f is not None and f < sealed}

@@ -1,6 +1,7 @@
 """Cleanup: reclaiming storage without breaking any reader or writer (TTL: maintenance.apply_ttl).
 
-Which versions are *retained* at time ``now`` with retention window ``R``:
+Which versions are *retained* at time ``now`` with retention window ``R``
+(the rules are retention.py's, which every reader of them shares):
 
 * every version committed after ``now - R`` and the version that was current
   at ``now - R`` (``floor``): time travel within the window always works;
@@ -61,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.fs as pafs
 import sqlalchemy as sa
 
+from . import retention as retention_rules
 from . import schema as S
 
 if TYPE_CHECKING:
@@ -96,20 +98,6 @@ class CleanupReport:
         )
 
 
-def _pinned(conn: sa.Connection, table_id: int, now: float) -> list[int]:
-    snaps = conn.execute(sa.select(S.snapshots.c.version).where(
-        S.snapshots.c.table_id == table_id,
-        sa.or_(S.snapshots.c.expires_at.is_(None), S.snapshots.c.expires_at > now))).scalars().all()
-    locks = conn.execute(sa.select(S.locks.c.version).where(
-        S.locks.c.table_id == table_id,
-        sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > now))).scalars().all()
-    # the versions retained Iceberg snapshots show (lakestep/iceberg): an engine reading
-    # a tag or main through Iceberg's metadata must find every file it names
-    published = conn.execute(sa.select(S.published_snapshots.c.version).where(
-        S.published_snapshots.c.table_id == table_id)).scalars().all()
-    return sorted({int(v) for v in (*snaps, *locks, *published)})
-
-
 def expired_rows(rows: Sequence[Any], pinned: Sequence[int]) -> list[Any]:
     """Step 1's rule: the file rows (``added_version``, ``removed_version``, removed at or
     before the floor) that no pinned version falls in."""
@@ -135,13 +123,7 @@ def reclaimable(conn: sa.Connection, retention: Mapping[int, float], now: float)
     if not retention:
         return {}
     f, o = S.files.alias("f"), S.files.alias("o")
-    c = S.commits.c
-    values = list(retention.values())
-    default = max(set(values), key=values.count)
-    own = {tid: now - r for tid, r in retention.items() if r != default}
-    cutoff = sa.case(own, value=c.table_id, else_=now - default) if own else sa.literal(now - default)
-    fl = sa.select(c.table_id.label("table_id"), sa.func.max(c.version).label("floor")).where(
-        c.committed_at <= cutoff).group_by(c.table_id).subquery("fl")
+    fl = retention_rules.floor_subquery(retention, now)
     gone = sa.and_(f.c.removed_version.is_not(None), f.c.removed_version <= fl.c.floor)
     rows = conn.execute(sa.select(f.c.table_id, f.c.file_id, f.c.path, f.c.added_version, f.c.removed_version,
                                   f.c.file_size).join(fl, fl.c.table_id == f.c.table_id).where(gone)).all()
@@ -153,7 +135,7 @@ def reclaimable(conn: sa.Connection, retention: Mapping[int, float], now: float)
         f.join(fl, fl.c.table_id == f.c.table_id).join(
             o, sa.and_(o.c.table_id == f.c.table_id, o.c.path == f.c.path, o.c.file_id != f.c.file_id))).where(
         gone)).all()
-    pins = _all_pinned(conn, now)
+    pins = retention_rules.all_pinned_versions(conn, now)
     by_table: dict[int, list[Any]] = {}
     for r in rows:
         by_table.setdefault(int(r.table_id), []).append(r)
@@ -166,19 +148,6 @@ def reclaimable(conn: sa.Connection, retention: Mapping[int, float], now: float)
         if sizes:
             out[tid] = (len(sizes), sum(sizes.values()))
     return out
-
-
-def _all_pinned(conn: sa.Connection, now: float) -> dict[int, list[int]]:
-    """:func:`_pinned` of every table, in one statement."""
-    sn, lk, ps = S.snapshots.c, S.locks.c, S.published_snapshots.c
-    q = sa.union(
-        sa.select(sn.table_id, sn.version).where(sa.or_(sn.expires_at.is_(None), sn.expires_at > now)),
-        sa.select(lk.table_id, lk.version).where(sa.or_(lk.expires_at.is_(None), lk.expires_at > now)),
-        sa.select(ps.table_id, ps.version))
-    out: dict[int, list[int]] = {}
-    for tid, v in conn.execute(q):
-        out.setdefault(int(tid), []).append(int(v))
-    return {k: sorted(v) for k, v in out.items()}
 
 
 def cleanup(
@@ -194,13 +163,12 @@ def cleanup(
     R = table.retention_seconds if retention_seconds is None else float(retention_seconds)
     now = table.catalog.clock.now() if now is None else now
     cutoff = now - R
-    f, c = S.files.c, S.commits.c
+    f = S.files.c
     tid = table.table_id
     # 1. one consistent read
     with table.catalog.backend.read() as conn:
-        floor = conn.execute(sa.select(sa.func.max(c.version)).where(c.table_id == tid, c.committed_at <= cutoff)).scalar()
-        floor = -1 if floor is None else int(floor)
-        pinned = _pinned(conn, tid, now)
+        floor = retention_rules.floor_version(conn, tid, now, R)
+        pinned = retention_rules.pinned_versions(conn, tid, now)
         rows = conn.execute(sa.select(f.file_id, f.path, f.added_version, f.removed_version, f.file_size).where(
             f.table_id == tid, f.removed_version.is_not(None), f.removed_version <= floor)).all()
         expired = expired_rows(rows, pinned)
@@ -273,9 +241,9 @@ def _prune(table: "TableHandle", report: CleanupReport, floor: int, pinned: list
             report.pruned_commit_rows = conn.execute(sa.delete(S.commits).where(*cond)).rowcount
             if report.pruned_commit_rows:  # the barrier facts (a RESTORE's version) may change
                 conn.execute(sa.update(S.tables).where(S.tables.c.table_id == tid).values(stamp=S.NextStamp()))
-        conn.execute(sa.delete(S.locks).where(S.locks.c.expires_at.is_not(None), S.locks.c.expires_at <= now))
+        conn.execute(sa.delete(S.locks).where(retention_rules.lapsed(S.locks, now)))
         conn.execute(sa.delete(S.snapshots).where(
-            S.snapshots.c.table_id == tid, S.snapshots.c.expires_at.is_not(None), S.snapshots.c.expires_at <= now))
+            S.snapshots.c.table_id == tid, retention_rules.lapsed(S.snapshots, now)))
         # Idempotency records outlive their commits by the retention window, and each
         # job's newest one lives as long as the catalog: a replay of any batch at or
         # below it is recognised (commit.py step 2b), however long the job was down.

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from ..errors import InvalidArgumentError, LockNotFoundError, SnapshotExistsError, VersionNotFoundError
+from . import retention
 from . import schema as S
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def _now(catalog: "CatalogLike") -> float:
 
 
 def _live_snapshot_clause(now: float) -> Any:
-    return sa.or_(S.snapshots.c.expires_at.is_(None), S.snapshots.c.expires_at > now)
+    return retention.live(S.snapshots, now)
 
 
 def create_snapshot(
@@ -118,7 +119,7 @@ def expire_snapshots(table: "TableHandle", *, keep_last: int | None = None, olde
     with table.catalog.backend.write() as conn:
         c = S.snapshots.c
         dropped += conn.execute(sa.delete(S.snapshots).where(
-            c.table_id == table.table_id, c.expires_at.is_not(None), c.expires_at <= now)).rowcount
+            c.table_id == table.table_id, retention.lapsed(S.snapshots, now))).rowcount
         if older_than is not None:
             dropped += conn.execute(sa.delete(S.snapshots).where(
                 c.table_id == table.table_id, c.created_at < now - older_than)).rowcount
@@ -151,7 +152,7 @@ class VersionLock:
             exp = _now(self.catalog) + lease_seconds
             res = conn.execute(sa.update(S.locks).where(
                 S.locks.c.lock_id == self.lock_id,
-                sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now(self.catalog)),
+                retention.live(S.locks, _now(self.catalog)),
             ).values(expires_at=exp))
             if res.rowcount == 0:
                 raise LockNotFoundError(self.lock_id)
@@ -220,7 +221,7 @@ def live_locks(catalog: "CatalogLike",
     """(lock_id, locker, table_id, version, kind, expires_at) of the locks in force."""
     q = sa.select(S.locks.c.lock_id, S.locks.c.locker, S.locks.c.table_id, S.locks.c.version, S.locks.c.kind,
                   S.locks.c.expires_at).where(
-        sa.or_(S.locks.c.expires_at.is_(None), S.locks.c.expires_at > _now(catalog)))
+        retention.live(S.locks, _now(catalog)))
     if table_id is not None:
         q = q.where(S.locks.c.table_id == table_id)
     with catalog.backend.read() as conn:

@@ -1,10 +1,12 @@
 """What holds storage: files that cleanup keeps only because a version is pinned.
 
 Cleanup (cleanup.py) deletes a removed file once its removal is older than the
-retention window (at or before the *floor* version), unless a live snapshot
-or version lock pins a version in which the file is live. :func:`pinned_storage`
-answers, per pin, which of those files it keeps and how many bytes: what
-dropping the snapshot, or releasing the lock, would let cleanup reclaim
+retention window (at or before the *floor* version), unless a pin holds a
+version in which the file is live: a live snapshot, a version lock, or a
+retained Iceberg snapshot lakestep published (kind ``iceberg``); the rules are
+retention.py's. :func:`pinned_storage` answers, per pin, which of those files
+it keeps and how many bytes: what dropping the snapshot, releasing the lock,
+or the publisher letting the Iceberg snapshot go would let cleanup reclaim
 (a file two pins hold is counted for each; ``PinnedStorage.total_bytes``
 counts it once).
 
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 
 import sqlalchemy as sa
 
+from . import retention
 from . import schema as S
 
 if TYPE_CHECKING:
@@ -29,10 +32,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Pin:
-    """One snapshot or version lock, and the storage it alone keeps from cleanup."""
+    """One snapshot, version lock or published Iceberg snapshot, and the storage it keeps from
+    cleanup."""
 
-    kind: Literal["snapshot", "lock"]
-    name: str  # the snapshot's name, or the lock's locker
+    kind: Literal["snapshot", "lock", "iceberg"]
+    name: str  # the snapshot's name, the lock's locker, or ``iceberg-<Iceberg snapshot id>``
     version: int
     barrier: int | None  # a snapshot's barrier (None for locks and plain snapshots)
     expires_at: float | None
@@ -54,20 +58,19 @@ def pinned_storage(table: "Table", *, retention_seconds: float | None = None,
     """The live pins of ``table`` and the expired files each keeps (module docstring)."""
     R = table.retention_seconds if retention_seconds is None else float(retention_seconds)
     now = table.catalog.clock.now() if now is None else now
-    f, c, sn, lk = S.files.c, S.commits.c, S.snapshots.c, S.locks.c
+    f, sn, lk, ps = S.files.c, S.snapshots.c, S.locks.c, S.published_snapshots.c
     tid = table.table_id
     with table.catalog.backend.read() as conn:
-        floor = conn.execute(sa.select(sa.func.max(c.version)).where(
-            c.table_id == tid, c.committed_at <= now - R)).scalar()
-        floor = -1 if floor is None else int(floor)
+        floor = retention.floor_version(conn, tid, now, R)
         pins = [Pin("snapshot", r.name, int(r.version), r.barrier, r.expires_at) for r in conn.execute(
             sa.select(sn.name, sn.version, sn.barrier, sn.expires_at).where(
-                sn.table_id == tid, sa.or_(sn.expires_at.is_(None), sn.expires_at > now)
-            ).order_by(sn.version, sn.name))]
+                sn.table_id == tid, retention.live(S.snapshots, now)).order_by(sn.version, sn.name))]
         pins += [Pin("lock", r.locker, int(r.version), None, r.expires_at) for r in conn.execute(
             sa.select(lk.locker, lk.version, lk.expires_at).where(
-                lk.table_id == tid, sa.or_(lk.expires_at.is_(None), lk.expires_at > now)
-            ).order_by(lk.version, lk.lock_id))]
+                lk.table_id == tid, retention.live(S.locks, now)).order_by(lk.version, lk.lock_id))]
+        pins += [Pin("iceberg", f"iceberg-{r.snapshot_id}", int(r.version), r.barrier, None) for r in conn.execute(
+            sa.select(ps.snapshot_id, ps.version, ps.barrier).where(ps.table_id == tid)
+            .order_by(ps.version, ps.snapshot_id))]
         rows = conn.execute(sa.select(f.file_id, f.path, f.added_version, f.removed_version, f.file_size).where(
             f.table_id == tid, f.removed_version.is_not(None), f.removed_version <= floor)).all()
     held: dict[int, int] = {}

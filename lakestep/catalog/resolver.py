@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import CommitConflict, InvalidArgumentError, VersionNotFoundError
+from . import retention
 from . import schema as S
 from .changes import FILE_COLS, NeedsRebase, Operation, TableChange, chunks, row_to_file
 from .files import DataFile, NewFile
@@ -371,13 +372,8 @@ class Resolver:
         return plan
 
     def _pinned_versions(self) -> list[int]:
-        """Versions of this table kept readable by a live snapshot or version lock."""
-        out: list[int] = []
-        for t in (S.snapshots, S.locks):
-            q = sa.select(t.c.version).where(
-                t.c.table_id == self.c.table_id, sa.or_(t.c.expires_at.is_(None), t.c.expires_at > self.now))
-            out.extend(int(r[0]) for r in self.conn.execute(q))
-        return out
+        """Versions of this table that cleanup keeps readable (retention.py step 2)."""
+        return retention.pinned_versions(self.conn, self.c.table_id, self.now)
 
 
 #: The planner of each row of :data:`MATRIX`: the named procedure that applies its rules.

@@ -87,6 +87,7 @@ from ..barrier.states import commit_set, committed_from
 from ..barrier.topology import Topology
 from ..catalog import properties as P
 from ..catalog import schema as S
+from ..catalog import retention
 from ..catalog.columns import stored_names, stored_paths
 from ..catalog.changes import FILE_COLS, row_to_file
 from ..catalog.files import DataFile as LakestepFile
@@ -661,19 +662,9 @@ class Publisher:
 
     @staticmethod
     def _floors(conn: sa.Connection, rows: "list[_Row]", now: float) -> dict[int, int]:
-        """Each table's cleanup floor: the version current ``retention`` seconds ago (cleanup.py);
-        one statement per distinct retention window."""
-        c = S.commits.c
-        by_window: dict[float, list[int]] = {}
-        for r in rows:
-            by_window.setdefault(float(P.value(r.ident, r.meta.properties, P.RETENTION)), []).append(r.meta.table_id)
-        out = {tid: -1 for ids in by_window.values() for tid in ids}
-        for window, ids in by_window.items():
-            for i in range(0, len(ids), 500):
-                out.update({int(t): int(v) for t, v in conn.execute(
-                    sa.select(c.table_id, sa.func.max(c.version)).where(
-                        c.table_id.in_(ids[i:i + 500]), c.committed_at <= now - window).group_by(c.table_id))})
-        return out
+        """Each table's cleanup floor (catalog/retention.py step 3)."""
+        return retention.floors(conn, {r.meta.table_id: float(P.value(r.ident, r.meta.properties, P.RETENTION))
+                                       for r in rows}, now)
 
     def _settle(self, plan: "Publisher._Plan", complete: int, report: PublishReport) -> None:
         """Step 6 at once: ``main`` of every managed table to the tag of the cut this round

@@ -157,3 +157,31 @@ def test_pinned_storage(catalog: Catalog) -> None:
     assert t.cleanup(dry_run=True).deleted_files == [b.path]
     long = pinned_storage(t, retention_seconds=3600)  # inside the window nothing is expired
     assert long.floor_version == -1 and long.total_files == 0
+
+
+def test_pinned_storage_names_every_pin_cleanup_keeps(catalog: Catalog) -> None:
+    """A retained Iceberg snapshot lakestep published pins its version against cleanup
+    (catalog/retention.py); the operator's view of pinned storage names it too."""
+    import sqlalchemy as sa
+
+    from lakestep.catalog import schema as S
+
+    catalog.create_namespace("s")
+    t = catalog.create_table("s.t", kv((0, 0)).schema, properties={"lakestep.retention-seconds": "0"})
+    t.append(kv((1, 1)))  # v1: file A
+    t.append(kv((2, 2)))  # v2: file B
+    a, b = sorted(t.files(), key=lambda f: f.added_version)
+    t.overwrite(kv((3, 3)))  # v3 removes A and B
+    with catalog.backend.write() as conn:  # what the publisher records of a snapshot it published at v1
+        conn.execute(sa.insert(S.published_snapshots).values(
+            table_id=t.table_id, snapshot_id=77, version=1, barrier=None, created_at=0.0))
+    kept = t.cleanup(dry_run=True)
+    assert kept.pinned_versions == [1] and kept.deleted_files == [b.path]
+    got = pinned_storage(t)
+    assert [(p.kind, p.name, p.version, p.files, p.bytes) for p in got.pins] == [
+        ("iceberg", "iceberg-77", 1, 1, a.file_size)]
+    assert {p.version for p in got.pins} == set(kept.pinned_versions)
+    assert (got.total_files, got.total_bytes) == (1, a.file_size)
+    # the operator's diagnosis: the publisher's retention, not a forgotten pin
+    pins = [x for x in diagnose(catalog).findings if x.check == "pins" and x.subject == "s.t"]
+    assert [(x.severity, x.facts["iceberg_snapshots"], x.facts["files"]) for x in pins] == [("info", 1, 1)]

@@ -237,6 +237,7 @@ def test_cleanup_keeps_the_files_of_retained_tags(catalog_spec, clock) -> None: 
 
     from lakestep.barrier import epochs
     from lakestep.catalog import schema as S
+    from lakestep.catalog.pins import pinned_storage
 
     cat = catalog_spec.open(clock=clock)
     shop = Shop(cat, engines=("pyiceberg", "duckdb"))
@@ -266,6 +267,11 @@ def test_cleanup_keeps_the_files_of_retained_tags(catalog_spec, clock) -> None: 
         assert shop.orders.cleanup(dry_run=True).deleted_files
         with cat.backend.write() as conn:
             conn.execute(sa.insert(pins), saved)
+        # the operator's view names the same pins cleanup keeps: the publisher's among them
+        held = pinned_storage(shop.orders)
+        assert {p.version for p in held.pins} == set(shop.orders.cleanup(dry_run=True).pinned_versions)
+        assert {p.version for p in held.pins if p.kind == "iceberg"} == published
+        assert any(p.files for p in held.pins if p.kind == "iceberg" and p.version in only_pinned)
         rep = shop.orders.cleanup()
         assert set(rep.pinned_versions) >= only_pinned and not rep.deleted_files
         shop.check(every_tag=True)  # every tag, the ones between snapshots too, reads the same

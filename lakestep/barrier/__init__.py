@@ -32,13 +32,13 @@ from .errors import (
     StaleBatchError,
     TopologyError,
 )
+from .graph import Graph, Job, TableKind
+from .health import Diagnosis, Finding, diagnose
 from .jobs import BatchPlan, BatchResult, JobBatch, SourceRange
 from .pipeline import Pipeline
-from .states import BarrierState
-from .health import Diagnosis, Finding, diagnose
 from .rollback import RollbackResult, TableRollback
+from .states import BarrierState
 from .status import LagSample, Status, TableStatus, lag_history, status
-from .graph import Graph, Job, TableKind
 from .topology import DOWNSTREAM_SQL, UPSTREAM_SQL, Topology
 
 __all__ = [

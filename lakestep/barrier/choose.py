@@ -44,15 +44,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
+from ..catalog.epoch import open_epoch, sealed
 from ..catalog.lifecycle import VersionLock
 from ..errors import InternalError, InvalidArgumentError, TableNotFoundError
-from .errors import BarrierNotRetainedError, NoSnapshotError
 from . import rules
-from ..catalog.epoch import open_epoch, sealed
+from .errors import BarrierNotRetainedError, NoSnapshotError
 from .facts import Facts, choice_rows, facts, facts_ex, versions_at
+from .graph import Graph, TableKind
 from .snapshots import common_snapshot, newest_snapshot
 from .states import catching_up, frontier
-from .graph import Graph, TableKind
 from .topology import Topology
 
 if TYPE_CHECKING:

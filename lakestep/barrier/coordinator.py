@@ -52,11 +52,10 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-
 from .. import retry as _retry
+from ..errors import CatalogUnavailableError, CatalogWaitExpiredError, InvalidArgumentError
 from . import epochs
 from .epochs import Lease, Seal, epoch_row
-from ..errors import CatalogUnavailableError, CatalogWaitExpiredError, InvalidArgumentError
 from .errors import NotCoordinatorError
 from .topology import Topology
 

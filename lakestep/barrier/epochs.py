@@ -55,14 +55,13 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..catalog import epoch
-from ..catalog import retention
+from ..catalog import epoch, retention
 from ..catalog import schema as S
 from ..clock import database_now
 from ..errors import InternalError, InvalidArgumentError
 from .errors import NotCoordinatorError
-from .graph import Graph
 from .facts import facts, versions_at
+from .graph import Graph
 from .snapshots import SNAPSHOT_PREFIX
 from .states import commit_set, committed_barrier, committed_from
 

@@ -23,6 +23,7 @@ from ._sql import Query
 from .facts import At, Facts, row_facts, versions_at, versions_spans
 from .graph import Graph
 
+
 def _changed_query(dialect: str) -> Query:
     """The facts of the tables changed since ``:since`` (schema.py, version 9), with the
     open epoch, the topology generation and the next ``since``, in one statement; one

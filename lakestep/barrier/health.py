@@ -38,11 +38,11 @@ import sqlalchemy as sa
 
 from ..catalog import retention
 from ..catalog import schema as S
-from ..errors import InvalidArgumentError
 from ..catalog.pins import pinned_storage
+from ..errors import InvalidArgumentError
+from .graph import Job
 from .snapshots import SNAPSHOT_PREFIX
 from .status import Status, TableStatus, status
-from .graph import Job
 from .topology import Topology
 
 if TYPE_CHECKING:

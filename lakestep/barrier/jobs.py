@@ -50,12 +50,12 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from ..catalog.changes import CommitResult, FilesMode, Isolation
 from ..errors import InvalidArgumentError
-from .errors import JobNotFoundError, StaleBatchError
-from .epochs import open_epoch
 from . import rules
+from .epochs import open_epoch
+from .errors import JobNotFoundError, StaleBatchError
 from .facts import facts, first_change, heads, versions_at
-from .states import frontier, job_frontier, tag_frontier
 from .graph import Graph, Job, TableKind
+from .states import frontier, job_frontier, tag_frontier
 from .topology import Topology, read_generation
 
 if TYPE_CHECKING:

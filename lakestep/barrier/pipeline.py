@@ -33,22 +33,22 @@ import sqlalchemy as sa
 from ..catalog import schema as S
 from ..catalog.checks import check_barrier
 from ..errors import VersionNotFoundError
-from .choose import Choice, Level, Scope, TableIds, norm_idents, choose
+from . import rules
+from .choose import Choice, Level, Scope, TableIds, choose, norm_idents
 from .epochs import Seal, epoch_row, open_epoch
 from .errors import BarrierNotRetainedError, JobNotFoundError
+from .facts import At, facts, heads, version_at
+from .graph import Job
 from .jobs import BatchPlan, JobBatch, plan_batch
 from .rollback import RollbackResult, rollback
-from . import rules
-from .facts import At, facts, heads, version_at
 from .snapshots import common_snapshot, oldest_retained
 from .states import BarrierState, catching_up, committed_barrier, frontier, job_frontier, table_states
-from .graph import Job
 from .topology import Topology
 
 if TYPE_CHECKING:
+    from ..catalog import Catalog, Table
     from .coordinator import Coordinator
     from .status import LagSample, Status
-    from ..catalog import Catalog, Table
 
 
 #: Pipeline.change_token: the open epoch, the topology's generation, and each table's newest version.

@@ -32,15 +32,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..catalog import epoch
-from ..catalog import retention
+from ..catalog import epoch, retention
 from ..catalog import schema as S
 from ..errors import InvalidArgumentError
 from .epochs import Lease, epoch_row, read_lease
 from .facts import facts
+from .graph import Graph, TableKind
 from .snapshots import oldest_retained
 from .states import catching_up, committed_from, frontier
-from .graph import Graph, TableKind
 from .topology import Topology
 
 if TYPE_CHECKING:

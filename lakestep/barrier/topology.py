@@ -48,10 +48,10 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from ..catalog.files import check_identifier
 from ..errors import ArgumentTypeError, TableNotFoundError
-from .errors import CycleError, JobNotFoundError, TopologyError
-from .graph import Graph, Job, TableKind
 from .epochs import open_epoch
+from .errors import CycleError, JobNotFoundError, TopologyError
 from .facts_cache import FactsCache
+from .graph import Graph, Job, TableKind
 from .states import committed_barrier
 
 if TYPE_CHECKING:

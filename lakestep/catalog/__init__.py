@@ -3,12 +3,12 @@
 No pyspark here: the catalog works, and is tested, with no JVM.
 """
 
+from ..errors import LockNotFoundError, SnapshotExistsError
 from .catalog import Catalog, Transaction, parse_ident
 from .changes import CommitResult, Operation
 from .epoch import OPEN_EPOCH
-from ..errors import LockNotFoundError, SnapshotExistsError
-from .lifecycle import Snapshot, VersionLock
 from .files import DataFile
+from .lifecycle import Snapshot, VersionLock
 from .predicates import Predicate
 from .table import CommitInfo, Table
 

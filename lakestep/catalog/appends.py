@@ -36,11 +36,18 @@ from sqlalchemy.engine import Connection
 
 from .. import _failpoints
 from ..errors import InvalidArgumentError, TableNotFoundError
-from . import epoch
+from . import epoch, stats_sql
 from . import schema as S
-from . import stats_sql
-from .changes import (FILE_FIELDS, OPEN_EPOCH, CommitResult, KeyReplayed, TableChange, file_row, file_values,
-                      warn_older_schema)
+from .changes import (
+    FILE_FIELDS,
+    OPEN_EPOCH,
+    CommitResult,
+    KeyReplayed,
+    TableChange,
+    file_row,
+    file_values,
+    warn_older_schema,
+)
 from .commit import insert_file_rows
 
 _INSERT_COLS = ("table_id", *FILE_FIELDS)

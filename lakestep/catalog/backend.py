@@ -66,9 +66,9 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from .. import _failpoints
-from . import appends, signals
 from ..errors import CatalogCorruptError, CatalogError, CatalogUnavailableError, InvalidArgumentError, LakestepError
 from ..secrets import mask_url
+from . import appends, signals
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import sqlalchemy as sa
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
     ArgumentTypeError,
     CatalogError,
@@ -29,13 +30,12 @@ from ..errors import (
 )
 from . import locations
 from . import pk as pk_mod
-from .columns import assign, plain_schema
 from . import properties as P
 from . import schema as S
-from ..clock import SYSTEM_CLOCK, Clock
 from .backend import Backend, DatabaseTimeouts, create_backend
-from .checks import check_batch_id, check_job_id
 from .changes import CommitResult, Operation, TableChange
+from .checks import check_batch_id, check_job_id
+from .columns import assign, plain_schema
 from .commit import After, Guard, commit, find_txn, txn_results
 from .files import FileWriter, Storage, check_identifier, normalize_location, resolve_filesystem
 from .handle import TableMeta

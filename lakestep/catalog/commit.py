@@ -67,9 +67,8 @@ from ..errors import (
     SchemaChangedConflict,
     TableNotFoundError,
 )
-from . import epoch
+from . import epoch, stats_sql
 from . import schema as S
-from . import stats_sql
 from .changes import (
     FILE_ROW_FIELDS,
     OPEN_EPOCH,

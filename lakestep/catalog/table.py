@@ -20,14 +20,13 @@ from ..errors import (
     TableNotFoundError,
     VersionNotFoundError,
 )
-from . import alter
+from . import alter, lifecycle
 from . import cleanup as cleanup_mod
-from .columns import widening
-from . import lifecycle
 from . import properties as P
 from . import schema as S
 from .changes import FILE_COLS, CommitResult, Isolation, Operation, row_to_file
 from .checks import check_barrier, check_seconds
+from .columns import widening
 from .files import DataFile
 from .handle import CatalogLike, TableHandle, TableMeta
 from .predicates import Filter, Predicate, Verdict

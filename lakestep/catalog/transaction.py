@@ -8,8 +8,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from ..errors import (CommitConflict, InvalidArgumentError, NoPrimaryKeyError, TransactionClosedError,
-                      VersionNotFoundError)
+from ..errors import (
+    CommitConflict,
+    InvalidArgumentError,
+    NoPrimaryKeyError,
+    TransactionClosedError,
+    VersionNotFoundError,
+)
 from .changes import CommitResult, FilesMode, Isolation, Operation, TableChange
 from .checks import check_barrier
 from .files import FileWriter, NewFile, check_relative_path

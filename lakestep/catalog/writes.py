@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ArgumentTypeError, DataOutOfRangeError, InvalidArgumentError, InvalidDataError, SchemaMismatchError
-from .changes import Isolation, Operation, TableChange
 from . import pk
 from . import properties as P
+from .changes import Isolation, Operation, TableChange
 from .files import DataFile
 from .predicates import Filter, Predicate, Verdict
 

@@ -9,8 +9,8 @@ import click
 import pyarrow as pa
 from rich.table import Table as RichTable
 
-from ..catalog.columns import stored_name
 from ..barrier import Pipeline
+from ..catalog.columns import stored_name
 from ..catalog.lifecycle import live_locks
 from .common import common, open_catalog
 from .output import Output, duration, size, when

@@ -37,7 +37,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa

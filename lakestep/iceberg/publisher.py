@@ -86,10 +86,10 @@ from ..barrier.snapshots import oldest_retained
 from ..barrier.states import commit_set, committed_from
 from ..barrier.topology import Topology
 from ..catalog import properties as P
-from ..catalog import schema as S
 from ..catalog import retention
-from ..catalog.columns import stored_names, stored_paths
+from ..catalog import schema as S
 from ..catalog.changes import FILE_COLS, row_to_file
+from ..catalog.columns import stored_names, stored_paths
 from ..catalog.files import DataFile as LakestepFile
 from ..catalog.handle import TableHandle, TableMeta
 from ..errors import CatalogUnavailableError, IcebergConflictError, IcebergSchemaError, LakestepError

@@ -92,8 +92,8 @@ def spark_sql(spark: Any, catalog: "Catalog | str", sql: str, *, level: str = "r
 
     ``native``: None (default) scans with Spark's own Parquet reader wherever it can (step 3),
     True also on object stores (Spark must reach the store itself), False never."""
-    from ..streaming.catalog_cache import open_catalog
     from ..streaming import compat
+    from ..streaming.catalog_cache import open_catalog
     from ..streaming.datasource import prepare
     from ..streaming.scan import native_frame, plan_frame, python_reason
 

@@ -97,8 +97,8 @@ from ..barrier import Pipeline
 from ..barrier.jobs import BatchPlan, BatchResult, SourceRange
 from ..catalog.files import Storage, is_object_store
 from ..errors import CatalogUnavailableError, InvalidArgumentError, SchemaMismatchError
-from .catalog_cache import open_catalog
 from . import compat
+from .catalog_cache import open_catalog
 from .scan import native_frame, plan_frame, python_reason, spark_scan
 
 if TYPE_CHECKING:
@@ -327,9 +327,8 @@ class DerivedJob:
     def _spark_writes(self, sink: str, df: Any) -> bool:
         """Step 4's checks: the batch's columns against the sink's (raises
         SchemaMismatchError); whether Spark's own writer writes it."""
-        from .compat import to_arrow_schema
-
         from ..catalog.writes import conform
+        from .compat import to_arrow_schema
         from .native import check_target
 
         target = self._target(sink)

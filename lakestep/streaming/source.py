@@ -58,9 +58,9 @@ from ..catalog.columns import stored_name
 from ..errors import CatalogUnavailableError, InvalidArgumentError, StreamingJobError
 from .catalog_cache import open_catalog, required, storage_of
 from .compat import DataSourceStreamReader, InputPartition, SupportsTriggerAvailableNow
+from .executors import freeze_worker_heap
 from .microbatch import ensure_source_registered
 from .sink import TableShape, wait_policy
-from .executors import freeze_worker_heap
 
 log = logging.getLogger(__name__)
 

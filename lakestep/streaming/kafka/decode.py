@@ -42,8 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...errors import InternalError, InvalidArgumentError
-from .kafka_python import import_kafka_python
 from .errors import KafkaDecodeError, describe
+from .kafka_python import import_kafka_python
 from .schema import HEADERS_ARROW_TYPE, TIMESTAMP_ARROW_TYPE, arrow_schema
 
 # RecordBatch v2 header: BaseOffset q, Length i, PartitionLeaderEpoch i, Magic b, CRC I,

@@ -60,6 +60,7 @@ from ...catalog.writes import conform
 from ...errors import SchemaMismatchError
 from ..catalog_cache import open_catalog, required, storage_of
 from ..compat import DataSourceStreamReader, InputPartition, check_session, require
+
 # the sink side of the protocol (step 3): STAGED_COLUMN is a task's row, gather reads it back
 from ..sink import STAGED_COLUMN, StagedFiles, TableShape, gather, task_prefix  # noqa: F401  (gather: re-exported)
 from .errors import KafkaOptionError

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import InternalError
 from . import decode as _decode
-from .kafka_python import import_kafka_python as _import_kafka_python
 from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceTimeoutError, KafkaTopicNotFoundError
+from .kafka_python import import_kafka_python as _import_kafka_python
 from .options import TP, Offsets
 
 if TYPE_CHECKING:

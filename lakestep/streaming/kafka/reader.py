@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import decode as _decode
-from .kafka_python import import_kafka_python as _import_kafka_python
 from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceError, KafkaSourceTimeoutError, describe
+from .kafka_python import import_kafka_python as _import_kafka_python
 from .offsets import new_consumer
 from .options import KafkaSourceOptions
 from .schema import HEADERS_ARROW_TYPE, TIMESTAMP_ARROW_TYPE, arrow_schema

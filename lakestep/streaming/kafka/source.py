@@ -9,13 +9,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-
 from pyspark.sql.types import StructType
 
 from ..compat import (
     DataSource,
-    check_session,
-    require,
     DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
@@ -23,6 +20,8 @@ from ..compat import (
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
+    check_session,
+    require,
 )
 from ..executors import freeze_worker_heap
 from .errors import KafkaDataLossError, KafkaOptionError, KafkaTimestampNotFoundError, KafkaTopicNotFoundError

@@ -161,8 +161,7 @@ class Choice:
 
 
 class TableIds:
-    """Table names -> ids, cached; a renamed table is noticed and looked up again.
-    (Named ``Resolver`` until 0.1; that name stays until 0.3.)"""
+    """Table names -> ids, cached; a renamed table is noticed and looked up again."""
 
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
@@ -187,9 +186,6 @@ class TableIds:
     def forget(self, idents: Sequence[str]) -> None:
         for i in idents:
             self.ids.pop(i, None)
-
-
-Resolver = TableIds  # the name until 0.1 (not catalog.resolver.Resolver); kept until 0.3
 
 
 @functools.lru_cache(maxsize=4096)

@@ -13,8 +13,8 @@ barrier) are read by facts.py; snapshots by snapshots.py.
   with barrier ``e`` (snapshots.py).
 
 The functions here are the rules' adapters to a :class:`Graph` and
-:class:`Facts`. This module held facts.py, facts_cache.py and snapshots.py
-until 0.1: their names are still importable from here, until 0.3.
+:class:`Facts`. (Until 0.2 this module also re-exported what facts.py, facts_cache.py and
+snapshots.py define: import those from their modules.)
 """
 
 from __future__ import annotations
@@ -28,28 +28,8 @@ from sqlalchemy.engine import Connection
 from ..catalog import retention
 from ..catalog import schema as S
 from . import rules
-from .facts import (  # noqa: F401  (importable from here until 0.3)
-    At,
-    ChoiceRow,
-    Facts,
-    choice_rows,
-    facts,
-    facts_ex,
-    first_change,
-    heads,
-    row_facts,
-    version_at,
-    versions_at,
-    versions_spans,
-)
-from .facts_cache import FactsCache, FrontierIndex, Known  # noqa: F401  (importable from here until 0.3)
+from .facts import Facts, facts
 from .graph import Graph, Job
-from .snapshots import (  # noqa: F401  (importable from here until 0.3)
-    SNAPSHOT_PREFIX,
-    common_snapshot,
-    newest_snapshot,
-    oldest_retained,
-)
 
 
 def member(graph: Graph, f: Facts) -> rules.Member:

@@ -40,7 +40,6 @@ from . import epoch, stats_sql
 from . import schema as S
 from .changes import (
     FILE_FIELDS,
-    OPEN_EPOCH,
     CommitResult,
     KeyReplayed,
     TableChange,
@@ -49,6 +48,7 @@ from .changes import (
     warn_older_schema,
 )
 from .commit import insert_file_rows
+from .epoch import OPEN_EPOCH
 
 _INSERT_COLS = ("table_id", *FILE_FIELDS)
 _FILE_COLS = ", ".join(_INSERT_COLS)

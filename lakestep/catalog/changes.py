@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
-from . import epoch
 from . import schema as S
 from .files import DataFile, NewFile
 from .predicates import Predicate
@@ -19,10 +18,6 @@ from .predicates import Predicate
 Isolation = Literal["snapshot", "serializable"]
 #: How files written elsewhere are committed (Transaction.add_files).
 FilesMode = Literal["append", "overwrite"]
-
-# The placeholder barrier of a root commit (epoch.py owns it).
-OPEN_EPOCH = epoch.OPEN_EPOCH
-
 
 class Operation(str, enum.Enum):
     CREATE = "CREATE"

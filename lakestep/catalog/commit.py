@@ -71,7 +71,6 @@ from . import epoch, stats_sql
 from . import schema as S
 from .changes import (
     FILE_ROW_FIELDS,
-    OPEN_EPOCH,
     CommitResult,
     KeyReplayed,
     NeedsRebase,
@@ -80,6 +79,7 @@ from .changes import (
     file_values,
     warn_older_schema,
 )
+from .epoch import OPEN_EPOCH
 from .files import DataFile, NewFile
 from .resolver import Head, ResolvedChange, Resolver
 

@@ -8,7 +8,7 @@ from typing import Sequence
 import click
 import sqlalchemy as sa
 
-from .. import __version__
+from .._version import __version__
 from ..errors import LakestepError
 from ..secrets import mask_url
 from . import barriers, doctor, maintain, query, report, serve, services, tables

@@ -195,7 +195,7 @@ def check_executors(spark: Any, *, force: bool = False) -> list[ExecutorLakestep
             executor, or imports in another version than the driver's (steps 1-3);
             or the driver's lakestep is a --py-files zip its JVM does not see (step 0).
     """
-    from .. import __version__
+    from .._version import __version__
 
     try:
         sc = spark.sparkContext

@@ -48,7 +48,7 @@ from lakestep.barrier import (
     RollbackRefusedError,
     StaleBatchError,
 )
-from lakestep.barrier.states import newest_snapshot
+from lakestep.barrier.snapshots import newest_snapshot
 
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 Rows = list[tuple[int, int]]

@@ -1,9 +1,9 @@
 """Wide read_committed choices (scope related/global) from facts kept by change stamp.
 
-states.FactsCache keeps every table's barrier facts and asks the database only
+facts_cache.FactsCache keeps every table's barrier facts and asks the database only
 for the tables whose stamp is at or above the watermark of its previous look.
 The oracle here is the general path of choose.py, which reads every fact of
-the scope afresh (states.facts_ex) and knows nothing of stamps.
+the scope afresh (facts.facts_ex) and knows nothing of stamps.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from lakestep import Catalog, _failpoints
 from lakestep.errors import TableNotFoundError
 from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
 from lakestep.barrier import choose as choose_mod
-from lakestep.barrier import states
+from lakestep.barrier import facts, facts_cache
 from lakestep.barrier.errors import BarrierNotRetainedError, RollbackRefusedError
 from lakestep.barrier.choose import Choice
 
@@ -198,7 +198,7 @@ def test_a_commit_that_took_its_transaction_id_first_and_landed_last_is_seen(pg_
 
 
 def test_kept_versions_equal_fresh_ones_at_every_barrier(catalog: Catalog, writer: Catalog) -> None:
-    """FactsCache.versions_at against states.versions_at in the same snapshot, at barriers
+    """FactsCache.versions_at against facts.versions_at in the same snapshot, at barriers
     asked in random order, through barriered and barrier-less commits, compactions,
     rollbacks (RESTORE eras) and cleanups that prune commit rows (a change of stamp only)."""
     catalog.create_namespace("s")
@@ -211,7 +211,7 @@ def test_kept_versions_equal_fresh_ones_at_every_barrier(catalog: Catalog, write
     wp.register_job("j0", sources=["s.r0"], sinks=["s.d0"])
     coord = Coordinator(writer, interval=0.01, lease_seconds=30.0)
     ids = [catalog.load_table(n).table_id for n in names]
-    cache = states.FactsCache()
+    cache = facts_cache.FactsCache()
     rng = random.Random(20261124)
     done: dict[str, int] = {}
     outcomes: dict[str, int] = {}
@@ -244,7 +244,7 @@ def test_kept_versions_equal_fresh_ones_at_every_barrier(catalog: Catalog, write
                     known = cache.look(conn)
                     for e in rng.sample(range(known.open_epoch + 1), min(4, known.open_epoch + 1)):
                         try:
-                            want: Any = states.versions_at(conn, ids, e)
+                            want: Any = facts.versions_at(conn, ids, e)
                         except BarrierNotRetainedError:
                             want = "not retained"
                         try:

@@ -200,7 +200,7 @@ def test_version_at_in_an_older_era_includes_the_commits_that_change_no_rows(cat
 def test_a_derived_table_restored_without_a_barrier_keeps_its_frontier(catalog: Catalog, pipeline: Pipeline) -> None:
     """A plain RESTORE (no barrier; here to the table's own newest version, so no row changes)
     starts an era with no barrier tag: the derived table's frontier is still the newest barrier
-    its commits carry, from the era before (states.facts_ex), and its job goes on from there."""
+    its commits carry, from the era before (facts.facts_ex), and its job goes on from there."""
     p = pipeline
     a, d = root_and_copy(catalog, p), catalog.load_table("s.d")
     coord = Coordinator(catalog)

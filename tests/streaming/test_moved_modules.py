@@ -1,32 +1,38 @@
-"""The streaming modules renamed in issue 33 stay importable under their old paths for one
-release: each old module warns (DeprecationWarning) and re-exports its replacement's objects."""
+"""What CHANGELOG.md says 0.2.0 removed is gone: the old import paths of 0.1's moves fail
+plainly (no shim left behind that could close an import cycle), and the new ones work."""
 
 from __future__ import annotations
 
 import importlib
-import sys
 
 import pytest
 
-MOVED = {
-    "lakestep.streaming.progress": {
-        "lakestep.streaming.microbatch": ["commit_batch", "ensure_sink_registered", "ensure_source_registered"],
-        "lakestep.streaming.catalog_cache": ["open_catalog", "required", "storage_of"],
-    },
-    "lakestep.streaming.batch": {
-        "lakestep.streaming.batch_io": ["LakestepBatchReader", "LakestepBatchWriter", "PlanPartition", "read_plan",
-                                        "write_barrier"],
-    },
+#: old path -> (new module, a name it defines): CHANGELOG.md, 0.2.0, "Removed".
+REMOVED_MODULES = {
+    "lakestep.streaming.progress": ("lakestep.streaming.microbatch", "commit_batch"),
+    "lakestep.streaming.batch": ("lakestep.streaming.batch_io", "read_plan"),
+}
+#: (module, name) -> (module that defines it now, name).
+REMOVED_NAMES = {
+    ("lakestep.barrier.states", "versions_at"): ("lakestep.barrier.facts", "versions_at"),
+    ("lakestep.barrier.states", "FactsCache"): ("lakestep.barrier.facts_cache", "FactsCache"),
+    ("lakestep.barrier.states", "newest_snapshot"): ("lakestep.barrier.snapshots", "newest_snapshot"),
+    ("lakestep.barrier.choose", "Resolver"): ("lakestep.barrier.choose", "TableIds"),
+    ("lakestep.catalog.changes", "OPEN_EPOCH"): ("lakestep.catalog.epoch", "OPEN_EPOCH"),
 }
 
 
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_an_old_path_warns_and_reexports(old: str) -> None:
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=r"removed in 0\.3\.0"):
-        shim = importlib.import_module(old)
-    for new, names in MOVED[old].items():
-        module = importlib.import_module(new)
-        for name in names:
-            assert getattr(shim, name) is getattr(module, name), f"{old}.{name}"
-    assert sorted(shim.__all__) == sorted(n for names in MOVED[old].values() for n in names)
+@pytest.mark.parametrize("old", sorted(REMOVED_MODULES))
+def test_a_removed_module_is_gone(old: str) -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
+    new, name = REMOVED_MODULES[old]
+    assert callable(getattr(importlib.import_module(new), name))
+
+
+@pytest.mark.parametrize("old", sorted(REMOVED_NAMES), ids=lambda o: ".".join(o))
+def test_a_removed_name_is_gone(old: tuple[str, str]) -> None:
+    module, name = old
+    assert not hasattr(importlib.import_module(module), name)
+    new, new_name = REMOVED_NAMES[old]
+    assert hasattr(importlib.import_module(new), new_name)

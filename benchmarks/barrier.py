@@ -46,8 +46,9 @@ import sqlalchemy as sa
 
 import lakestep
 from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline, Scope
+from lakestep.barrier import OPEN_EPOCH, Pipeline, Scope
 from lakestep.catalog import schema as S
+from lakestep.services import Coordinator
 
 from .peers import DEFAULT_PG_DSN, fresh_pg_url
 

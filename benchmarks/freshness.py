@@ -134,6 +134,7 @@ import lakestep
 from lakestep import Catalog
 from lakestep.barrier import Pipeline
 from lakestep.catalog.reader import FRAGMENT_INDEX
+from lakestep.services import Coordinator
 
 from .barrier import new_catalog
 from .commit import Check, pct, text_table
@@ -463,7 +464,7 @@ def run_cell(spark: Any, broker: Any, root: Path, backend: str, pg_dsn: str, int
         if barriers:
             p.register_job("d1", sources=["f.raw"], sinks=["f.d1"])
             p.register_job("d2", sources=["f.d1"], sinks=["f.d2"])
-            coord = p.coordinator(interval=interval)
+            coord = Coordinator(p.catalog, interval=interval)
             coord.start()
         ck = root / name / "ck"
         ck.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.query import consistent_arrow, duckdb_query
+from lakestep.services import Coordinator
 
 from .peers import DEFAULT_PG_DSN, fresh_pg_url
 
@@ -82,7 +83,7 @@ def shop(workdir: Path, backend: str, pg_dsn: str, n_files: int, rows: int, barr
         p.register_job("feed", sinks=["q.orders"], external_input=True)
         p.register_job("rev", sources=["q.orders"], sinks=["q.revenue"])
         p.register_job("cnt", sources=["q.orders"], sinks=["q.counts"])
-        coord = p.coordinator(interval=3600)
+        coord = Coordinator(p.catalog, interval=3600)
         assert coord.acquire()
         stack.callback(coord.release)
         per_barrier = max(1, n_files // barriers)

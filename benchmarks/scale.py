@@ -72,8 +72,9 @@ import sqlalchemy as sa
 
 import lakestep
 from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
+from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog import schema as S
+from lakestep.services import Coordinator
 
 from .barrier import _TimedCoordinator, analyze, load_history, new_catalog
 from .peers import DEFAULT_PG_DSN, _duckdb_offline_connection, ducklake_metadata

@@ -40,7 +40,8 @@ from typing import Callable
 import pyarrow as pa
 
 from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
+from lakestep.barrier import OPEN_EPOCH, Pipeline
+from lakestep.services import Coordinator
 
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 ORPHAN = "data/orphan-left-by-a-crashed-writer.parquet"

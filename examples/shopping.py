@@ -62,6 +62,7 @@ import pyarrow as pa
 from lakestep import Catalog
 from lakestep.barrier import Pipeline
 from lakestep.testing.spark import class_archive_option, log4j2_properties
+from lakestep.services import Coordinator
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -426,9 +427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise RuntimeError(f"streaming query {job} failed: {error}")
 
         # Every barrier of the run stays readable (retain_count=None): the check reads them all at the end.
-        coord = p.coordinator(interval=COORDINATOR_INTERVAL, retain_count=None)
+        coord = Coordinator(p.catalog, interval=COORDINATOR_INTERVAL, retain_count=None)
         coord.start()
-        from lakestep.catalog.maintenance import MaintenanceLoop
+        from lakestep.services import MaintenanceLoop
         from lakestep.iceberg import enable
 
         enable(cat)  # the maintenance loop publishes every table to Iceberg (lakestep.iceberg)

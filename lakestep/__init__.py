@@ -6,15 +6,16 @@ The front door: everything a pipeline is written with is importable from here::
 
 * the catalog: :class:`Catalog`, :class:`Table`, :class:`Transaction` and what a commit
   returns (``lakestep.catalog``; no pyspark);
-* barriers: :class:`Pipeline` (the whole barrier API of one catalog), :class:`Coordinator`,
-  :func:`diagnose` (``lakestep.barrier``; no pyspark);
+* barriers: :class:`Pipeline` (the whole barrier API of one catalog), :func:`diagnose`
+  (``lakestep.barrier``; no pyspark);
+* the services: :class:`Coordinator` (seals epochs), :class:`MaintenanceLoop`
+  (``lakestep.services``);
 * jobs on Spark: :class:`DerivedJob` for derived tables, :func:`foreach_batch` for existing
   ``foreachBatch`` code, :func:`register` for the ``lakestep`` sink and source
   (``lakestep.streaming``); a Kafka-fed root is ``lakestep.streaming.kafka.ingest``;
 * consistent reads: :func:`duckdb_query`, :func:`spark_sql`, :func:`consistent_arrow` and
   the rest of ``lakestep.query``;
-* the maintenance loop (:class:`MaintenanceLoop`), and every error (all subclasses of
-  :class:`LakestepError`, ``lakestep.errors``).
+* every error (all subclasses of :class:`LakestepError`, ``lakestep.errors``).
 
 Names are imported on first use: Spark starts many Python workers, and a worker that only
 reads Kafka should not pay for the catalog's imports, nor a catalog user for pyspark's.
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:  # for type checkers and readers; loaded lazily by __getattr__ at run time
-    from .barrier import Coordinator, Level, Pipeline, Scope, diagnose
+    from .barrier import Level, Pipeline, Scope, diagnose
     from .catalog import (
         OPEN_EPOCH,
         Catalog,
@@ -42,7 +43,6 @@ if TYPE_CHECKING:  # for type checkers and readers; loaded lazily by __getattr__
         Transaction,
         VersionLock,
     )
-    from .catalog.maintenance import MaintenanceLoop
     from .errors import (
         ArgumentTypeError,
         CatalogCorruptError,
@@ -98,14 +98,15 @@ if TYPE_CHECKING:  # for type checkers and readers; loaded lazily by __getattr__
         spark_table,
         table_refs,
     )
+    from .services import Coordinator, MaintenanceLoop
     from .streaming import DerivedJob, foreach_batch, register, register_job
 
 #: Each public name and the module it lives in.
 _PUBLIC: dict[str, str] = {
     **dict.fromkeys(["Catalog", "Table", "Transaction", "CommitResult", "CommitInfo", "DataFile", "Operation",
                      "Predicate", "OPEN_EPOCH", "Snapshot", "VersionLock"], "catalog"),
-    "MaintenanceLoop": "catalog.maintenance",
-    **dict.fromkeys(["Pipeline", "Coordinator", "Level", "Scope", "diagnose"], "barrier"),
+    **dict.fromkeys(["Coordinator", "MaintenanceLoop"], "services"),
+    **dict.fromkeys(["Pipeline", "Level", "Scope", "diagnose"], "barrier"),
     **dict.fromkeys(["DerivedJob", "foreach_batch", "register", "register_job"], "streaming"),
     **dict.fromkeys(["consistent_read", "consistent_arrow", "duckdb_connect", "duckdb_query", "spark_sql",
                      "spark_table", "table_refs"], "query"),

@@ -21,7 +21,8 @@ import pytest
 
 from examples import shopping
 from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
+from lakestep.barrier import OPEN_EPOCH, Pipeline
+from lakestep.services import Coordinator
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,15 +15,11 @@ imports between the modules of lakestep/ this way:
   ``if TYPE_CHECKING:`` block names the module of each: lakestep.streaming.kafka), and
   as importing ``pkg`` otherwise; ``import a.b.c`` counts as importing ``a.b.c`` (not
   the parent packages Python also runs on the way);
-* imports under ``if TYPE_CHECKING:`` are left out (but for the lazy re-exports above):
-  they are never run, they only name types for annotations;
-* imports under ``if __name__ == "__main__":`` are left out: they run only when the file
-  is run as a script, as ``python -m lakestep.barrier.coordinator`` hands over to the
-  ``lakestep`` command there;
-* deprecated shims are left out: a module whose docstring starts with ``Deprecated``
-  only re-exports its replacement for old import paths (and warns).
-  :func:`test_no_library_module_imports_a_deprecated_shim` makes sure nothing in
-  lakestep/ imports one, so a shim cannot close a cycle.
+* imports under ``if TYPE_CHECKING:`` and ``if __name__ == "__main__":`` count too: a
+  cycle through an annotation still ties two modules together (the reader of one must know
+  the other), and a ``python -m`` block that imports a layer above makes a library module
+  depend on it (``python -m lakestep <command>`` is the command line's own entry point,
+  lakestep/__main__.py).
 
 The checks, each failing with the file:line of every import involved:
 
@@ -34,15 +30,15 @@ The checks, each failing with the file:line of every import involved:
 3. the layers hold: each package imports only the packages below it in :data:`LAYERS`
    (the catalog knows nothing of barriers, the barrier layer nothing of Spark, and
    ``lakestep.query`` builds on ``lakestep.streaming``'s Spark I/O, never the reverse).
-   :data:`UPWARD` lists the few imports that reach up on purpose, each with its reason;
-   checks 2 and 3 leave them out, and fail once one is no longer made (so the list
-   only shrinks);
+   There is no list of exceptions: a module that needs a layer above it belongs above it
+   (the long-running services, which use every library layer, are ``lakestep.services``);
 4. no import of a private name (one leading underscore, not a dunder) from another
    module, such as ``from .files import _encode``: give it a public name where it
    lives. A private *module* (``lakestep/barrier/_sql.py``) may be imported from its
    own package and below;
 5. library code does not import the command line (``lakestep.cli``, or the former
-   ``lakestep._cli``): click and rich are an extra that Spark workers do without.
+   ``lakestep._cli``; ``lakestep.__main__`` is the command line's ``python -m`` entry):
+   click and rich are an extra that Spark workers do without.
 """
 
 from __future__ import annotations
@@ -65,25 +61,14 @@ LAYERS: dict[str, frozenset[str]] = {
     "streaming": frozenset({"catalog", "barrier"}),
     "query": frozenset({"catalog", "barrier", "streaming"}),
     "report": frozenset({"catalog", "barrier", "iceberg", "query"}),
-    "testing": frozenset({"catalog", "barrier", "streaming"}),
-    "serve": frozenset({"catalog", "barrier", "iceberg", "query", "report"}),  # the live page is the report
-    "cli": frozenset({"catalog", "barrier", "iceberg", "streaming", "query", "report", "serve"}),
-}
-#: Imports that reach a layer up, on purpose, with why: (importing module, imported module).
-#: Each is a deferred import of the optional Iceberg publisher (lakestep/iceberg, the
-#: ``iceberg`` extra), made only when a catalog publishes. Moving them out means moving the
-#: maintenance loop above lakestep.iceberg (a new public path for MaintenanceLoop) and the
-#: doctor's publishing check out of lakestep.barrier.health: a decision for its own change.
-UPWARD: dict[tuple[str, str], str] = {
-    ("lakestep.catalog.maintenance", "lakestep.iceberg.state"):
-        "the maintenance loop publishes to Iceberg each round while the catalog publishes",
-    ("lakestep.catalog.maintenance", "lakestep.iceberg"):
-        "the maintenance loop makes its Publisher on first use",
-    ("lakestep.barrier.health", "lakestep.iceberg.state"):
-        "the doctor reports how far Iceberg publishing lags",
+    "testing": frozenset({"catalog", "barrier", "streaming", "services"}),
+    # the long-running loops (coordinator, maintenance, publisher) on one base; the doctor
+    "services": frozenset({"catalog", "barrier", "iceberg"}),
+    "serve": frozenset({"catalog", "barrier", "iceberg", "query", "report", "services"}),  # the live page is the report
+    "cli": frozenset({"catalog", "barrier", "iceberg", "streaming", "query", "report", "serve", "services"}),
 }
 #: The command line's packages: nothing else in lakestep/ may import them.
-CLI = ("lakestep.cli", "lakestep._cli")
+CLI = ("lakestep.cli", "lakestep._cli", "lakestep.__main__")
 
 
 @dataclass(frozen=True)
@@ -113,42 +98,15 @@ def _sources() -> dict[str, Path]:
 MODULES = _sources()
 
 
-def _is_shim(tree: ast.Module) -> bool:
-    doc = ast.get_docstring(tree)
-    return bool(doc) and doc.lstrip().lower().startswith("deprecated")
-
-
-def _guard(test: ast.expr) -> str | None:
-    """``TYPE_CHECKING`` or ``__main__`` for the ``if`` tests whose body is left out."""
-    if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
-        return "TYPE_CHECKING"
-    if isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING":
-        return "TYPE_CHECKING"
-    if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
-            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
-            and test.comparators[0].value == "__main__"):
-        return "__main__"
-    return None
+def _type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` (bare or ``typing.TYPE_CHECKING``)."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth, but for the guarded blocks' bodies (their
-    ``else`` still runs)."""
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-            return
-        if isinstance(node, ast.If) and _guard(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return found
+    """Every import statement, at any depth (guarded blocks' too: the module docstring)."""
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
 
 
 def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
@@ -171,7 +129,7 @@ def _lazy_exports() -> dict[str, dict[str, str]]:
             continue
         names: dict[str, str] = {}
         for node in tree.body:
-            if isinstance(node, ast.If) and _guard(node.test) == "TYPE_CHECKING":
+            if isinstance(node, ast.If) and _type_checking(node.test):
                 for imp in ast.walk(node):
                     if isinstance(imp, ast.ImportFrom):
                         source = _resolve(module, path, imp)
@@ -209,29 +167,23 @@ def _imports(module: str, path: Path, tree: ast.Module) -> list[Import]:
 
 @dataclass
 class Graph:
-    imports: list[Import]  # every import of every module (shims' own included)
-    shims: frozenset[str]
+    imports: list[Import]  # every import of every module
 
-    def edges(self, *, upward: bool = True) -> dict[str, dict[str, list[Import]]]:
-        """module -> imported module of lakestep/ -> the imports that make the edge
-        (``upward=False``: without the imports of :data:`UPWARD`)."""
+    def edges(self) -> dict[str, dict[str, list[Import]]]:
+        """module -> imported module of lakestep/ -> the imports that make the edge."""
         g: dict[str, dict[str, list[Import]]] = defaultdict(lambda: defaultdict(list))
         for i in self.imports:
-            if i.target in MODULES and i.target != i.source and i.source not in self.shims \
-                    and (upward or (i.source, i.target) not in UPWARD):
+            if i.target in MODULES and i.target != i.source:
                 g[i.source][i.target].append(i)
         return g
 
 
 def _graph() -> Graph:
     imports: list[Import] = []
-    shims = set()
     for module, path in MODULES.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        if _is_shim(tree):
-            shims.add(module)
         imports.extend(_imports(module, path, tree))
-    return Graph(imports, frozenset(shims))
+    return Graph(imports)
 
 
 GRAPH = _graph()
@@ -318,9 +270,9 @@ def _describe(g: dict[str, dict[str, list[Import]]], comp: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _package_edges(*, upward: bool = False) -> dict[str, dict[str, list[Import]]]:
+def _package_edges() -> dict[str, dict[str, list[Import]]]:
     g: dict[str, dict[str, list[Import]]] = defaultdict(lambda: defaultdict(list))
-    for a, targets in GRAPH.edges(upward=upward).items():
+    for a, targets in GRAPH.edges().items():
         for b, imports in targets.items():
             pa, pb = _package(a), _package(b)
             if pa != pb:
@@ -336,12 +288,6 @@ def test_the_graph_sees_the_package() -> None:
     assert "lakestep.errors" in edges["lakestep.catalog.catalog"]  # from ..errors import ...
     assert "lakestep.catalog" in _package_edges()["lakestep.barrier"]
     assert LAZY["lakestep.streaming.kafka"]["ingest"] == "lakestep.streaming.kafka.ingestion"
-
-
-def test_every_upward_import_is_still_made() -> None:
-    made = {(i.source, i.target) for i in GRAPH.imports}
-    stale = sorted(set(UPWARD) - made)
-    assert not stale, f"no longer imported: remove them from UPWARD in {Path(__file__).name}: {stale}"
 
 
 def test_no_import_cycle_between_modules() -> None:
@@ -365,8 +311,8 @@ def test_each_package_imports_only_the_layers_below_it() -> None:
         a = pa.split(".")[1] if pa != "lakestep" else None
         for pb, imports in sorted(targets.items()):
             b = pb.split(".")[1] if pb != "lakestep" else None
-            if a is None or b not in subpackages:
-                continue  # the root's lazy re-exports, and the top-level modules
+            if a is None or b not in subpackages or pa == "lakestep.__main__":
+                continue  # the root's lazy re-exports; ``python -m lakestep``, the command line's entry
             if b not in LAYERS.get(a, frozenset()):  # a top-level module imports no package
                 bad.append(f"{pa} imports {pb}: " + ", ".join(i.where for i in imports))
     assert not bad, "imports against the layers (LAYERS):\n" + "\n".join(bad)
@@ -399,33 +345,3 @@ def test_library_code_does_not_import_the_command_line() -> None:
            and not any(i.source == c or i.source.startswith(c + ".") for c in CLI)]
     assert not bad, "library code importing the command line:\n" + "\n".join(bad)
     assert "lakestep._cli" not in MODULES, "lakestep/_cli.py is gone: the cli package holds what commands share"
-
-
-def test_no_library_module_imports_a_deprecated_shim() -> None:
-    bad = [f"{i.where}: {i.source} imports the deprecated {i.target}" for i in GRAPH.imports
-           if i.target in GRAPH.shims and i.source not in GRAPH.shims]
-    assert not bad, "import the module that replaced the shim:\n" + "\n".join(bad)
-
-
-def _shim_statement(node: ast.stmt) -> bool:
-    """What a shim may hold: imports of lakestep (its replacement), ``import warnings``,
-    ``__all__``, and one ``warnings.warn(...)``."""
-    if isinstance(node, ast.ImportFrom):
-        return bool(node.level) or (node.module or "").startswith("lakestep") or node.module == "__future__"
-    if isinstance(node, ast.Import):
-        return [a.name for a in node.names] == ["warnings"]
-    if isinstance(node, ast.Assign):
-        return all(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
-    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-            and ast.unparse(node.value.func) == "warnings.warn")
-
-
-def test_a_deprecated_shim_only_reexports() -> None:
-    """A shim re-exports its replacement, says which release removes it, and holds no code of its own."""
-    for shim in sorted(GRAPH.shims):
-        tree = ast.parse(MODULES[shim].read_text(encoding="utf-8"))
-        doc = ast.get_docstring(tree) or ""
-        assert "removed in" in doc.lower(), f"{MODULES[shim]}: say in its docstring which release removes it"
-        for node in tree.body[1:]:
-            assert _shim_statement(node), \
-                f"{MODULES[shim]}:{node.lineno}: a shim holds only imports of its replacement, __all__ and a warning"

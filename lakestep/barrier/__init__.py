@@ -1,11 +1,12 @@
 """Barriers: epochs, the job topology, per-table states, consistent reads, rollback.
 
-No pyspark here: the barrier coordinator works, and is tested, with no JVM.
+No pyspark here: the barrier protocol works, and is tested, with no JVM. The coordinator
+that seals epochs runs it as a service (:class:`lakestep.services.Coordinator`).
 
 * :class:`Pipeline` - the whole API of one catalog in one object;
 * :class:`Topology` - jobs, their source and sink tables, lineage (topology.py);
-* :class:`Coordinator` - seals epochs and snapshots committed barriers, in a
-  thread or as ``python -m lakestep.barrier.coordinator`` (coordinator.py);
+* epochs, leases, seals and barrier snapshots (epochs.py), which the coordinator
+  service (lakestep/services/coordinator.py) drives;
 * derived jobs plan and commit barrier batches with :class:`BatchPlan` and
   :class:`JobBatch` (jobs.py); root jobs commit with ``barrier=OPEN_EPOCH``;
 * reads choose versions with :meth:`Pipeline.choose` (choose.py);
@@ -50,8 +51,6 @@ __all__ = [
     "TableKind",
     "DOWNSTREAM_SQL",
     "UPSTREAM_SQL",
-    "Coordinator",
-    "Tick",
     "Lease",
     "Seal",
     "BarrierState",
@@ -86,12 +85,3 @@ __all__ = [
     "TopologyError",
 ]
 
-
-def __getattr__(name: str) -> object:
-    # Imported on first use, so that ``python -m lakestep.barrier.coordinator``
-    # does not find its own module already imported by the package.
-    if name in ("Coordinator", "Tick"):
-        from . import coordinator
-
-        return getattr(coordinator, name)
-    raise AttributeError(name)

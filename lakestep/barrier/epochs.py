@@ -49,6 +49,9 @@ database, nobody seals until its lease expires (a standby takes over then).
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
@@ -128,6 +131,12 @@ def _fence(catalog: "Catalog", conn: Connection, lease: Lease) -> tuple[float, L
         raise NotCoordinatorError(holder=str(lease.holder), token=lease.token, current_holder=cur.holder,
                                   current_token=cur.token, expires_at=cur.expires_at)
     return now, cur
+
+
+def default_holder() -> str:
+    """A lease holder's name, unique per process: ``host:pid:random`` (the coordinator's and the
+    Iceberg publisher's leases, when no name is given)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def acquire(catalog: "Catalog", holder: str, lease_seconds: float, *, held: Lease | None = None) -> Lease | None:

@@ -117,7 +117,7 @@ PUBLISH_LAG_WARNING = 10
 
 
 def _publishing(catalog: "Catalog", now: float) -> list[Finding]:
-    from ..iceberg.state import status as publishing
+    from .publishing import status as publishing
 
     p = publishing(catalog)
     if not p.published:

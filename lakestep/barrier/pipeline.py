@@ -2,14 +2,14 @@
 
 Example::
 
-    from lakestep import Catalog
-    from lakestep.barrier import Pipeline
+    from lakestep import Catalog, Coordinator, Pipeline
 
-    p = Pipeline(Catalog(warehouse="./wh"))
+    cat = Catalog(warehouse="./wh")
+    p = Pipeline(cat)
     p.register_job("ingest", sinks=["shop.orders"], external_input=True)
     p.register_job("daily", sources=["shop.orders"], sinks=["shop.daily"])
-    coord = p.coordinator(interval=1.0)
-    coord.start()                                   # seals an epoch every second
+    coord = Coordinator(cat, interval=1.0)          # lakestep.services: seals an epoch every second
+    coord.start()
 
     orders.append(rows, barrier=OPEN_EPOCH)         # the root job's commits
 
@@ -47,7 +47,6 @@ from .topology import Topology
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Table
-    from .coordinator import Coordinator
     from .status import LagSample, Status
 
 
@@ -96,12 +95,6 @@ class Pipeline:
     def opened_at(self) -> float:
         with self.catalog.backend.read() as conn:
             return epoch_row(conn)[1]
-
-    def coordinator(self, **kwargs: Any) -> "Coordinator":
-        """A :class:`Coordinator` for this catalog (not started)."""
-        from .coordinator import Coordinator
-
-        return Coordinator(self.catalog, **kwargs)
 
     def seals(self, *, since: int = 0) -> list[Seal]:
         """The seal records of barriers > ``since``, oldest first."""

@@ -523,7 +523,8 @@ class Catalog:
                                        argument="job_id", value=None)
         return Transaction(self, job_id=job_id, batch_id=batch_id, guard=guard, after=after)
 
-    def _table(self, table: Table | str) -> Table:
+    def as_table(self, table: Table | str) -> Table:
+        """``table`` itself when it is a :class:`Table` handle, else the table it names, loaded."""
         return table if isinstance(table, Table) else self.load_table(table)
 
     def recorded(self, job_id: str, batch_id: int) -> list[CommitResult] | None:

@@ -4,7 +4,7 @@ atomically (``Catalog.transaction()`` makes one)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 import sqlalchemy as sa
 
@@ -34,10 +34,22 @@ from .writes import (
 )
 
 if TYPE_CHECKING:
-    from .catalog import Catalog
     from .commit import After, Guard
+    from .files import Storage
 
 log = logging.getLogger(__name__)
+
+
+class TransactionCatalog(Protocol):
+    """What a :class:`Transaction` uses of its catalog (:class:`lakestep.catalog.Catalog`)."""
+
+    storage: "Storage"
+
+    def as_table(self, table: Table | str) -> Table: ...
+
+    def commit_guarded(self, changes: Sequence[TableChange], *, guard: "Guard | None" = None,
+                       after: "After | None" = None, job_id: str | None = None,
+                       batch_id: int | None = None) -> tuple[bool, list[CommitResult]]: ...
 
 
 class Transaction:
@@ -56,7 +68,7 @@ class Transaction:
         tx.results   # one CommitResult per table
     """
 
-    def __init__(self, catalog: Catalog, *, job_id: str | None, batch_id: int | None,
+    def __init__(self, catalog: TransactionCatalog, *, job_id: str | None, batch_id: int | None,
                  guard: Guard | None = None, after: After | None = None) -> None:
         self.catalog = catalog
         self.job_id = job_id
@@ -104,12 +116,12 @@ class Transaction:
 
     def append(self, table: Table | str, data: Any, *, barrier: int | None = None, prefix: str = "") -> None:
         self._check_open(barrier)
-        self._add(prepare_append(self.catalog._table(table), data, barrier=barrier, prefix=prefix))
+        self._add(prepare_append(self.catalog.as_table(table), data, barrier=barrier, prefix=prefix))
 
     def overwrite(self, table: Table | str, data: Any, *, partitions: PartitionSpec = None,
                   where: Filter | Predicate | None = None, barrier: int | None = None, prefix: str = "") -> None:
         self._check_open(barrier)
-        self._add(prepare_overwrite(self.catalog._table(table), data, partitions=partitions, where=where,
+        self._add(prepare_overwrite(self.catalog.as_table(table), data, partitions=partitions, where=where,
                                     barrier=barrier, prefix=prefix))
 
     def add_files(self, table: Table | str, files: Sequence[NewFile], *, mode: FilesMode = "append",
@@ -122,7 +134,7 @@ class Transaction:
         table's location and match its schema: whoever wrote them checked that.
         """
         self._check_open(barrier)
-        t = self.catalog._table(table)
+        t = self.catalog.as_table(table)
         if mode not in ("append", "overwrite"):
             raise InvalidArgumentError(f"mode must be 'append' or 'overwrite', got {mode!r}", argument="mode", value=mode)
         for f in files:
@@ -139,7 +151,7 @@ class Transaction:
         self._add(change)
 
     def upsert(self, table: Table | str, data: Any, *, barrier: int | None = None, prefix: str = "") -> None:
-        t = self.catalog._table(table)
+        t = self.catalog.as_table(table)
         if not t.primary_key:
             raise NoPrimaryKeyError(t.ident)
         self.append(t, data, barrier=barrier, prefix=prefix)
@@ -147,7 +159,7 @@ class Transaction:
     def delete(self, table: Table | str, where: Filter | Predicate, *, isolation: Isolation | None = None,
                barrier: int | None = None) -> None:
         self._check_open(barrier)
-        t = self.catalog._table(table)
+        t = self.catalog.as_table(table)
         if t.primary_key:  # tombstones, merged on read
             self._add(prepare_pk_delete(t, where, barrier=barrier))
         else:
@@ -156,7 +168,7 @@ class Transaction:
     def update(self, table: Table | str, set: Mapping[str, Any], where: Filter | Predicate, *,
                isolation: Isolation | None = None, barrier: int | None = None) -> None:
         self._check_open(barrier)
-        t = self.catalog._table(table)
+        t = self.catalog.as_table(table)
         if t.primary_key:  # the changed rows, upserted
             self._add(prepare_pk_update(t, set, where, barrier=barrier))
         else:
@@ -165,12 +177,12 @@ class Transaction:
     def compact(self, table: Table | str, *, target_file_size: int = 128 << 20, min_files: int = 2,
                 major: bool = False) -> None:
         self._check_open()
-        self._add(prepare_compact(self.catalog._table(table), target_file_size=target_file_size,
+        self._add(prepare_compact(self.catalog.as_table(table), target_file_size=target_file_size,
                                   min_files=min_files, major=major))
 
     def rewrite_file(self, table: Table | str, file: Any, transform: Any) -> None:
         self._check_open()
-        self._add(prepare_rewrite_file(self.catalog._table(table), file, transform))
+        self._add(prepare_rewrite_file(self.catalog.as_table(table), file, transform))
 
     def restore(self, table: Table | str, version: int, *, barrier: int | None = None) -> None:
         """Make ``table`` hold exactly the rows of ``version`` again (metadata only).
@@ -180,7 +192,7 @@ class Transaction:
         RESTORE row of ``resolver.MATRIX``).
         """
         self._check_open(barrier)
-        t = self.catalog._table(table)
+        t = self.catalog.as_table(table)
         head = t.version
         if not 0 <= int(version) <= head:
             raise VersionNotFoundError(t.ident, f"version {version} (newest is {head})")

@@ -22,8 +22,8 @@ CATALOG_HELP = ("the catalog: a database URL (sqlite:///wh/catalog.db, postgresq
 def common(f: Callable[..., Any] | None = None, *, url_alias: bool = False) -> Any:
     """Add ``--catalog URL`` and ``--json``; the command receives ``out`` (an :class:`Output`)
     and ``catalog_url`` and returns its exit code (None: 0). ``url_alias``: a hidden ``--url``
-    names the catalog too (the services: ``python -m lakestep.barrier.coordinator --url ...``
-    and ``python -m lakestep.catalog.maintenance --url ...`` always took it)."""
+    names the catalog too (the services: ``python -m lakestep coordinator --url ...``
+    and ``python -m lakestep maintenance --url ...`` always took it)."""
     if f is None:
         return functools.partial(common, url_alias=url_alias)
 

@@ -1,6 +1,6 @@
 """``lakestep serve``: the Iceberg REST catalog of the published tables (lakestep/serve).
 
-``python -m lakestep.serve`` runs this command. It needs the ``serve`` extra besides the
+``python -m lakestep serve`` runs this command. It needs the ``serve`` extra besides the
 ``cli`` one. The token comes from ``--token`` or ``$LAKESTEP_SERVE_TOKEN`` and is never
 printed; the catalog's URL is printed masked.
 """

@@ -1,8 +1,8 @@
 """``lakestep coordinator``, ``lakestep maintenance`` and ``lakestep publish``: the long-running services.
 
-``python -m lakestep.barrier.coordinator`` and ``python -m lakestep.catalog.maintenance``
-run the commands ``lakestep coordinator`` and ``lakestep maintenance`` (they need the
-``cli`` extra too); ``--url`` is ``--catalog`` there, as it always was. Each runs until
+``python -m lakestep <command>`` runs each (with the ``cli`` extra too); the coordinator
+and maintenance take ``--url`` for ``--catalog``, as they always did. The loops themselves
+are lakestep.services'. Each runs until
 SIGTERM or SIGINT (:func:`stopped_by_signals`), then stops cleanly: the coordinator
 releases its lease, the maintenance loop finishes its round.
 """
@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterator
 import click
 from rich.table import Table as RichTable
 
-from ..barrier.coordinator import Coordinator
-from ..catalog.maintenance import MaintenanceLoop, RoundReport
 from ..secrets import mask_url
+from ..services.coordinator import Coordinator
+from ..services.maintenance import MaintenanceLoop, RoundReport
 from .common import common, open_catalog
 from .output import Output
 
@@ -85,8 +85,8 @@ def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, l
 
     Runs until SIGTERM/SIGINT (or --duration / --max-seals), then releases
     the lease. Run several: one seals, the others stand by and take over
-    when its lease lapses. `python -m lakestep.barrier.coordinator` runs
-    this command (--url is --catalog).
+    when its lease lapses. `python -m lakestep coordinator` runs
+    this command.
 
     \b
     Example:
@@ -134,8 +134,7 @@ def maintenance_cmd(out: Output, catalog_url: str, tables: tuple[str, ...], inte
 
     Each round, per table: apply its TTL, compact, clean up. A failing table
     is reported and retried next round. Runs until SIGTERM/SIGINT or
-    --rounds. `python -m lakestep.catalog.maintenance` runs this command
-    (--url is --catalog).
+    --rounds. `python -m lakestep maintenance` runs this command.
 
     \b
     Example:
@@ -207,6 +206,7 @@ def publish_cmd(out: Output, catalog_url: str, once: bool, interval: float, roun
     """
     log_to_stderr(log_level)
     from ..iceberg import Publisher, enable
+    from ..services.publisher import PublishLoop
 
     with open_catalog(catalog_url) as cat:
         if switch is not None:
@@ -243,8 +243,9 @@ def publish_cmd(out: Output, catalog_url: str, once: bool, interval: float, roun
             if once:
                 on_round(pub.publish_once())
             else:
-                with stopped_by_signals(pub.stop):
-                    pub.run(interval=interval, max_rounds=rounds, duration=duration, on_round=on_round)
+                loop = PublishLoop(pub, interval=interval)
+                with stopped_by_signals(loop.stop):
+                    loop.run(max_rounds=rounds, duration=duration, on_round=on_round)
         finally:
             pub.close()
     out.emit({"rounds": done})

@@ -76,7 +76,7 @@ def describe_cmd(out: Output, catalog_url: str, table: str, history_limit: int) 
         hist = t.history(limit=history_limit or None)
         snaps = t.snapshots()
         locks = live_locks(cat, t.table_id)
-        from ..iceberg.state import status as publishing
+        from ..barrier.publishing import status as publishing
 
         iceberg = publishing(cat).tables.get(t.ident)
         doc: dict[str, Any] = {

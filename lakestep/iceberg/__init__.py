@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..catalog import Catalog
 
-from .state import PublisherStatus, enable, enabled, status  # noqa: E402  (no PyIceberg needed)
+from ..barrier.publishing import PublisherStatus, enable, enabled, status  # noqa: E402  (no PyIceberg needed)
 
 _NEEDS_PYICEBERG = {"Publisher": "publisher", "PublishReport": "publisher", "TableReport": "publisher",
                     "TAG_PREFIX": "metadata", "tag_name": "metadata", "DEFAULT_NAME": "sqlcat"}

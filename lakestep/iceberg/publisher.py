@@ -66,10 +66,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pyarrow.fs as pafs
 import sqlalchemy as sa
@@ -78,8 +77,7 @@ from pyiceberg.table.snapshots import Operation
 
 from .. import _failpoints
 from .. import retry as _retry
-from ..barrier.coordinator import default_holder
-from ..barrier.epochs import open_epoch
+from ..barrier.epochs import default_holder, open_epoch
 from ..barrier.errors import BarrierNotRetainedError
 from ..barrier.facts import facts, versions_at
 from ..barrier.snapshots import oldest_retained
@@ -171,7 +169,7 @@ class Publisher:
         from lakestep.iceberg import Publisher
         pub = Publisher(catalog)          # Iceberg catalog 'lakestep' in the same database
         pub.publish_once()                # tags every committed barrier, moves main
-        pub.start(interval=1.0)           # or keep publishing in a thread
+        # keep publishing in a thread: lakestep.services.PublishLoop(pub, interval=1.0).start()
     """
 
     def __init__(
@@ -208,12 +206,9 @@ class Publisher:
         self._tables: dict[int, IcebergTable] = {}  # by lakestep table id
         self._pk: dict[int, dict[str, tuple[str, str]]] = {}  # table id -> data uri -> (delete uri, digest)
         self._swept: set[int] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def close(self) -> None:
-        """Stop the loop, give the lease up, close the Iceberg catalog's own database connection."""
-        self.stop()
+        """Give the lease up, close the Iceberg catalog's own database connection."""
         try:
             self.release()
         except LakestepError as e:  # the lease then lapses by itself
@@ -261,6 +256,8 @@ class Publisher:
     def publish(self, *, settle: bool = False) -> PublishReport:
         """One round (module docstring, steps 1-6)."""
         started = time.perf_counter()
+        if self.sweep_every and self.rounds and self.rounds % self.sweep_every == 0:
+            self._swept.clear()  # every sweep_every-th round looks for orphan metadata again
         leader, holder = self._acquire()
         if not leader:
             return PublishReport(False, holder)
@@ -776,58 +773,6 @@ class Publisher:
         if gone:
             log.info("swept %d orphan metadata file(s) of %s", len(gone), row.ident)
         return gone
-
-    # ------------------------------------------------------------------- loop
-    def run(self, *, interval: float = 1.0, max_rounds: int | None = None, duration: float | None = None,
-            on_round: Callable[[PublishReport], None] | None = None) -> list[PublishReport]:
-        """Rounds every ``interval`` seconds until :meth:`stop` (or ``max_rounds``, ``duration``).
-        While the catalog database is away the loop waits (``retry``); other errors are logged
-        and retried next round."""
-        reports = []
-        first = self.rounds
-        deadline = None if duration is None else time.monotonic() + duration
-        outage = _retry.Wait(self.retry, "publisher", stop=self._stop, logger=log)
-        try:
-            while not self._stop.is_set():
-                try:
-                    r = _retry.retrying(self.publish, policy=self.retry, what=outage.what, wait=outage,
-                                        redo_unknown=True)
-                    reports.append(r)
-                    if on_round is not None:
-                        on_round(r)
-                except CatalogUnavailableError:
-                    if self._stop.is_set():
-                        break
-                    raise
-                except Exception:  # noqa: BLE001
-                    self.rounds += 1
-                    log.exception("publish round %d failed", self.rounds)
-                if max_rounds is not None and self.rounds - first >= max_rounds:
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                if self.sweep_every and self.rounds % self.sweep_every == 0:
-                    self._swept.clear()
-                self._stop.wait(interval)
-        finally:
-            try:
-                self.release()
-            except LakestepError:
-                pass
-        return reports
-
-    def start(self, *, interval: float = 1.0) -> threading.Thread:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self.run, kwargs={"interval": interval}, name="lakestep-publisher",
-                                        daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def stop(self, timeout: float | None = None) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
 
 
 def _wanted(row: _Row) -> bool:

@@ -10,7 +10,7 @@ Needs the ``serve`` extra (``pip install 'lakestep[serve]'``: Starlette and uvic
 * :class:`PublishedCatalog` answers them from the published Iceberg SQL catalog (rest.py):
   the plain warehouse, ``<name>@barrier=N`` and ``<name>@consistent``;
 * :func:`serve` runs the app with uvicorn until SIGTERM or SIGINT; ``lakestep serve``
-  and ``python -m lakestep.serve`` call it.
+  and ``python -m lakestep serve`` call it.
 
 docs/iceberg.md ("The REST catalog") says what each warehouse guarantees.
 """

@@ -5,7 +5,7 @@ scrape reads what they recorded in the catalog, the same way ``lakestep barriers
 and ``lakestep doctor --no-storage`` do:
 
 1. :func:`scrape` reads, with the catalog's clock, :func:`lakestep.barrier.status`
-   (``last=1``), the publisher's state (:func:`lakestep.iceberg.state.status`), and in
+   (``last=1``), the publisher's state (:func:`lakestep.barrier.publishing.status`), and in
    one more read transaction each table's live files and bytes, each job's newest
    committed batch and :func:`lakestep.catalog.cleanup.reclaimable` (what a cleanup dry
    run would delete now, per table). It is a bounded number of statements whatever the
@@ -110,7 +110,7 @@ class Scrape:
 
 def scrape(catalog: "Catalog", topology: Topology | None = None) -> Scrape:
     """Read the catalog once (module docstring, step 1)."""
-    from ..iceberg.state import status as publishing
+    from ..barrier.publishing import status as publishing
 
     topology = topology or Topology(catalog)
     st = status(catalog, topology, last=1)

@@ -169,13 +169,12 @@ def _check_driver(sc: Any) -> None:
     """Step 0."""
     import os
 
-    import lakestep
-
     try:
         jvm_path = str(sc._jvm.java.lang.System.getenv("PYTHONPATH") or "")
     except Exception:  # no JVM gateway to ask
         return
-    problem = driver_problem(os.path.dirname(os.path.dirname(os.path.abspath(lakestep.__file__))), jvm_path)
+    # the folder lakestep's package is in (this module is lakestep/streaming/executors.py)
+    problem = driver_problem(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), jvm_path)
     if problem is None:
         return
     raise SparkSetupError(

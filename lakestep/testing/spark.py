@@ -45,8 +45,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from ..barrier import Coordinator, Pipeline
+    from ..barrier import Pipeline
     from ..catalog import Catalog, Table
+    from ..services import Coordinator
 
 CLASS_ARCHIVE_ENV = "LAKESTEP_SPARK_CLASS_ARCHIVE"
 
@@ -83,6 +84,7 @@ def class_archive_path(folder: "str | Path") -> Path:
 _ARCHIVE_WORKLOAD = """
 import sys, tempfile
 from lakestep.testing.spark import local_session
+from ..services import Coordinator
 work = tempfile.mkdtemp(prefix="lakestep-cds-")
 spark = local_session("lakestep-class-archive", work, jvm_options=sys.argv[1])
 df = spark.range(1000).selectExpr("id", "id % 7 AS k", "CAST(id AS STRING) AS s")
@@ -209,6 +211,7 @@ def root_and_derived(catalog: "Catalog", url: str, root: str, derived: str,
 
     from ..barrier import Pipeline
     from ..barrier.errors import BarrierError
+    from ..services import Coordinator
     from ..streaming import register_job
 
     catalog.create_namespace(root.split(".")[0])
@@ -218,7 +221,7 @@ def root_and_derived(catalog: "Catalog", url: str, root: str, derived: str,
     p = Pipeline(catalog)
     p.register_job("feed", sinks=[root], external_input=True)
     register_job(url, job, sources=[root], sinks=[derived])
-    coord = p.coordinator(interval=3600)
+    coord = Coordinator(p.catalog, interval=3600)
     if not coord.acquire():
         raise BarrierError(f"another coordinator holds the lease of the catalog of {root!r}")
     return p, coord, root_table, derived_table

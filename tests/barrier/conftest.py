@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from lakestep import Catalog, Table
-from lakestep.barrier import Coordinator, Pipeline
+from lakestep.barrier import Pipeline
+from lakestep.services import Coordinator
 
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 

@@ -43,12 +43,12 @@ from lakestep import Catalog, Table
 from lakestep.barrier import (
     OPEN_EPOCH,
     BatchPlan,
-    Coordinator,
     Pipeline,
     RollbackRefusedError,
     StaleBatchError,
 )
 from lakestep.barrier.snapshots import newest_snapshot
+from lakestep.services import Coordinator
 
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 Rows = list[tuple[int, int]]

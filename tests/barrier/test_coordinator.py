@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, Coordinator, NotCoordinatorError, Pipeline, epochs
+from lakestep.barrier import OPEN_EPOCH, NotCoordinatorError, Pipeline, epochs
 from lakestep.clock import ManualClock
+from lakestep.services import Coordinator
 
 from .conftest import kv, make_tables
 from tests.waiting import wait_until
@@ -97,7 +98,7 @@ def test_tick_per_batch_and_interval(clocked: Catalog, clock: ManualClock) -> No
 
 
 def test_thread_seals_and_releases(catalog: Catalog, pipeline: Pipeline) -> None:
-    coord = pipeline.coordinator(interval=0.02, lease_seconds=5.0)
+    coord = Coordinator(pipeline.catalog, interval=0.02, lease_seconds=5.0)
     coord.start()
     wait_until(lambda: pipeline.open_epoch() >= 6, "6 seals", timeout=120, interval=0.02)  # a hang, not a speed limit
     coord.stop()

@@ -32,7 +32,7 @@ KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 def coordinator(url: str, holder: str, log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    return subprocess.Popen([sys.executable, "-m", "lakestep.barrier.coordinator", "--url", url, "--interval", "0.3",
+    return subprocess.Popen([sys.executable, "-m", "lakestep", "coordinator", "--url", url, "--interval", "0.3",
                              "--lease", "3", "--holder", holder], cwd=REPO_ROOT, env=env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -16,11 +16,12 @@ import pytest
 
 from lakestep import Catalog, _failpoints
 from lakestep.errors import TableNotFoundError
-from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
+from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.barrier import choose as choose_mod
 from lakestep.barrier import facts, facts_cache
 from lakestep.barrier.errors import BarrierNotRetainedError, RollbackRefusedError
 from lakestep.barrier.choose import Choice
+from lakestep.services import Coordinator
 
 from .conftest import KV, kv, rows
 

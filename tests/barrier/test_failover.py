@@ -1,4 +1,4 @@
-"""Coordinator failover between real processes (``python -m lakestep.barrier.coordinator``).
+"""Coordinator failover between real processes (``python -m lakestep coordinator``).
 
 Two coordinators run; one holds the lease and seals every 50 ms. Then:
 
@@ -37,7 +37,7 @@ INTERVAL = 0.05
 
 def start(spec: Any, holder: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "lakestep.barrier.coordinator", "--url", spec.url, "--interval", str(INTERVAL),
+        [sys.executable, "-m", "lakestep", "coordinator", "--url", spec.url, "--interval", str(INTERVAL),
          "--lease", str(LEASE), "--holder", holder, "--snapshot-every", "0", "--log-level", "WARNING"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )

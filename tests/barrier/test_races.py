@@ -25,7 +25,8 @@ import pytest
 import sqlalchemy as sa
 
 from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
+from lakestep.barrier import OPEN_EPOCH, Pipeline
+from lakestep.services import Coordinator
 from tests.catalog.workers import Worker
 
 from .conftest import kv, make_tables

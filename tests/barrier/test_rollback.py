@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lakestep import Catalog, CommitConflict
-from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline, RollbackRefusedError, StaleBatchError
+from lakestep.barrier import OPEN_EPOCH, Pipeline, RollbackRefusedError, StaleBatchError
+from lakestep.services import Coordinator
 
 from .conftest import KV, kv, root_and_copy, rows
 from .test_states import copy_of, process

@@ -45,6 +45,7 @@ from lakestep.barrier.graph import Graph
 from lakestep.catalog import epoch
 
 from ..conftest import _pg_spec
+from lakestep.services import Coordinator
 
 EXAMPLES = int(os.environ.get("LAKESTEP_RULES_EXAMPLES", "40"))
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
@@ -94,7 +95,7 @@ class World:
     def __init__(self, catalog: Catalog, spec: list[tuple[str, list[int], bool]]) -> None:
         self.catalog = catalog
         self.p = Pipeline(catalog)
-        self.coord = self.p.coordinator(lease_seconds=3600.0)
+        self.coord = Coordinator(self.p.catalog, lease_seconds=3600.0)
         self.cache = FactsCache()
         catalog.create_namespace("s", exist_ok=True)
         self.tables = [catalog.create_table(name(i), KV) for i in range(N)]

@@ -11,7 +11,6 @@ from lakestep.barrier import (
     OPEN_EPOCH,
     BarrierNotRetainedError,
     BarrierState,
-    Coordinator,
     NoSnapshotError,
     Pipeline,
     RollbackRefusedError,
@@ -19,6 +18,7 @@ from lakestep.barrier import (
 from lakestep.catalog.lifecycle import live_locks
 from lakestep.clock import ManualClock
 from lakestep.errors import VersionNotFoundError
+from lakestep.services import Coordinator
 
 from .conftest import kv, make_tables, root_and_copy, rows
 

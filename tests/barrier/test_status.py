@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from lakestep import Catalog, errors
-from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline, diagnose, epochs, lag_history
+from lakestep.barrier import OPEN_EPOCH, Pipeline, diagnose, epochs, lag_history
 from lakestep.catalog.pins import pinned_storage
+from lakestep.services import Coordinator
 
 from .conftest import kv, make_tables, root_and_copy
 from .test_states import copy_of, process

@@ -16,7 +16,7 @@ import pytest
 from lakestep import Catalog, errors
 from lakestep.catalog.cleanup import IN_FLIGHT_FLOOR_SECONDS
 from lakestep.clock import ManualClock
-from lakestep.catalog.maintenance import apply_ttl
+from lakestep.catalog.ttl import apply_ttl
 
 pytestmark = pytest.mark.s3("postgres")
 

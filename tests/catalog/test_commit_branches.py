@@ -16,6 +16,7 @@ import pytest
 from lakestep import Catalog, _failpoints, errors
 from lakestep.catalog.commit import MAX_REBASES
 from lakestep.clock import ManualClock
+from lakestep.services import Coordinator
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string())])
 
@@ -297,7 +298,7 @@ def test_open_epoch_is_read_inside_the_commit_on_the_general_path(clocked: Catal
     """``barrier=OPEN_EPOCH`` on a rewrite (not a blind append) records the epoch open when the
     commit runs, alone or beside changes of other tables; a change with an explicit barrier
     or none keeps it."""
-    from lakestep.barrier import OPEN_EPOCH, Coordinator
+    from lakestep.barrier import OPEN_EPOCH
 
     t = table(clocked, (1, "d1"), (2, "d2"))
     u = clocked.create_table("s.u", SCHEMA)

@@ -24,6 +24,7 @@ from lakestep.barrier.health import diagnose
 from lakestep.catalog.backend import DatabaseTimeouts
 from lakestep.clock import ManualClock
 from lakestep.query.read import consistent_read
+from lakestep.services import Coordinator
 
 from .test_bad_input import ROWS, SCHEMA, t, with_tables
 from .test_bad_input import Case as BadInputCase
@@ -55,7 +56,7 @@ def batch_to_a_non_sink(cat: Catalog) -> None:
     p = Pipeline(cat)
     p.register_job("ingest", sinks=["s.t"], external_input=True)
     p.register_job("copy", sources=["s.t"], sinks=["s.pk"])
-    coord = p.coordinator(lease_seconds=30.0)
+    coord = Coordinator(p.catalog, lease_seconds=30.0)
     try:
         coord.seal()
     finally:
@@ -133,11 +134,11 @@ CASES = [
          errors.InvalidArgumentError),
     Case("choose-no-table", lambda c: Pipeline(c).choose([]), errors.InvalidArgumentError),
     Case("status-last-0", lambda c: Pipeline(c).status(last=0), errors.InvalidArgumentError),
-    Case("coordinator-bad-seal", lambda c: Pipeline(c).coordinator(seal="bogus"), errors.InvalidArgumentError),
-    Case("coordinator-interval-0", lambda c: Pipeline(c).coordinator(interval=0), errors.InvalidArgumentError),
-    Case("coordinator-snapshot-every-0", lambda c: Pipeline(c).coordinator(snapshot_every=0),
+    Case("coordinator-bad-seal", lambda c: Coordinator(c, seal="bogus"), errors.InvalidArgumentError),
+    Case("coordinator-interval-0", lambda c: Coordinator(c, interval=0), errors.InvalidArgumentError),
+    Case("coordinator-snapshot-every-0", lambda c: Coordinator(c, snapshot_every=0),
          errors.InvalidArgumentError),
-    Case("coordinator-retain-count-0", lambda c: Pipeline(c).coordinator(retain_count=0),
+    Case("coordinator-retain-count-0", lambda c: Coordinator(c, retain_count=0),
          errors.InvalidArgumentError),
     Case("diagnose-stuck-after--1", lambda c: diagnose(c, stuck_after=-1), errors.InvalidArgumentError),
     Case("rollback--1", lambda c: Pipeline(c).rollback(to=-1), errors.InvalidArgumentError),

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from lakestep import Catalog, Table, _failpoints, errors
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog.backend import DatabaseTimeouts
+from lakestep.services import Coordinator
 from tests.waiting import in_thread
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -229,7 +230,7 @@ def test_a_server_gone_after_open_gives_typed_errors_everywhere(pg_proxied) -> N
         t.append({"id": [1], "v": ["x"]}, barrier=OPEN_EPOCH)
         p = Pipeline(cat)
         p.register_job("feed", sinks=["s.t"], external_input=True)
-        coord = p.coordinator(interval=3600)
+        coord = Coordinator(p.catalog, interval=3600)
         assert coord.acquire()
         proxy.refuse()
         calls: dict[str, Callable[[], Any]] = {
@@ -262,7 +263,7 @@ def test_coordinator_survives_its_lock_file_vanishing(tmp_path) -> None:  # type
     cat = Catalog(warehouse=str(wh))
     try:
         p = Pipeline(cat)
-        coord = p.coordinator(interval=0.01)
+        coord = Coordinator(p.catalog, interval=0.01)
         assert coord.acquire()
         coord.seal()
         lock = wh / "catalog.db.lock"

@@ -25,6 +25,7 @@ from lakestep import Catalog, errors
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog.cleanup import IN_FLIGHT_FLOOR_SECONDS
 from lakestep.query import consistent_arrow, duckdb_query
+from lakestep.services import Coordinator
 from tests.s3server import SECRET_KEY, Request, S3Server, summary
 
 ORDERS = pa.schema([("id", pa.int64()), ("day", pa.string()), ("cents", pa.int64())])
@@ -65,7 +66,7 @@ def test_commits_and_reads_neither_list_nor_rename(catalog_spec, s3_server: S3Se
     customers = cat.create_table("s.customers", CUSTOMERS, primary_key=["id"])
     p = Pipeline(cat)
     p.register_job("feed", sinks=["s.orders"], external_input=True)
-    coord = p.coordinator(interval=3600)
+    coord = Coordinator(p.catalog, interval=3600)
     assert coord.acquire()
 
     # ---- commits of every kind

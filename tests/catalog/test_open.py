@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from lakestep import Catalog, errors
 from lakestep.catalog import schema as S
+from lakestep.services import Coordinator
 
 SCHEMA = pa.schema([("id", pa.int64())])
 
@@ -127,7 +128,7 @@ def test_metadata_work_imports_no_dataset_or_pandas() -> None:
             "t = cat.create_table('s.t', pa.schema([('id', pa.int64())]))\n"
             "p = Pipeline(cat)\n"
             "p.register_job('j', sinks=['s.t'], external_input=True)\n"
-            "coord = p.coordinator(interval=3600)\n"
+            "coord = Coordinator(p.catalog, interval=3600)\n"
             "assert coord.acquire() and coord.seal() is not None\n"
             "assert t.files() == [] and t.read_plan().files == () and cat.list_tables('s') == ['s.t']\n"
             "bad = sorted(m for m in ('pyarrow.dataset', 'pandas', 'pyspark') if m in sys.modules)\n"

@@ -36,11 +36,12 @@ import pyarrow as pa
 import pytest
 
 from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
+from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog.backend import DatabaseTimeouts
-from lakestep.catalog.maintenance import MaintenanceLoop
+from lakestep.services import MaintenanceLoop
 from lakestep.errors import CatalogUnavailableError
 from lakestep.retry import RetryPolicy, retrying
+from lakestep.services import Coordinator
 from tests.conftest import CatalogSpec
 from tests.waiting import in_thread, wait_until
 

@@ -13,7 +13,8 @@ import sqlalchemy as sa
 
 from lakestep import Catalog, errors
 from lakestep.catalog import schema as S
-from lakestep.catalog.maintenance import MaintenanceLoop, apply_ttl
+from lakestep.catalog.ttl import apply_ttl
+from lakestep.services import MaintenanceLoop
 from lakestep.catalog.properties import DEFAULT_RETENTION_SECONDS, KNOWN
 
 from ..waiting import wait_until
@@ -158,7 +159,7 @@ def test_maintenance_logs_and_skips_a_failing_table(ns: Catalog, caplog) -> None
             t.append({"id": [i], "at": [OLD], "name": ["x"]})
     broken = ns.load_table("s.broken")
     os.remove(broken.writer.full_path(broken.files()[0].path))
-    with caplog.at_level(logging.WARNING, logger="lakestep.catalog.maintenance"):
+    with caplog.at_level(logging.WARNING, logger="lakestep.services.maintenance"):
         report = MaintenanceLoop(ns, min_files=2).run_once()
     assert report.tables["s.broken"]["error"].startswith("DataFileCorruptError")
     assert report.tables["s.a"]["compacted_files"] == report.tables["s.z"]["compacted_files"] == 3

@@ -20,6 +20,7 @@ from lakestep.catalog.backend import DatabaseTimeouts
 from lakestep.clock import ManualClock
 from lakestep.errors import CatalogUnavailableError, CatalogWaitExpiredError, InvalidArgumentError
 from lakestep.retry import RetryPolicy, Wait, retrying
+from lakestep.services import Coordinator
 from tests.catalog.test_outage import PgStopped, SQLiteLocked
 from tests.conftest import CatalogSpec
 from tests.waiting import wait_until
@@ -157,7 +158,7 @@ def test_a_commit_whose_answer_was_lost_while_the_server_went_down_is_not_a_repl
         target = t if kind == "keyed append" else u
         if kind == "barrier batch":
             t.append({"k": [1], "v": [1]}, barrier=OPEN_EPOCH)
-            coord = p.coordinator(interval=3600)
+            coord = Coordinator(p.catalog, interval=3600)
             coord.seal()
             coord.release()
         caplog.set_level(logging.INFO, logger="lakestep")

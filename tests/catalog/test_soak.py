@@ -46,7 +46,7 @@ def writer(cat: Catalog, n: int, seconds: float) -> list[dict[str, Any]]:
 
 
 def maintainer(cat: Catalog, seconds: float) -> list[dict[str, Any]]:
-    from lakestep.catalog.maintenance import MaintenanceLoop
+    from lakestep.services import MaintenanceLoop
 
     loop = MaintenanceLoop(cat, ["soak.t"], interval=0.2, min_files=3, major_every=3)
     return [r.tables["soak.t"] for r in loop.run(duration=seconds)]

@@ -20,9 +20,10 @@ import pytest
 
 from examples.operator import ORPHAN, build  # noqa: F401 (ORPHAN: for the tests)
 from lakestep import Catalog
-from lakestep.barrier import Coordinator, Pipeline
+from lakestep.barrier import Pipeline
 
 from ..conftest import CatalogSpec
+from lakestep.services import Coordinator
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).parent / "lakestep"

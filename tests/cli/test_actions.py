@@ -123,7 +123,7 @@ def test_coordinator(shop: Shop) -> None:
     assert all("SNAPSHOT" in s for s in states.values())  # its ticks snapshotted the committed barrier 2
     text = lakestep("coordinator", "--max-seals", "1", "--interval", "0.01", "--holder", "again", catalog=shop.url)
     assert text.code == 0 and text.out == "coordinator again sealed 1 epoch(s): barriers 7..7\n"
-    alias = subprocess.run([sys.executable, "-m", "lakestep.barrier.coordinator", "--url", shop.url, "--max-seals",
+    alias = subprocess.run([sys.executable, "-m", "lakestep", "coordinator", "--url", shop.url, "--max-seals",
                             "1", "--interval", "0.01", "--holder", "alias"], capture_output=True, text=True,
                            timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
     assert alias.returncode == 0, alias.stderr
@@ -144,7 +144,7 @@ def test_maintenance(shop: Shop) -> None:
     customers = shop.catalog.load_table("shop.customers")
     for i in (3, 4, 5):  # 4 files: the alias's default --min-files
         customers.upsert({"id": [i], "tier": ["free"]})
-    alias = subprocess.run([sys.executable, "-m", "lakestep.catalog.maintenance", "--url", shop.url, "--table",
+    alias = subprocess.run([sys.executable, "-m", "lakestep", "maintenance", "--url", shop.url, "--table",
                             "shop.customers", "--rounds", "1"], capture_output=True, text=True, timeout=120,
                            env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
     assert alias.returncode == 0, alias.stderr

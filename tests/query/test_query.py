@@ -18,6 +18,7 @@ from lakestep import Catalog, errors
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.query import consistent_arrow, consistent_read, duckdb_connect, duckdb_query, table_refs
 from lakestep.query.read import TableRef
+from lakestep.services import Coordinator
 
 ORDERS = pa.schema([("id", pa.int64()), ("customer", pa.string()), ("cents", pa.int64())])
 REVENUE = pa.schema([("customer", pa.string()), ("revenue", pa.int64())])
@@ -35,7 +36,7 @@ class Shop:
         self.p.register_job("feed", sinks=["s.orders"], external_input=True)
         self.p.register_job("rev", sources=["s.orders"], sinks=["s.revenue"])
         self.p.register_job("cnt", sources=["s.orders"], sinks=["s.counts"])
-        self.coord = self.p.coordinator(interval=3600)
+        self.coord = Coordinator(self.p.catalog, interval=3600)
         assert self.coord.acquire()
         self.next_id = 0
 

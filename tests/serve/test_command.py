@@ -1,4 +1,4 @@
-"""``python -m lakestep.serve`` (the command ``lakestep serve``) as a process: it serves the
+"""``python -m lakestep serve`` (the command ``lakestep serve``) as a process: it serves the
 published tables with a token from the environment, logs neither the token nor the catalog's
 password, and stops cleanly on SIGTERM."""
 
@@ -27,7 +27,7 @@ def test_the_command_serves_until_sigterm(shop: Shop, tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LAKESTEP_SERVE_TOKEN": TOKEN}
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "lakestep.serve", "--catalog", shop.cat.connection_url(),
+        proc = subprocess.Popen([sys.executable, "-m", "lakestep", "serve", "--catalog", shop.cat.connection_url(),
                                  "--port", str(port), "--refresh", "7", "--log-level", "DEBUG"], stdout=out,
                                 stderr=subprocess.STDOUT,
                                 env=env, cwd=ROOT)

@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # run by spark-submit: its master, its --py-files
 
     from lakestep.barrier import Pipeline
+
+    from lakestep.services import Coordinator
     from lakestep.catalog.files import Storage
     from lakestep.streaming import register
     from lakestep.streaming.catalog_cache import open_catalog
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                           conf={"spark.sql.streaming.stopTimeout": "10s"})
     print(f"EXECUTORS {register(spark)}", flush=True)
 
-    coord = Pipeline(open_catalog(args.catalog, storage)).coordinator(interval=args.interval, lease_seconds=3.0,
+    coord = Coordinator(open_catalog(args.catalog, storage), interval=args.interval, lease_seconds=3.0,
                                                              retain_count=None)
     coord.start()
 

@@ -20,6 +20,7 @@ from lakestep import errors
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.query import duckdb_query, spark_sql
 from lakestep.streaming import register, register_job
+from lakestep.services import Coordinator
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.spark
@@ -37,7 +38,7 @@ def test_batch_read_options(spark, catalog_spec) -> None:  # type: ignore[no-unt
     t = cat.create_table("s.t", ORDERS, partition_by=["customer"])
     p = Pipeline(cat)
     p.register_job("feed", sinks=["s.t"], external_input=True)
-    coord = p.coordinator(interval=3600)
+    coord = Coordinator(p.catalog, interval=3600)
     assert coord.acquire()
     t.append({"id": [1, 2], "customer": ["a", "b"], "cents": [1, 2]}, barrier=OPEN_EPOCH)
     coord.seal()
@@ -156,7 +157,7 @@ def test_spark_sql_reads_with_sparks_own_scan(spark, catalog_spec) -> None:  # t
     k = cat.create_table("s.k", pa.schema([("k", pa.int64()), ("v", pa.int64())]), primary_key=["k"])
     p = Pipeline(cat)
     p.register_job("feed", sinks=["s.t", "s.k"], external_input=True)
-    coord = p.coordinator(interval=3600)
+    coord = Coordinator(p.catalog, interval=3600)
     assert coord.acquire()
     day = dt.date(2026, 1, 1)
     cents = pa.array([decimal.Decimal("1.25"), decimal.Decimal("2.00"), decimal.Decimal("-3.10")], pa.decimal128(12, 2))
@@ -236,7 +237,7 @@ def test_sql_joins_over_concurrent_streaming_jobs_are_consistent(spark, catalog_
     url = catalog_spec.url
     register_job(url, "rev", sources=["s.orders"], sinks=["s.revenue"])
     register_job(url, "cnt", sources=["s.orders"], sinks=["s.counts"])
-    coord = p.coordinator(interval=3600)
+    coord = Coordinator(p.catalog, interval=3600)
     assert coord.acquire()
     register(spark)
 

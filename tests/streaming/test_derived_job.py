@@ -20,6 +20,7 @@ from lakestep import Catalog
 from lakestep.barrier import Pipeline
 from lakestep.errors import InvalidArgumentError, SchemaMismatchError
 from lakestep.streaming import DerivedJob
+from lakestep.services import Coordinator
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.spark
@@ -117,7 +118,7 @@ class Feed:
 
     def __init__(self, cat: Catalog, p: Pipeline) -> None:
         self.orders, self.tiers = cat.load_table("s.orders"), cat.load_table("s.tiers")
-        self.coord = p.coordinator()
+        self.coord = Coordinator(p.catalog)
         self.n = 0
 
     def step(self, i: int) -> None:
@@ -286,7 +287,7 @@ def test_killed_and_restarted_exactly_once(tmp_path: Path) -> None:
     p.register_job("ingest", sinks=["s.raw"], external_input=True)
     p.register_job("d1", sources=["s.raw"], sinks=["s.d1"])
     p.register_job("agg", sources=["s.d1"], sinks=["s.agg"])
-    coord = p.coordinator()
+    coord = Coordinator(p.catalog)
     for i in range(8):
         raw.append(pa.table({"id": pa.array(range(10 * i, 10 * i + 10), pa.int64())}), barrier=-1)
         coord.seal()
@@ -338,7 +339,7 @@ def test_readme_example_runs(spark: Any, tmp_path: Path) -> None:
     scope: dict[str, Any] = {"spark": spark, "url": cat.url}
     exec(compile(block, "README.md (DerivedJob)", "exec"), scope)
     running = scope["jobs"]
-    coord = p.coordinator()
+    coord = Coordinator(p.catalog)
     try:
         tiers.append(pa.table({"customer": CUSTOMERS, "tier": ["gold", "gold", "tin"]}, schema=TIERS), barrier=-1)
         for i in range(3):

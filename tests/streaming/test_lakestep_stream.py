@@ -13,6 +13,7 @@ from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog import schema as S
 from lakestep.streaming import register, register_job
 from lakestep.testing.spark import root_and_derived
+from lakestep.services import Coordinator
 from tests.waiting import died, wait_until
 
 pytestmark = pytest.mark.spark
@@ -70,7 +71,7 @@ def test_join_of_two_sources_processes_matching_barriers(spark, catalog_spec, tm
     p.register_job("feed", sinks=["s.a"], external_input=True)
     p.register_job("slow", sources=["s.a"], sinks=["s.b"])
     register_job(catalog_spec.url, "joined", sources=["s.a", "s.b"], sinks=["s.j"])
-    coord = p.coordinator(interval=3600)
+    coord = Coordinator(p.catalog, interval=3600)
     assert coord.acquire()
     register(spark)
 
@@ -166,7 +167,7 @@ def test_a_widened_source_stops_a_running_query_until_it_restarts(spark, catalog
     p = Pipeline(cat)
     p.register_job("feed", sinks=["w.a"], external_input=True)
     register_job(catalog_spec.url, "copyw", sources=["w.a"], sinks=["w.d"])
-    coord = p.coordinator(interval=3600)
+    coord = Coordinator(p.catalog, interval=3600)
     assert coord.acquire()
     a.append(pa.table({"id": [1, 2], "e": [1, 1]}, schema=schema), barrier=OPEN_EPOCH)
     coord.seal()

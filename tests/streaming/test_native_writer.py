@@ -26,6 +26,7 @@ from lakestep.catalog.files import decode_value
 from lakestep.errors import InvalidArgumentError, SchemaMismatchError, StreamingJobError
 from lakestep.streaming import foreach_batch, register
 from lakestep.streaming.native import local_master
+from lakestep.services import Coordinator
 
 pytestmark = pytest.mark.spark
 
@@ -262,7 +263,7 @@ def test_spark_writer_for_a_derived_job_and_complete_mode(spark, catalog_spec, t
     src, copy, last = (cat.create_table(f"n.{x}", schema) for x in ("src", "copy", "last"))
     p = Pipeline(cat)
     p.register_job("feed", sinks=["n.src"], external_input=True)
-    coord = p.coordinator(interval=3600)
+    coord = Coordinator(p.catalog, interval=3600)
     assert coord.acquire()
     try:
         src.append({"id": [1, 2], "cents": [10, 20]}, barrier=OPEN_EPOCH)

@@ -22,6 +22,7 @@ from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.errors import StreamingJobError
 from lakestep.query import spark_sql
 from lakestep.streaming import foreach_batch, register, register_job
+from lakestep.services import Coordinator
 from tests.s3server import S3Server, summary
 
 pytestmark = pytest.mark.spark
@@ -42,7 +43,7 @@ def test_spark_on_an_s3_warehouse(spark, catalog_spec, s3_server: S3Server, tmp_
     p = Pipeline(cat)
     p.register_job("feed", sinks=["s.orders"], external_input=True)
     register_job(catalog_spec.url, "double", sources=["s.orders"], sinks=["s.cents"])
-    coord = p.coordinator(interval=3600)
+    coord = Coordinator(p.catalog, interval=3600)
     assert coord.acquire()
     register(spark)
     url, opts = catalog_spec.url, cat.storage.spark_options()

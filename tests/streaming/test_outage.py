@@ -26,7 +26,7 @@ import time
 import pytest
 
 from lakestep.barrier import Pipeline
-from lakestep.catalog.maintenance import MaintenanceLoop
+from lakestep.services import MaintenanceLoop
 from lakestep.errors import CatalogUnavailableError
 from lakestep.retry import RetryPolicy
 from tests.streaming.test_exactly_once import App, KeyedPipeline, agg_rows, check_exactly_once, transform

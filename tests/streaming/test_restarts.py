@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog import schema as S
 from lakestep.streaming import register, register_job
+from lakestep.services import Coordinator
 from tests.waiting import query_failure, wait_until
 
 pytestmark = pytest.mark.spark
@@ -46,7 +47,7 @@ class JoinJob:
         self.p.register_job("feed", sinks=["s.a"], external_input=True)
         self.p.register_job("slow", sources=["s.a"], sinks=["s.b"])
         register_job(spec.url, "joined", sources=["s.a", "s.b"], sinks=["s.j"])
-        self.coord = self.p.coordinator(interval=3600)
+        self.coord = Coordinator(self.p.catalog, interval=3600)
         assert self.coord.acquire()
         register(spark)
         self.query: Any = None

@@ -12,11 +12,12 @@ import pyarrow as pa
 import pytest
 
 from lakestep import errors
-from lakestep.barrier import OPEN_EPOCH, Coordinator, Pipeline
+from lakestep.barrier import OPEN_EPOCH, Pipeline
 
 pytest.importorskip("pyspark")
 
 from lakestep.streaming.source import LakestepStreamReader  # noqa: E402
+from lakestep.services import Coordinator
 
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 

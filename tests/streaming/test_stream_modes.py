@@ -18,6 +18,7 @@ import pytest
 
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.streaming import foreach_batch, register, register_job
+from lakestep.services import Coordinator
 
 pytestmark = pytest.mark.spark
 
@@ -30,7 +31,7 @@ def _setup(catalog_spec: Any, *, pk: bool) -> tuple[Any, Pipeline, Any, Any]:
     orders = cat.create_table("s.orders", ORDERS, primary_key=["id"] if pk else ())
     p = Pipeline(cat)
     p.register_job("feed", sinks=["s.orders"], external_input=True)
-    coord = p.coordinator(interval=3600)
+    coord = Coordinator(p.catalog, interval=3600)
     assert coord.acquire()
     return cat, p, coord, orders
 

@@ -2,14 +2,14 @@
 
 Run it inside a job's driver (:meth:`Coordinator.start`, a daemon thread) or
 as its own process, the command ``lakestep coordinator`` (lakestep/cli/services.py;
-``python -m lakestep.barrier.coordinator`` runs the same command, ``--url`` for
-``--catalog``)::
+``python -m lakestep coordinator`` runs the same command)::
 
     lakestep coordinator --catalog postgresql://... --interval 1.0
 
 Any number may run; exactly one holds the lease and seals, the others stand
 by and take over when the lease expires (or at once when the holder stops
-cleanly and releases it). The loop, per :meth:`Coordinator.tick`:
+cleanly and releases it). The loop is a :class:`~lakestep.services.base.Service`
+(start, stop, health); each round is one :meth:`Coordinator.tick`:
 
 1. hold the lease: acquire it if free or expired, extend it when a third of
    it has passed; a standby returns here;
@@ -44,20 +44,16 @@ root batches landing within one poll share an epoch.
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import threading
-import time
-import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import retry as _retry
-from ..errors import CatalogUnavailableError, CatalogWaitExpiredError, InvalidArgumentError
-from . import epochs
-from .epochs import Lease, Seal, epoch_row
-from .errors import NotCoordinatorError
-from .topology import Topology
+from ..barrier import epochs
+from ..barrier.epochs import Lease, Seal, default_holder, epoch_row
+from ..barrier.errors import NotCoordinatorError
+from ..barrier.topology import Topology
+from ..errors import CatalogUnavailableError, InvalidArgumentError
+from .base import Service
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -77,11 +73,7 @@ class Tick:
     next_in: float = 0.0  # seconds until the next tick is useful
 
 
-def default_holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-class Coordinator:
+class Coordinator(Service):
     """Seals epochs and snapshots committed barriers for one catalog.
 
     Example::
@@ -91,6 +83,8 @@ class Coordinator:
         ...
         coord.stop()                                  # releases the lease
     """
+
+    survives_errors = False  # a seal is fenced: an error other than the database's is a bug to see
 
     def __init__(
         self,
@@ -114,24 +108,23 @@ class Coordinator:
                                        value=(interval, lease_seconds, poll))
         self.policy = None if snapshot_every is None else epochs.SnapshotPolicy(
             snapshot_every, retain_count, retain_seconds)  # checks the values
+        self.holder = holder or default_holder()
+        # waiting out the database: backoff up to a quarter of the lease, no deadline by default
+        super().__init__(f"coordinator {self.holder}", interval=interval,
+                         retry=retry or _retry.RetryPolicy(initial=0.05, max_delay=min(5.0, float(lease_seconds) / 4),
+                                                           deadline=None))
         self.catalog = catalog
-        self.interval = float(interval)
         self.mode: SealMode = seal
         self.lease_seconds = float(lease_seconds)
         self.snapshot_every = snapshot_every
         self.retain_count = retain_count
         self.retain_seconds = retain_seconds
         self.poll = float(poll)
-        self.holder = holder or default_holder()
-        # waiting out the database: backoff up to a quarter of the lease, no deadline by default
-        self.retry = retry or _retry.RetryPolicy(initial=0.05, max_delay=min(5.0, self.lease_seconds / 4),
-                                                 deadline=None)
         self.topology = Topology(catalog)
         self.lease: Lease | None = None
         self._renewed_at = 0.0
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._max_seals: int | None = None
+        self._sealed = 0
         self.seals: list[Seal] = []  # sealed by this coordinator (the most recent 1000)
 
     # ------------------------------------------------------------------ lease
@@ -228,64 +221,27 @@ class Coordinator:
             return Tick(False, next_in=self.poll)
 
     # -------------------------------------------------------------------- loop
-    def run(self, *, duration: float | None = None, max_seals: int | None = None) -> None:
-        """Tick until :meth:`stop`, ``duration`` seconds, or ``max_seals`` seals by this coordinator."""
-        deadline = None if duration is None else time.monotonic() + duration
-        sealed = 0
-        outage = _retry.Wait(self.retry, f"coordinator {self.holder}", stop=self._stop, logger=log)
-        while not self._stop.is_set():
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            try:  # the database down or busy: wait (the seal is fenced, so redoing a tick is safe)
-                t = _retry.retrying(self.tick, policy=self.retry, what=outage.what, wait=outage, redo_unknown=True)
-            except CatalogWaitExpiredError:
-                raise
-            except CatalogUnavailableError:
-                if self._stop.is_set():  # stopped while waiting
-                    break
-                raise
-            if t.sealed is not None:
-                sealed += 1
-                if max_seals is not None and sealed >= max_seals:
-                    break
-            wait = min(t.next_in, self.poll) if t.leader and self.mode == "per_batch" else t.next_in
-            if deadline is not None:
-                wait = min(wait, max(0.0, deadline - time.monotonic()))
-            if wait > 0 and self._wake.wait(wait):
-                self._wake.clear()
-        self._stop.clear()
+    def round(self) -> Tick:
+        return self.tick()
 
-    def start(self) -> threading.Thread:
-        """Run the loop in a daemon thread (inside a job's driver)."""
-        if self._thread is not None and self._thread.is_alive():
-            return self._thread
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run_and_release, name=f"lakestep-coordinator-{self.holder}",
-                                        daemon=True)
-        self._thread.start()
-        return self._thread
+    def pause(self, result: Any) -> float:
+        t: Tick = result
+        return min(t.next_in, self.poll) if t.leader and self.mode == "per_batch" else t.next_in
 
-    def _run_and_release(self) -> None:
+    def enough(self, result: Any) -> bool:
+        if result.sealed is not None:
+            self._sealed += 1
+        return self._max_seals is not None and self._sealed >= self._max_seals
+
+    def finish(self) -> None:
         try:
-            self.run()
-        finally:
-            try:
-                self.release()
-            except CatalogUnavailableError as e:  # the lease then lapses by itself
-                log.warning("could not release the coordinator lease: %s", e)
+            self.release()
+        except CatalogUnavailableError as e:  # the lease then lapses by itself
+            log.warning("could not release the coordinator lease: %s", e)
 
-    def stop(self, timeout: float | None = 10.0) -> None:
-        """Stop the loop and release the lease (a standby takes over at once)."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-
-if __name__ == "__main__":  # python -m lakestep.barrier.coordinator: the command `lakestep coordinator`
-    import sys
-
-    from lakestep.cli import main
-
-    raise SystemExit(main(["coordinator", *sys.argv[1:]]))
+    def run(self, *, duration: float | None = None, max_seals: int | None = None,  # type: ignore[override]
+            max_rounds: int | None = None, on_round: Any = None) -> list[Tick]:
+        """Tick until :meth:`stop`, ``duration`` seconds, or ``max_seals`` seals by this coordinator
+        (or ``max_rounds`` ticks); then release the lease (a standby takes over at once)."""
+        self._max_seals, self._sealed = max_seals, 0
+        return super().run(max_rounds=max_rounds, duration=duration, on_round=on_round)

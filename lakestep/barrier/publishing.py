@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from ..barrier.epochs import open_epoch
-from ..barrier.facts import facts
-from ..barrier.states import committed_from
-from ..barrier.topology import Topology
 from ..catalog import schema as S
+from .epochs import open_epoch
+from .facts import facts
+from .states import committed_from
+from .topology import Topology
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

@@ -19,66 +19,26 @@ a deadline and the database stayed away longer.
 
 Run it in a thread of a driver (:meth:`MaintenanceLoop.start`) or as its own
 process: the command ``lakestep maintenance --catalog URL [--table ns.t]``
-(lakestep/cli/services.py; ``python -m lakestep.catalog.maintenance`` runs the
-same command, ``--url`` for ``--catalog``).
+(lakestep/cli/services.py; ``python -m lakestep maintenance`` runs the same
+command). The loop is a :class:`~lakestep.services.base.Service` (start, stop, health).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import pyarrow as pa
-
 from .. import retry as _retry
-from ..errors import CatalogUnavailableError, InvalidPropertyError, LakestepError
-from . import properties as P
-from .catalog import Catalog
-from .changes import CommitResult
-from .table import Table
+from ..barrier.publishing import enabled as publishing_enabled
+from ..catalog.catalog import Catalog
+from ..catalog.table import Table
+from ..catalog.ttl import apply_ttl
+from ..errors import CatalogUnavailableError, LakestepError
+from .base import Service
 
 log = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------------------- TTL
-def apply_ttl(table: Table, *, now: float | None = None) -> CommitResult | None:
-    """Remove rows older than the table's TTL with an ordinary overwrite commit
-    (step 1 of a maintenance round).
-
-    Properties: ``lakestep.ttl.column`` (a timestamp, date, or integer epoch-seconds
-    column; a partition column makes it metadata-only) and ``lakestep.ttl.seconds``.
-    The bytes go later, with :meth:`Table.cleanup`. Returns None when no TTL is set,
-    or when the stored TTL properties are invalid (logged; ``properties.py`` step 2):
-    an invalid TTL removes no rows.
-    """
-    if P.ttl(table.ident, table.properties, table.schema, warned=table.warned) is None:
-        return None
-    col = table.properties.get("lakestep.ttl.column")
-    secs = table.properties.get("lakestep.ttl.seconds")
-    if not col or not secs:
-        return None
-    now = table.catalog.clock.now() if now is None else now
-    cutoff = _cutoff_value(table.schema.field(col).type, now - float(secs), column=col)
-    empty = table.schema.empty_table()
-    return table.overwrite(empty, where=[(col, "<", cutoff)])
-
-
-def _cutoff_value(t: pa.DataType, epoch: float, *, column: str) -> Any:
-    if pa.types.is_timestamp(t):
-        when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
-        return when if t.tz else when.replace(tzinfo=None)
-    if pa.types.is_date(t):
-        return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).date()
-    if pa.types.is_integer(t):
-        return int(epoch)
-    if pa.types.is_floating(t):
-        return float(epoch)
-    raise InvalidPropertyError(f"a TTL column must be a timestamp, date or epoch-seconds number, not {t}",
-                               key=P.TTL_COLUMN, value=column)
 
 
 @dataclass
@@ -89,7 +49,7 @@ class RoundReport:
     publish: dict[str, Any] | None = None  # the Iceberg publishing round, when the catalog publishes
 
 
-class MaintenanceLoop:
+class MaintenanceLoop(Service):
     """Compacts, expires and cleans up ``tables`` (default: every table) every ``interval`` seconds.
 
     Example::
@@ -113,23 +73,25 @@ class MaintenanceLoop:
         ttl: bool = True,
         retry: _retry.RetryPolicy = _retry.SERVICE,
     ) -> None:
+        super().__init__("maintenance", interval=interval, retry=retry)
         self.catalog = catalog
         self.tables = list(tables) if tables is not None else None
-        self.interval = interval
         self.target_file_size = target_file_size
         self.min_files = min_files
         self.major_every = major_every
         self.cleanup = cleanup
         self.ttl = ttl
-        self.retry = retry
-        self.rounds = 0
         self.publisher: Any = None  # made on first use, when publishing is on (lakestep.iceberg)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def run_once(self) -> RoundReport:
-        """One round. Raises :class:`CatalogUnavailableError` (the round is not counted) when the
-        catalog database is unavailable: :meth:`run` waits and runs it again."""
+        """One round, counted. Raises :class:`CatalogUnavailableError` (the round is not counted)
+        when the catalog database is unavailable: :meth:`run` waits and runs it again."""
+        report = self.round()
+        self.rounds += 1
+        return report
+
+    def round(self) -> RoundReport:
+        """One round (the module docstring's steps); :meth:`run` counts it."""
         n = self.rounds + 1
         start = time.perf_counter()
         report = RoundReport(n, 0.0)
@@ -174,15 +136,12 @@ class MaintenanceLoop:
                 log.exception("cleanup of %s failed this round", ident)
                 out["error"] = f"{type(e).__name__}: {e}"
         report.seconds = time.perf_counter() - start
-        self.rounds = n
         log.info("maintenance round %d in %.2fs: %s", report.round, report.seconds, report.tables)
         return report
 
     def _publish(self, report: RoundReport) -> None:
         """A publishing round when the catalog publishes to Iceberg (its errors are reported, not raised)."""
-        from ..iceberg.state import enabled
-
-        if not enabled(self.catalog):
+        if not publishing_enabled(self.catalog):
             return
         try:
             if self.publisher is None:
@@ -201,56 +160,17 @@ class MaintenanceLoop:
     def run(self, *, max_rounds: int | None = None, duration: float | None = None,
             on_round: Callable[[RoundReport], None] | None = None) -> list[RoundReport]:
         """Rounds until :meth:`stop`, ``max_rounds`` or ``duration`` seconds; ``on_round`` sees each report."""
-        reports = []
-        first = self.rounds
-        deadline = None if duration is None else time.monotonic() + duration
-        outage = _retry.Wait(self.retry, "maintenance", stop=self._stop, logger=log)
-        while not self._stop.is_set():
-            try:
-                reports.append(_retry.retrying(self.run_once, policy=self.retry, what=outage.what, wait=outage,
-                                               redo_unknown=True))
-            except CatalogUnavailableError:
-                if self._stop.is_set():  # stopped while waiting for the database
-                    break
-                raise  # gave up waiting: the retry policy's deadline passed (CatalogWaitExpiredError)
-            except Exception:  # the round itself failed: try again later
-                self.rounds += 1
-                log.exception("maintenance round %d failed", self.rounds)
-            else:
-                if on_round is not None:
-                    on_round(reports[-1])
-            if max_rounds is not None and self.rounds - first >= max_rounds:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            self._stop.wait(self.interval)
+        return super().run(max_rounds=max_rounds, duration=duration, on_round=on_round)
+
+    def finish(self) -> None:
         if self.publisher is not None:  # a standby publisher need not wait for the lease to lapse
             try:
                 self.publisher.release()
             except LakestepError as e:
                 log.debug("could not release the publisher lease: %s", e)
-        return reports
 
-    def start(self) -> threading.Thread:
-        """Run rounds in a thread until :meth:`stop`; a stopped loop may be started again."""
-        self._stop.clear()
-        self._thread = threading.Thread(target=self.run, name="lakestep-maintenance", daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def stop(self, timeout: float | None = None) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+    def stop(self, timeout: float | None = 10.0) -> None:
+        super().stop(timeout)
         if self.publisher is not None:
             self.publisher.close()
             self.publisher = None  # a restarted loop makes a new one
-
-
-if __name__ == "__main__":  # python -m lakestep.catalog.maintenance: the command `lakestep maintenance`
-    import sys
-
-    from lakestep.cli import main
-
-    raise SystemExit(main(["maintenance", *sys.argv[1:]]))

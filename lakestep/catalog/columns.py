@@ -78,20 +78,42 @@ class ColumnIds:
         return self.ids.get((name,))
 
 
+def children(t: pa.DataType) -> list[tuple[str, pa.Field]]:
+    """The one walker of nested types: the child fields of a column of type ``t``, each with
+    its path segment (rule 1): a struct's fields by name, a map's ``key`` and ``value``, a
+    list's ``element``; none for other types. :func:`with_children` builds the type back."""
+    T = pa.types
+    if T.is_struct(t):
+        return [(t.field(i).name, t.field(i)) for i in range(t.num_fields)]
+    if T.is_map(t):
+        return [("key", t.key_field), ("value", t.item_field)]
+    if T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t):
+        return [("element", t.value_field)]
+    return []
+
+
+def with_children(t: pa.DataType, kids: list[pa.Field]) -> pa.DataType:
+    """``t`` with :func:`children` ``kids`` (same kind, list size and key order)."""
+    T = pa.types
+    if T.is_struct(t):
+        return pa.struct(kids)
+    if T.is_map(t):
+        return pa.map_(kids[0], kids[1], keys_sorted=t.keys_sorted)
+    if T.is_list(t):
+        return pa.list_(kids[0])
+    if T.is_large_list(t):
+        return pa.large_list(kids[0])
+    if T.is_fixed_size_list(t):
+        return pa.list_(kids[0], t.list_size)
+    return t
+
+
 def paths(t: pa.DataType, path: Path) -> list[Path]:
     """The paths under a column of type ``t`` at ``path`` (rule 1), parents first."""
-    T = pa.types
     out: list[Path] = []
-    if T.is_struct(t):
-        for i in range(t.num_fields):
-            f = t.field(i)
-            out.append(path + (f.name,))
-            out += paths(f.type, path + (f.name,))
-    elif T.is_map(t):
-        out += [path + ("key",), *paths(t.key_type, path + ("key",)),
-                path + ("value",), *paths(t.item_type, path + ("value",))]
-    elif T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t):
-        out += [path + ("element",), *paths(t.value_type, path + ("element",))]
+    for seg, c in children(t):
+        out.append(path + (seg,))
+        out += paths(c.type, path + (seg,))
     return out
 
 
@@ -111,19 +133,9 @@ def assign(schema: pa.Schema, known: ColumnIds | None = None) -> ColumnIds:
 
 def _field(f: pa.Field, path: Path, ids: Mapping[Path, int]) -> pa.Field:
     t = f.type
-    T = pa.types
-    if T.is_struct(t):
-        t = pa.struct([_field(t.field(i), path + (t.field(i).name,), ids) for i in range(t.num_fields)])
-    elif T.is_map(t):
-        key = _field(t.key_field, path + ("key",), ids)
-        item = _field(t.item_field, path + ("value",), ids)
-        t = pa.map_(key, item, keys_sorted=t.keys_sorted)
-    elif T.is_list(t):
-        t = pa.list_(_field(t.value_field, path + ("element",), ids))
-    elif T.is_large_list(t):
-        t = pa.large_list(_field(t.value_field, path + ("element",), ids))
-    elif T.is_fixed_size_list(t):
-        t = pa.list_(_field(t.value_field, path + ("element",), ids), t.list_size)
+    kids = children(t)
+    if kids:
+        t = with_children(t, [_field(c, path + (seg,), ids) for seg, c in kids])
     fid = ids.get(path)
     meta = dict(f.metadata or {})
     if fid is not None:
@@ -151,15 +163,8 @@ def file_ids(schema: pa.Schema) -> dict[Path, int]:
         raw = (f.metadata or {}).get(FIELD_ID)
         if raw is not None:
             out[path] = int(raw)
-        t = f.type
-        if pa.types.is_struct(t):
-            for i in range(t.num_fields):
-                walk(t.field(i), path + (t.field(i).name,))
-        elif pa.types.is_map(t):
-            walk(t.key_field, path + ("key",))
-            walk(t.item_field, path + ("value",))
-        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-            walk(t.value_field, path + ("element",))
+        for seg, c in children(f.type):
+            walk(c, path + (seg,))
 
     for f in schema:
         walk(f, (f.name,))
@@ -197,29 +202,7 @@ def stored_name(f: pa.Field) -> str:
 
 
 def _children(t: pa.DataType) -> list[pa.Field]:
-    T = pa.types
-    if T.is_struct(t):
-        return [t.field(i) for i in range(t.num_fields)]
-    if T.is_map(t):
-        return [t.key_field, t.item_field]
-    if T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t):
-        return [t.value_field]
-    return []
-
-
-def _with_children(t: pa.DataType, kids: list[pa.Field]) -> pa.DataType:
-    T = pa.types
-    if T.is_struct(t):
-        return pa.struct(kids)
-    if T.is_map(t):
-        return pa.map_(kids[0], kids[1], keys_sorted=t.keys_sorted)
-    if T.is_list(t):
-        return pa.list_(kids[0])
-    if T.is_large_list(t):
-        return pa.large_list(kids[0])
-    if T.is_fixed_size_list(t):
-        return pa.list_(kids[0], t.list_size)
-    return t
+    return [c for _, c in children(t)]
 
 
 def renamed(schema: pa.Schema) -> bool:
@@ -237,9 +220,9 @@ def _stored_field(f: pa.Field, table: pa.Field | None) -> pa.Field:
         tkids = _children(table.type) if table is not None else []
         if pa.types.is_struct(t):
             by_name = {k.name: k for k in tkids}
-            t = _with_children(t, [_stored_field(k, by_name.get(k.name)) for k in kids])
+            t = with_children(t, [_stored_field(k, by_name.get(k.name)) for k in kids])
         elif len(tkids) == len(kids):
-            t = _with_children(t, [_stored_field(k, tk) for k, tk in zip(kids, tkids)])
+            t = with_children(t, [_stored_field(k, tk) for k, tk in zip(kids, tkids)])
     meta = {k: v for k, v in (f.metadata or {}).items() if k != STORED}
     name = stored_name(table) if table is not None else f.name
     return pa.field(name, t, f.nullable, meta or None)
@@ -271,7 +254,7 @@ def to_table_names(data: pa.Table, schema: pa.Schema) -> pa.Table:
 def _strip(f: pa.Field) -> pa.Field:
     """``f`` without stored names, at every level."""
     kids = _children(f.type)
-    t = _with_children(f.type, [_strip(k) for k in kids]) if kids else f.type
+    t = with_children(f.type, [_strip(k) for k in kids]) if kids else f.type
     return pa.field(f.name, t, f.nullable, _without_stored(f.metadata))
 
 
@@ -389,19 +372,11 @@ def stored_paths(schema: pa.Schema) -> dict[Path, Path]:
     out: dict[Path, Path] = {}
 
     def walk(t: pa.DataType, lp: Path, sp: Path) -> None:
-        T = pa.types
-        if T.is_struct(t):
-            for i in range(t.num_fields):
-                f = t.field(i)
-                out[lp + (f.name,)] = sp + (stored_name(f),)
-                walk(f.type, lp + (f.name,), sp + (stored_name(f),))
-        elif T.is_map(t):
-            for k, sub in (("key", t.key_type), ("value", t.item_type)):
-                out[lp + (k,)] = sp + (k,)
-                walk(sub, lp + (k,), sp + (k,))
-        elif T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t):
-            out[lp + ("element",)] = sp + ("element",)
-            walk(t.value_type, lp + ("element",), sp + ("element",))
+        struct = pa.types.is_struct(t)  # a struct's fields have stored names; maps and lists do not
+        for seg, c in children(t):
+            stored = stored_name(c) if struct else seg
+            out[lp + (seg,)] = sp + (stored,)
+            walk(c.type, lp + (seg,), sp + (stored,))
 
     for f in schema:
         out[(f.name,)] = (stored_name(f),)

@@ -20,7 +20,7 @@ import json
 import threading
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Protocol, Sequence
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -48,6 +48,14 @@ class CatalogLike(Protocol):
     storage: "Storage"  # how files are reached (object-store options)
 
     def deletion_guard(self, table: "TableHandle", *, dropped: bool = False) -> "Deletions": ...
+
+
+class Head(NamedTuple):
+    """What :meth:`TableHandle.head` reads: the newest version, data version and schema id."""
+
+    version: int
+    data_version: int
+    schema_id: int
 
 
 @dataclass(frozen=True)
@@ -94,7 +102,6 @@ class TableHandle:
         self._live_version = -1
         self._live_lock = threading.Lock()
         self.warned: set[tuple[str, str]] = set()  # invalid stored properties already logged
-        self.head_schema_id = meta.schema_id  # the schema id the last head() read saw
 
     # ---------------------------------------------------------------- metadata
     @property
@@ -136,17 +143,16 @@ class TableHandle:
         return FileWriter(self.location, self.catalog.storage, column_ids=self.meta.column_ids,
                           schema=self.meta.schema)
 
-    def head(self, conn: sa.Connection) -> tuple[int, int]:
-        """(version, data version) of the table's head; notes the head's schema id too
-        (``head_schema_id``: a handle whose schema is older reads with the newer one, table.py)."""
+    def head(self, conn: sa.Connection) -> "Head":
+        """The table's head: its version, data version and schema id (a handle whose schema is
+        older than the head's reads with the head's, table.py)."""
         row = conn.execute(
             sa.select(S.tables.c.version, S.tables.c.data_version, S.tables.c.schema_id)
             .where(S.tables.c.table_id == self.table_id)
         ).first()
         if row is None:
             raise TableNotFoundError(self.ident)
-        self.head_schema_id = int(row.schema_id)
-        return int(row.version), int(row.data_version)
+        return Head(int(row.version), int(row.data_version), int(row.schema_id))
 
     def files_at(self, conn: sa.Connection, v: int, head: int,
                  partitions: frozenset[str] | None = None) -> list[DataFile]:
@@ -207,8 +213,8 @@ class TableHandle:
     def head_and_live(self) -> tuple[int, int, list[DataFile]]:
         """(version, data version, live files) at the head, read consistently."""
         with self.catalog.backend.read() as conn:
-            head, dv = self.head(conn)
-            return head, dv, self.files_at(conn, head, head=head)
+            h = self.head(conn)
+            return h.version, h.data_version, self.files_at(conn, h.version, head=h.version)
 
     @cached_property
     def physical_schema(self) -> pa.Schema:

@@ -28,7 +28,7 @@ from .changes import FILE_COLS, CommitResult, Isolation, Operation, row_to_file
 from .checks import check_barrier, check_seconds
 from .columns import widening
 from .files import DataFile
-from .handle import CatalogLike, TableHandle, TableMeta
+from .handle import CatalogLike, Head, TableHandle, TableMeta
 from .predicates import Filter, Predicate, Verdict
 from .writes import PartitionSpec
 
@@ -332,23 +332,24 @@ class Table(TableHandle):
     def _resolve(
         self, conn: sa.Connection, version: int | None, data_version: int | None, as_of: Any,
         snapshot: str | None = None,
-    ) -> tuple[int, int]:
-        """(the version asked for, the newest version)."""
+    ) -> tuple[int, Head]:
+        """(the version asked for, the head)."""
         given = sum(x is not None for x in (version, data_version, as_of, snapshot))
         if given > 1:
             raise InvalidArgumentError("pass at most one of version=, data_version=, as_of=, snapshot=",
                                        argument="version", value=(version, data_version, as_of, snapshot))
-        head, head_dv = self.head(conn)
+        h = self.head(conn)
+        head, head_dv = h.version, h.data_version
         c = S.commits.c
         if snapshot is not None:
-            return lifecycle.snapshot_version(self, conn, snapshot), head
+            return lifecycle.snapshot_version(self, conn, snapshot), h
         if version is not None:
             if not 0 <= version <= head:
                 raise VersionNotFoundError(self.ident, f"version {version} (newest is {head})")
             if version < head and conn.execute(sa.select(c.version).where(
                     c.table_id == self.table_id, c.version == version)).first() is None:
                 raise VersionNotFoundError(self.ident, f"version {version} any more (expired and cleaned up)")
-            return int(version), head
+            return int(version), h
         if data_version is not None:
             if not 0 <= data_version <= head_dv:
                 raise VersionNotFoundError(self.ident, f"data version {data_version} (newest is {head_dv})")
@@ -357,7 +358,7 @@ class Table(TableHandle):
             ).scalar()
             if row is None:
                 raise VersionNotFoundError(self.ident, f"data version {data_version}")
-            return int(row), head
+            return int(row), h
         if as_of is not None:
             ts = as_of.timestamp() if isinstance(as_of, dt.datetime) else float(as_of)
             row = conn.execute(
@@ -365,8 +366,8 @@ class Table(TableHandle):
             ).scalar()
             if row is None:
                 raise VersionNotFoundError(self.ident, f"commit at or before {as_of!r}")
-            return int(row), head
-        return head, head
+            return int(row), h
+        return head, h
 
     def files(
         self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
@@ -385,8 +386,8 @@ class Table(TableHandle):
     def _scan_files(self, version: int | None, data_version: int | None, as_of: Any, snapshot: str | None,
                     pred: Predicate | None) -> tuple[int, list[DataFile]]:
         with self.catalog.backend.read() as conn:
-            v, head = self._resolve(conn, version, data_version, as_of, snapshot)
-            return v, self._files_for(conn, v, head, pred)
+            v, h = self._resolve(conn, version, data_version, as_of, snapshot)
+            return v, self._files_for(conn, v, h.version, pred)
 
     def _files_for(self, conn: sa.Connection, v: int, head: int, pred: Predicate | None, *,
                    by_stats: bool = True) -> list[DataFile]:
@@ -447,18 +448,18 @@ class Table(TableHandle):
         """The rows at the newest version or the one asked for, as an Arrow table, with the
         schema of that version (columns.py rule 7)."""
         with self.catalog.backend.read() as conn:
-            v, head = self._resolve(conn, version, data_version, as_of, snapshot)
-            at = self._as_of_schema(conn, v, head)
+            v, h = self._resolve(conn, version, data_version, as_of, snapshot)
+            at = self._as_of_schema(conn, v, h)
             pred = Predicate.parse(where, at.schema) if where is not None else None
-            live = at._files_for(conn, v, head, pred)
+            live = at._files_for(conn, v, h.version, pred)
         return at.read_files(live, columns=columns, where=pred)
 
-    def _as_of_schema(self, conn: sa.Connection, v: int, head: int) -> "Table":
+    def _as_of_schema(self, conn: sa.Connection, v: int, head: Head) -> "Table":
         """This table as version ``v`` saw it: this handle, or (time travel to before a schema
         change) a handle with that version's schema, key and partitioning (ls_schema). A handle
         whose schema is older than the head's (changed by another handle) takes the head's."""
-        if v >= head:
-            if self.head_schema_id == self.meta.schema_id:
+        if v >= head.version:
+            if head.schema_id == self.meta.schema_id:
                 return self
             row = conn.execute(S.tables.select().where(S.tables.c.table_id == self.table_id)).mappings().first()
             if row is None:
@@ -509,8 +510,8 @@ class Table(TableHandle):
         the files its statistics rule out (as :meth:`ReadPlan.prune`, before the plan's
         files are built: a selective filter pays for the files it keeps). The plan has the
         schema of the version it reads (columns.py rule 7)."""
-        v, head = self._resolve(conn, version, data_version, as_of, snapshot)
-        return self._as_of_schema(conn, v, head)._plan_at(conn, v, head, where, prune)
+        v, h = self._resolve(conn, version, data_version, as_of, snapshot)
+        return self._as_of_schema(conn, v, h)._plan_at(conn, v, h.version, where, prune)
 
     def _plan_at(self, conn: sa.Connection, v: int, head: int, where: Filter | Predicate | None,
                  prune: bool) -> "ReadPlan":

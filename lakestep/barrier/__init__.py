@@ -39,7 +39,7 @@ from .jobs import BatchPlan, BatchResult, JobBatch, SourceRange
 from .pipeline import Pipeline
 from .rollback import RollbackResult, TableRollback
 from .states import BarrierState
-from .status import LagSample, Status, TableStatus, lag_history, status
+from .status import JobLag, LagSample, Status, TableStatus, lag_history, status
 from .topology import DOWNSTREAM_SQL, UPSTREAM_SQL, Topology
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "Scope",
     "Status",
     "TableStatus",
+    "JobLag",
     "LagSample",
     "status",
     "lag_history",

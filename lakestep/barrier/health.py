@@ -187,18 +187,16 @@ def _coordinator(st: Status, has_jobs: bool) -> list[Finding]:
 
 
 def _job(st: Status, job: Job, stuck_after: float) -> list[Finding]:
-    sinks = [st.tables[s] for s in job.sinks if s in st.tables]
-    if not sinks:
+    pos = st.job(job)
+    if pos is None:
         return []
-    if job.external_input:
-        last = max(t.last_commit_at for t in sinks)
+    last = pos.last_commit_at
+    if pos.frontier is None or pos.behind is None or pos.lag_seconds is None:  # a root job
         return [Finding("job", "ok", job.job_id,
                         f"root job writing {', '.join(job.sinks)}: last commit {duration_text(st.now - last)} ago",
                         {"kind": "root", "last_commit_at": last})]
-    fr = min(t.frontier or 0 for t in sinks)
-    behind = st.sealed - fr
-    lag = max(t.lag_seconds or 0.0 for t in sinks)
-    last = max(t.last_commit_at for t in sinks)
+    sinks = [st.tables[s] for s in job.sinks if s in st.tables]
+    fr, behind, lag = pos.frontier, pos.behind, pos.lag_seconds
     sources: list[TableStatus] = [st.tables[s] for s in job.sources if s in st.tables]
     managed = [s for s in sources if s.frontier is not None]
     input_at = min((s.frontier for s in managed if s.frontier is not None), default=st.sealed)

@@ -37,7 +37,7 @@ from ..catalog import schema as S
 from ..errors import InvalidArgumentError
 from .epochs import Lease, epoch_row, read_lease
 from .facts import facts
-from .graph import Graph, TableKind
+from .graph import Graph, Job, TableKind
 from .snapshots import oldest_retained
 from .states import catching_up, committed_from, frontier
 from .topology import Topology
@@ -106,6 +106,32 @@ class Status:
         if barrier in t.snapshots:
             out.add("SNAPSHOT")
         return frozenset(out)
+
+    def job(self, job: Job) -> "JobLag | None":
+        """Where ``job`` stands, read from its sinks' statuses (None: none of its sinks is here).
+        A derived job is as far as its least advanced sink: its frontier is their smallest,
+        its lag their largest; a root job has no frontier of its own."""
+        sinks = [self.tables[s] for s in job.sinks if s in self.tables]
+        if not sinks:
+            return None
+        last = max(t.last_commit_at for t in sinks)
+        if job.external_input:
+            return JobLag(job.job_id, "root", None, None, None, last)
+        fr = min(t.frontier or 0 for t in sinks)
+        return JobLag(job.job_id, "derived", fr, self.sealed - fr, max(t.lag_seconds or 0.0 for t in sinks), last)
+
+
+@dataclass(frozen=True)
+class JobLag:
+    """:meth:`Status.job`: a job's position (``frontier``, ``behind`` and ``lag_seconds`` are
+    None for a root job), as the doctor and ``lakestep serve``'s metrics show it."""
+
+    job_id: str
+    kind: str  # root, derived
+    frontier: int | None
+    behind: int | None  # sealed barriers past the frontier
+    lag_seconds: float | None
+    last_commit_at: float
 
 
 def status(catalog: "Catalog", topology: Topology | None = None, *, last: int = 10,

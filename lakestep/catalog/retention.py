@@ -26,11 +26,13 @@ machines, clocks must agree to well within ``R`` (cleanup.py).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
+from . import properties as P
 from . import schema as S
 
 #: Rows per ``IN (...)`` list (SQLite's bound-parameter limit is far above it).
@@ -116,4 +118,19 @@ def floors(conn: sa.Connection, retention: Mapping[int, float], now: float) -> d
             out.update({int(t): int(v) for t, v in conn.execute(
                 sa.select(c.table_id, sa.func.max(c.version)).where(
                     c.table_id.in_(ids[i:i + _CHUNK]), c.committed_at <= now - window).group_by(c.table_id))})
+    return out
+
+
+def windows(conn: sa.Connection, *, warned: set[Any] | None = None) -> dict[int, float]:
+    """Every table's retention window ``R`` (table id -> seconds; the ``lakestep.retention-seconds``
+    property, its default when unset or invalid: properties.py), in one statement. ``warned``:
+    the invalid values already logged (keep one set per process to log each once)."""
+    t = S.tables.c
+    out: dict[int, float] = {}
+    for tid, ns, name, props in conn.execute(sa.select(t.table_id, t.namespace, t.name, t.properties)):
+        try:
+            parsed = json.loads(props or "{}")
+        except ValueError:
+            parsed = {}
+        out[int(tid)] = float(P.value(f"{ns}.{name}", parsed, P.RETENTION, warned=warned))
     return out

@@ -37,7 +37,6 @@ which Prometheus's ``rate()`` treats as a counter reset. Orphan files are not in
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +44,7 @@ import sqlalchemy as sa
 
 from ..barrier.status import Status, status
 from ..barrier.topology import Topology
-from ..catalog import properties as P
-from ..catalog import schema as S
+from ..catalog import inventory, retention
 from ..catalog.cleanup import reclaimable
 from ..errors import InternalError
 
@@ -136,21 +134,8 @@ def scrape(catalog: "Catalog", topology: Topology | None = None) -> Scrape:
 
 def _table_rows(conn: sa.Connection, now: float) -> dict[str, Any]:
     """Step 1's last transaction: live files, batches, reclaimable bytes (bounded statements)."""
-    f, t, x = S.files.c, S.tables.c, S.txns.c
-    live = {int(r[0]): (int(r[1]), int(r[2] or 0)) for r in conn.execute(
-        sa.select(f.table_id, sa.func.count(), sa.func.sum(f.file_size)).where(
-            f.removed_version.is_(None)).group_by(f.table_id))}
-    batches = {r[0]: (None if r[1] is None else int(r[1]), float(r[2])) for r in conn.execute(
-        sa.select(x.job_id, sa.func.max(x.batch_id), sa.func.max(x.committed_at)).where(
-            x.job_id.is_not(None)).group_by(x.job_id))}
-    retention: dict[int, float] = {}
-    for tid, ns, name, props in conn.execute(sa.select(t.table_id, t.namespace, t.name, t.properties)):
-        try:
-            parsed = json.loads(props or "{}")
-        except ValueError:
-            parsed = {}
-        retention[int(tid)] = float(P.value(f"{ns}.{name}", parsed, P.RETENTION, warned=_WARNED))
-    return {"live": live, "batches": batches, "reclaim": reclaimable(conn, retention, now)}
+    return {"live": inventory.live_storage(conn), "batches": inventory.newest_batches(conn),
+            "reclaim": reclaimable(conn, retention.windows(conn, warned=_WARNED), now)}
 
 
 _WARNED: set[Any] = set()  # an invalid retention property is logged once per process, not per scrape
@@ -197,12 +182,11 @@ def _jobs(out: Scrape, st: Status, topology: Topology, batches: dict[str, tuple[
     graph_jobs = topology.graph().jobs
     for job in sorted(graph_jobs.values(), key=lambda j: j.job_id):
         ls = {"job_id": job.job_id, "kind": "root" if job.external_input else "derived"}
-        sinks = [st.tables[s] for s in job.sinks if s in st.tables]
-        if sinks and not job.external_input:
-            fr = min(t.frontier or 0 for t in sinks)
-            out.add("lakestep_job_frontier_barrier", fr, **ls)
-            out.add("lakestep_job_behind_barriers", st.sealed - fr, **ls)
-            out.add("lakestep_job_behind_seconds", max(t.lag_seconds or 0.0 for t in sinks), **ls)
+        pos = st.job(job)  # what the doctor reports of the job (barrier/status.py)
+        if pos is not None and pos.frontier is not None:
+            out.add("lakestep_job_frontier_barrier", pos.frontier, **ls)
+            out.add("lakestep_job_behind_barriers", pos.behind, **ls)
+            out.add("lakestep_job_behind_seconds", pos.lag_seconds, **ls)
         last_batch, at = batches.get(job.job_id, (None, None))
         if last_batch is not None:
             out.add("lakestep_job_batches_committed_total", last_batch + 1, **ls)

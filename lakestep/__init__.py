@@ -23,9 +23,9 @@ reads Kafka should not pay for the catalog's imports, nor a catalog user for pys
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from . import _lazy
 from ._version import __version__
 
 if TYPE_CHECKING:  # for type checkers and readers; loaded lazily by __getattr__ at run time
@@ -141,14 +141,4 @@ __all__ = [  # a literal list, so that linters see the lazy names as exported (=
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lakestep' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = _lazy.exports(__name__, _PUBLIC)

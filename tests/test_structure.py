@@ -117,6 +117,15 @@ def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _defines_getattr(node: ast.stmt) -> bool:
+    """``def __getattr__`` or ``__getattr__, __dir__ = _lazy.exports(...)`` (lakestep/_lazy.py)."""
+    if isinstance(node, ast.FunctionDef):
+        return node.name == "__getattr__"
+    if isinstance(node, ast.Assign):
+        return any(isinstance(n, ast.Name) and n.id == "__getattr__" for t in node.targets for n in ast.walk(t))
+    return False
+
+
 def _lazy_exports() -> dict[str, dict[str, str]]:
     """Per package that loads its public names in a module-level ``__getattr__``: the module
     of each name its ``if TYPE_CHECKING:`` block imports."""
@@ -125,7 +134,7 @@ def _lazy_exports() -> dict[str, dict[str, str]]:
         if path.name != "__init__.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        if not any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body):
+        if not any(_defines_getattr(n) for n in tree.body):
             continue
         names: dict[str, str] = {}
         for node in tree.body:
@@ -288,6 +297,7 @@ def test_the_graph_sees_the_package() -> None:
     assert "lakestep.errors" in edges["lakestep.catalog.catalog"]  # from ..errors import ...
     assert "lakestep.catalog" in _package_edges()["lakestep.barrier"]
     assert LAZY["lakestep.streaming.kafka"]["ingest"] == "lakestep.streaming.kafka.ingestion"
+    assert LAZY["lakestep.services"]["Coordinator"] == "lakestep.services.coordinator"
 
 
 def test_no_import_cycle_between_modules() -> None:

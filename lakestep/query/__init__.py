@@ -17,7 +17,7 @@ levels and scopes are those of docs/design.md §4.
 
 from __future__ import annotations
 
-from typing import Any
+from .. import _lazy
 
 _NAMES = {
     "ConsistentRead": "read", "ReadInfo": "read", "TableRef": "read", "consistent_read": "read",
@@ -28,10 +28,4 @@ _NAMES = {
 __all__ = sorted(_NAMES)
 
 
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lakestep.query' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__, __dir__ = _lazy.exports(__name__, _NAMES)

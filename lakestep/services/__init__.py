@@ -16,8 +16,9 @@ it is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .. import _lazy
 
 if TYPE_CHECKING:  # for type checkers and readers; loaded lazily by __getattr__ at run time
     from .base import Service, ServiceHealth
@@ -32,14 +33,4 @@ _PUBLIC: dict[str, str] = {
 __all__ = ["Coordinator", "MaintenanceLoop", "PublishLoop", "RoundReport", "Service", "ServiceHealth", "Tick"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = _lazy.exports(__name__, _PUBLIC)

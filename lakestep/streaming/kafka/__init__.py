@@ -144,8 +144,9 @@ from its module.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ... import _lazy
 
 if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
     from .errors import (
@@ -183,14 +184,4 @@ __all__ = [  # a literal list, so that linters see the lazy names as exported (=
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = _lazy.exports(__name__, _PUBLIC)

@@ -89,7 +89,7 @@ def batch(i: int, n: int = 10) -> pa.Table:
 
 # ------------------------------------------------------------------ (a) one barrier
 def one_barrier(backend: str, tables: int, rounds: int) -> dict[str, Any]:
-    from lakestep.barrier import OPEN_EPOCH, Pipeline, epochs
+    from lakestep.barrier import OPEN_EPOCH, Pipeline, sealing
     from lakestep.iceberg import Publisher
 
     with tempfile.TemporaryDirectory(prefix="bench-publish-") as d, catalog_url(backend, Path(d)) as url:
@@ -97,13 +97,13 @@ def one_barrier(backend: str, tables: int, rounds: int) -> dict[str, Any]:
         cat.create_namespace("b")
         ts = [cat.create_table(f"b.t{i}", SCHEMA) for i in range(tables)]
         Pipeline(cat).register_job("feed", sinks=[t.ident for t in ts], external_input=True)
-        lease = epochs.acquire(cat, "bench", 1e9)
+        lease = sealing.acquire(cat, "bench", 1e9)
         pub = Publisher(cat)
         times = []
         for r in range(rounds + 1):
             for t in ts:
                 t.append(batch(r), barrier=OPEN_EPOCH)
-            epochs.seal(cat, lease, 1e9)
+            sealing.seal(cat, lease, 1e9)
             t0 = time.perf_counter()
             rep = pub.publish()
             times.append(time.perf_counter() - t0)
@@ -205,7 +205,7 @@ def running(backend: str, tables: int, barriers: int, warmup: int, timeout: floa
 def reading(backend: str, rows: int, rounds: int) -> dict[str, Any]:
     import duckdb
 
-    from lakestep.barrier import OPEN_EPOCH, Pipeline, epochs
+    from lakestep.barrier import OPEN_EPOCH, Pipeline, sealing
     from lakestep.iceberg import Publisher, sql_catalog
     from lakestep.query import duckdb_query
     from lakestep.query.duck import load_extensions
@@ -217,13 +217,13 @@ def reading(backend: str, rows: int, rounds: int) -> dict[str, Any]:
         t = cat.create_table("b.facts", SCHEMA)
         p = Pipeline(cat)
         p.register_job("feed", sinks=["b.facts"], external_input=True)
-        lease = epochs.acquire(cat, "bench", 1e9)
+        lease = sealing.acquire(cat, "bench", 1e9)
         per = rows // 16
         for f in range(16):
             ids = pa.array(range(f * per, (f + 1) * per), pa.int64())
             t.append(pa.table({"id": ids, "g": pa.array([f"g{j % 97}" for j in range(per)]), "x": ids},
                               schema=SCHEMA), barrier=OPEN_EPOCH)
-        barrier = epochs.seal(cat, lease, 1e9).barrier
+        barrier = sealing.seal(cat, lease, 1e9).barrier
         pub = Publisher(cat)
         pub.publish_once()
         pub.close()

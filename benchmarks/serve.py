@@ -62,7 +62,7 @@ def timed_get(conn: http.client.HTTPConnection, path: str) -> tuple[float, bytes
 
 
 def measure(backend: str, tables: int, barriers: int, calls: int) -> dict[str, Any]:
-    from lakestep.barrier import OPEN_EPOCH, Pipeline, epochs
+    from lakestep.barrier import OPEN_EPOCH, Pipeline, sealing
     from lakestep.iceberg import Publisher
 
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as d, catalog_url(backend, Path(d)) as url:
@@ -70,12 +70,12 @@ def measure(backend: str, tables: int, barriers: int, calls: int) -> dict[str, A
         cat.create_namespace("b")
         ts = [cat.create_table(f"b.t{i}", batch(0).schema) for i in range(tables)]
         Pipeline(cat).register_job("feed", sinks=[t.ident for t in ts], external_input=True)
-        lease = epochs.acquire(cat, "bench", 1e9)
+        lease = sealing.acquire(cat, "bench", 1e9)
         pub = Publisher(cat)
         for r in range(barriers):
             for t in ts:
                 t.append(batch(r), barrier=OPEN_EPOCH)
-            epochs.seal(cat, lease, 1e9)
+            sealing.seal(cat, lease, 1e9)
             rep = pub.publish()
             if rep.errors:
                 raise RuntimeError(f"publishing failed: {rep.errors}")
@@ -105,7 +105,7 @@ def build_topology(cat: Any, tables: int) -> None:
     """``tables`` tables for the metrics: half roots of one job, half derived (one job per
     ten, reading a root); every table appended then overwritten (a removed file), one in
     ten with no retention (what cleanup would delete now), one sealed barrier."""
-    from lakestep.barrier import OPEN_EPOCH, Pipeline, epochs
+    from lakestep.barrier import OPEN_EPOCH, Pipeline, sealing
 
     cat.create_namespace("m")
     p = Pipeline(cat)
@@ -123,8 +123,8 @@ def build_topology(cat: Any, tables: int) -> None:
     with cat.transaction(job_id="feed", batch_id=0) as tx:
         for name in roots:
             tx.append(name, batch(2), barrier=OPEN_EPOCH)
-    lease = epochs.acquire(cat, "bench", 1e9)
-    epochs.seal(cat, lease, 1e9)
+    lease = sealing.acquire(cat, "bench", 1e9)
+    sealing.seal(cat, lease, 1e9)
 
 
 def measure_metrics(backend: str, sizes: list[int], scrapes: int) -> dict[str, Any]:

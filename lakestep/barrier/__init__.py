@@ -5,7 +5,7 @@ that seals epochs runs it as a service (:class:`lakestep.services.Coordinator`).
 
 * :class:`Pipeline` - the whole API of one catalog in one object;
 * :class:`Topology` - jobs, their source and sink tables, lineage (topology.py);
-* epochs, leases, seals and barrier snapshots (epochs.py), which the coordinator
+* epochs, leases, seals and barrier snapshots (sealing.py), which the coordinator
   service (lakestep/services/coordinator.py) drives;
 * derived jobs plan and commit barrier batches with :class:`BatchPlan` and
   :class:`JobBatch` (jobs.py); root jobs commit with ``barrier=OPEN_EPOCH``;
@@ -15,12 +15,11 @@ that seals epochs runs it as a service (:class:`lakestep.services.Coordinator`).
   each table stands, lag, health checks (status.py, health.py).
 
 How states are derived from commits and seals: the rules in rules.py (each defined once), applied by
-states.py to the facts facts.py reads.
+progress.py to the facts facts.py reads.
 """
 
 from ..catalog.epoch import OPEN_EPOCH
 from .choose import Choice, Explanation, Level, Scope, TableChoice
-from .epochs import Lease, Seal
 from .errors import (
     BarrierError,
     BarrierNotRetainedError,
@@ -37,8 +36,9 @@ from .graph import Graph, Job, TableKind
 from .health import Diagnosis, Finding, diagnose
 from .jobs import BatchPlan, BatchResult, JobBatch, SourceRange
 from .pipeline import Pipeline
+from .progress import BarrierState
 from .rollback import RollbackResult, TableRollback
-from .states import BarrierState
+from .sealing import Lease, Seal
 from .status import JobLag, LagSample, Status, TableStatus, lag_history, status
 from .topology import DOWNSTREAM_SQL, UPSTREAM_SQL, Topology
 

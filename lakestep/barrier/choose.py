@@ -51,8 +51,8 @@ from . import rules
 from .errors import BarrierNotRetainedError, NoSnapshotError
 from .facts import Facts, choice_rows, facts, facts_ex, versions_at
 from .graph import Graph, TableKind
+from .progress import catching_up, frontier
 from .snapshots import common_snapshot, newest_snapshot
-from .states import catching_up, frontier
 from .topology import Topology
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@
 active jobs of one topology generation, with every table's writers, readers
 and kind (``root``, ``derived`` or ``unmanaged``; docs/design.md §1). Both are
 plain values: reading and changing the topology is topology.py's business,
-the states computed from it are rules.py's and states.py's.
+the states computed from it are rules.py's and progress.py's.
 """
 
 from __future__ import annotations

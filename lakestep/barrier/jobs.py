@@ -51,11 +51,11 @@ from ..catalog import schema as S
 from ..catalog.changes import CommitResult, FilesMode, Isolation
 from ..errors import InvalidArgumentError
 from . import rules
-from .epochs import open_epoch
 from .errors import JobNotFoundError, StaleBatchError
 from .facts import facts, first_change, heads, versions_at
 from .graph import Graph, Job, TableKind
-from .states import frontier, job_frontier, tag_frontier
+from .progress import frontier, job_frontier, tag_frontier
+from .sealing import open_epoch
 from .topology import Topology, read_generation
 
 if TYPE_CHECKING:

@@ -35,14 +35,14 @@ from ..catalog.checks import check_barrier
 from ..errors import VersionNotFoundError
 from . import rules
 from .choose import Choice, Level, Scope, TableIds, choose, norm_idents
-from .epochs import Seal, epoch_row, open_epoch
 from .errors import BarrierNotRetainedError, JobNotFoundError
 from .facts import At, facts, heads, version_at
 from .graph import Job
 from .jobs import BatchPlan, JobBatch, plan_batch
+from .progress import BarrierState, catching_up, committed_barrier, frontier, job_frontier, table_states
 from .rollback import RollbackResult, rollback
+from .sealing import Seal, epoch_row, open_epoch
 from .snapshots import common_snapshot, oldest_retained
-from .states import BarrierState, catching_up, committed_barrier, frontier, job_frontier, table_states
 from .topology import Topology
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from ..catalog import schema as S
-from .epochs import open_epoch
 from .facts import facts
-from .states import committed_from
+from .progress import committed_from
+from .sealing import open_epoch
 from .topology import Topology
 
 if TYPE_CHECKING:

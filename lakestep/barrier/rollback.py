@@ -50,11 +50,11 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from ..catalog.changes import CommitResult, Operation, TableChange
 from ..errors import InvalidArgumentError
-from .epochs import open_epoch
 from .errors import RollbackRefusedError, RollbackRetriesExhaustedError
 from .facts import facts, versions_at
+from .progress import frontier
+from .sealing import open_epoch
 from .snapshots import newest_snapshot
-from .states import frontier
 from .topology import Topology, read_generation
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Reads of the coordinator's barrier snapshots (rows of ``ls_snapshot``).
 
 **SNAPSHOT(t, e)**: a live row of ``ls_snapshot`` names a version of ``t``
-with barrier ``e`` (epochs.py takes them; they expire with ``expires_at``).
+with barrier ``e`` (sealing.py takes them; they expire with ``expires_at``).
 """
 
 from __future__ import annotations

@@ -35,11 +35,11 @@ from sqlalchemy.engine import Connection
 from ..catalog import epoch, retention
 from ..catalog import schema as S
 from ..errors import InvalidArgumentError
-from .epochs import Lease, epoch_row, read_lease
 from .facts import facts
 from .graph import Graph, Job, TableKind
+from .progress import catching_up, committed_from, frontier
+from .sealing import Lease, epoch_row, read_lease
 from .snapshots import oldest_retained
-from .states import catching_up, committed_from, frontier
 from .topology import Topology
 
 if TYPE_CHECKING:

@@ -48,11 +48,11 @@ from sqlalchemy.engine import Connection
 from ..catalog import schema as S
 from ..catalog.files import check_identifier
 from ..errors import ArgumentTypeError, TableNotFoundError
-from .epochs import open_epoch
 from .errors import CycleError, JobNotFoundError, TopologyError
 from .facts_cache import FactsCache
 from .graph import Graph, Job, TableKind
-from .states import committed_barrier
+from .progress import committed_barrier
+from .sealing import open_epoch
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

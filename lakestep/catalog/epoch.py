@@ -3,7 +3,7 @@
 The catalog sits below the barrier layer and may not import it, yet both
 need the open epoch: the catalog's commit path stamps root commits with it,
 the barrier layer seals it and reads barriers against it. This module holds
-everything about it that is not the sealing protocol (barrier/epochs.py):
+everything about it that is not the sealing protocol (barrier/sealing.py):
 
 1. ``OPEN_EPOCH`` (-1), the placeholder a root commit carries: "stamp me
    with the open epoch of my own commit transaction";

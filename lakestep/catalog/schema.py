@@ -288,7 +288,7 @@ SELECT j.job_id AS job_id,
  WHERE j.retired_at IS NULL
 """
 
-# Indexes of ls_commit for barrier reads (lakestep/barrier/states.py). The
+# Indexes of ls_commit for barrier reads (lakestep/barrier/progress.py). The
 # partial index holds RESTORE commits only: queries name the literal 'RESTORE'.
 _V3_INDEXES = (
     "CREATE INDEX IF NOT EXISTS ls_commit_barrier ON ls_commit (table_id, barrier, version)",
@@ -473,7 +473,7 @@ def columns_digest(cols: list[str]) -> str:
 
 
 # --- version 9: a change stamp per table --------------------------------------------
-# A reader that keeps the barrier facts of many tables (barrier/states.py,
+# A reader that keeps the barrier facts of many tables (barrier/progress.py,
 # FactsCache) asks only for the rows that changed since its last look:
 # ``stamp >= since``. Every writer of ``ls_table`` (a commit, create, rename,
 # a cleanup that prunes commit rows) sets ``stamp`` to STAMP_SQL; a reader's

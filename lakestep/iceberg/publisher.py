@@ -77,11 +77,11 @@ from pyiceberg.table.snapshots import Operation
 
 from .. import _failpoints
 from .. import retry as _retry
-from ..barrier.epochs import default_holder, open_epoch
 from ..barrier.errors import BarrierNotRetainedError
 from ..barrier.facts import facts, versions_at
+from ..barrier.progress import commit_set, committed_from
+from ..barrier.sealing import default_holder, open_epoch
 from ..barrier.snapshots import oldest_retained
-from ..barrier.states import commit_set, committed_from
 from ..barrier.topology import Topology
 from ..catalog import properties as P
 from ..catalog import retention

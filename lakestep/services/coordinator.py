@@ -17,7 +17,7 @@ cleanly and releases it). The loop is a :class:`~lakestep.services.base.Service`
    seconds have passed since it opened (database clock, so the cadence
    survives a takeover); ``seal="per_batch"`` when a root table has a commit
    in it (after every root micro-batch);
-3. in one transaction (epochs.seal_and_snapshot), fenced by the lease
+3. in one transaction (sealing.seal_and_snapshot), fenced by the lease
    token: snapshot the barriers committed so far (every
    ``snapshot_every``-th; retention), then seal the open epoch (waits for
    the root commits in flight).
@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import retry as _retry
-from ..barrier import epochs
-from ..barrier.epochs import Lease, Seal, default_holder, epoch_row
+from ..barrier import sealing
 from ..barrier.errors import NotCoordinatorError
+from ..barrier.sealing import Lease, Seal, default_holder, epoch_row
 from ..barrier.topology import Topology
 from ..errors import CatalogUnavailableError, InvalidArgumentError
 from .base import Service
@@ -106,7 +106,7 @@ class Coordinator(Service):
         if interval <= 0 or lease_seconds <= 0 or poll <= 0:
             raise InvalidArgumentError("interval, lease_seconds and poll must be positive", argument="interval",
                                        value=(interval, lease_seconds, poll))
-        self.policy = None if snapshot_every is None else epochs.SnapshotPolicy(
+        self.policy = None if snapshot_every is None else sealing.SnapshotPolicy(
             snapshot_every, retain_count, retain_seconds)  # checks the values
         self.holder = holder or default_holder()
         # waiting out the database: backoff up to a quarter of the lease, no deadline by default
@@ -134,7 +134,7 @@ class Coordinator(Service):
 
     def acquire(self) -> bool:
         """Take or extend the lease; False when another live coordinator holds it."""
-        lease = epochs.acquire(self.catalog, self.holder, self.lease_seconds, held=self.lease)
+        lease = sealing.acquire(self.catalog, self.holder, self.lease_seconds, held=self.lease)
         if lease is not None and (self.lease is None or lease.token != self.lease.token):
             log.info("coordinator %s took the lease (token %d)", self.holder, lease.token)
         self.lease = lease
@@ -143,7 +143,7 @@ class Coordinator(Service):
 
     def release(self) -> None:
         if self.lease is not None:
-            epochs.release(self.catalog, self.lease)
+            sealing.release(self.catalog, self.lease)
             log.info("coordinator %s released the lease (token %d)", self.holder, self.lease.token)
             self.lease = None
 
@@ -166,7 +166,7 @@ class Coordinator(Service):
                                       current_token=cur.token, expires_at=cur.expires_at)
         assert self.lease is not None
         try:
-            s, snaps = epochs.seal_and_snapshot(self.catalog, self.lease, self.lease_seconds, expected=expected,
+            s, snaps = sealing.seal_and_snapshot(self.catalog, self.lease, self.lease_seconds, expected=expected,
                                                 topology=self.topology, policy=self.policy if snapshot else None)
         except NotCoordinatorError:
             self.lease = None
@@ -183,7 +183,7 @@ class Coordinator(Service):
         if self.snapshot_every is None or self.lease is None:
             return []
         try:
-            return epochs.take_snapshots(self.catalog, self.lease, self.topology, every=self.snapshot_every,
+            return sealing.take_snapshots(self.catalog, self.lease, self.topology, every=self.snapshot_every,
                                          retain_count=self.retain_count, retain_seconds=self.retain_seconds)
         except NotCoordinatorError:
             self.lease = None
@@ -191,7 +191,7 @@ class Coordinator(Service):
 
     def _read_lease(self) -> Lease:
         with self.catalog.backend.read() as conn:
-            return epochs.read_lease(conn)
+            return sealing.read_lease(conn)
 
     def _due(self) -> tuple[bool, float, int]:
         """(is the open epoch due, seconds until it is, the open epoch)."""
@@ -199,7 +199,7 @@ class Coordinator(Service):
             open_, opened_at = epoch_row(conn)
             if self.mode == "per_batch":
                 roots = self.topology.graph(conn).roots
-                return epochs.root_batch_pending(conn, roots, open_), self.poll, open_
+                return sealing.root_batch_pending(conn, roots, open_), self.poll, open_
             wait = opened_at + self.interval - self.catalog.clock.shared_now(conn)
             return wait <= 0, max(wait, 0.0), open_
 

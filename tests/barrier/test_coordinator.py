@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lakestep import Catalog
-from lakestep.barrier import OPEN_EPOCH, NotCoordinatorError, Pipeline, epochs
+from lakestep.barrier import OPEN_EPOCH, NotCoordinatorError, Pipeline, sealing
 from lakestep.clock import ManualClock
 from lakestep.services import Coordinator
 
@@ -31,7 +31,7 @@ def test_lease_fences_a_stale_coordinator(clocked: Catalog, clock: ManualClock) 
     assert stale is not None
     assert c2.acquire() and c2.lease.token == stale.token + 1  # type: ignore[union-attr]
     with pytest.raises(NotCoordinatorError) as ei:  # the seal transaction itself fences it out
-        epochs.seal(catalog, stale, 10.0)
+        sealing.seal(catalog, stale, 10.0)
     assert ei.value.current_holder == "c2" and ei.value.current_token == 2 and ei.value.token == 1
     with pytest.raises(NotCoordinatorError) as ei:
         c1.seal()  # and the coordinator, which checks first

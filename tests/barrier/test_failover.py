@@ -121,10 +121,10 @@ def test_failover(catalog_spec: Any, catalog: Catalog) -> None:
     # nothing sealed by a coordinator while paused, or after its lease went to another
     assert all(s.sealed_at <= paused_at + INTERVAL for s in seals if s.holder == first and s.sealed_at < killed_at)
     assert all(s.sealed_at <= killed_at for s in seals if s.holder == second)
-    from lakestep.barrier import epochs
+    from lakestep.barrier import sealing
 
     with catalog.backend.read() as conn:
-        lease = epochs.read_lease(conn)
+        lease = sealing.read_lease(conn)
     assert lease.holder is None  # released on SIGTERM
     open_ = p.open_epoch()
     assert committed and all(1 <= b <= open_ for b in committed)

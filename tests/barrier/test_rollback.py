@@ -113,7 +113,7 @@ def test_rollback_of_a_lagging_table_and_snapshot_progress(catalog: Catalog, pip
 
 
 def test_version_at_in_older_eras_after_two_rollbacks(catalog: Catalog, pipeline: Pipeline) -> None:
-    """Barriers older than the last restore are found by the era loop (states.py: the newest era,
+    """Barriers older than the last restore are found by the era loop (progress.py: the newest era,
     then the restore itself, then the era before): every barrier reads exactly its rows."""
     p = pipeline
     a = root_and_copy(catalog, p, copy=False)

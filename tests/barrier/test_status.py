@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lakestep import Catalog, errors
-from lakestep.barrier import OPEN_EPOCH, Pipeline, diagnose, epochs, lag_history
+from lakestep.barrier import OPEN_EPOCH, Pipeline, diagnose, sealing, lag_history
 from lakestep.catalog.pins import pinned_storage
 from lakestep.services import Coordinator
 
@@ -110,7 +110,7 @@ def test_diagnose(catalog: Catalog, pipeline: Pipeline, coordinator: Coordinator
     # a lapsed version lock and a coordinator whose lease ran out without a release
     catalog.load_table("s.a").lock(locker="crashed-reader", lease_seconds=0.0)
     coordinator.release()
-    assert epochs.acquire(catalog, "dead-coordinator", -1.0) is not None  # a lease that has already expired
+    assert sealing.acquire(catalog, "dead-coordinator", -1.0) is not None  # a lease that has already expired
     f = findings(diagnose(catalog, stuck_after=1e9, storage=False))
     assert f[("locks", "s.a")][0] == "info" and "'crashed-reader' on version 2 lapsed" in f[("locks", "s.a")][1]
     sev, msg = f[("coordinator", "coordinator")]

@@ -210,7 +210,7 @@ def test_upgrade_from_the_release_before_ids(catalog_spec: CatalogSpec, old_rele
 def test_iceberg_field_ids_are_the_column_ids(catalog: Catalog) -> None:
     """Publishing gives each Iceberg field the catalog's id (the files carry them as Parquet
     field ids, which Iceberg readers resolve by), and PyIceberg reads the rows back."""
-    from lakestep.barrier import OPEN_EPOCH, Pipeline, epochs
+    from lakestep.barrier import OPEN_EPOCH, Pipeline, sealing
     from lakestep.iceberg import Publisher, sql_catalog
     from lakestep.iceberg.mapping import ids_of
 
@@ -220,7 +220,7 @@ def test_iceberg_field_ids_are_the_column_ids(catalog: Catalog) -> None:
     t.append(rows(0), barrier=OPEN_EPOCH)
     t.add_columns(("coupon", pa.string()))
     t.append(pa.table({"id": [9], "coupon": ["c"]}), barrier=OPEN_EPOCH)
-    epochs.seal(catalog, epochs.acquire(catalog, "test", 1e9), 1e9)
+    sealing.seal(catalog, sealing.acquire(catalog, "test", 1e9), 1e9)
     pub = Publisher(catalog)
     try:
         assert not pub.publish_once().errors

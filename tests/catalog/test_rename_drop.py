@@ -181,7 +181,7 @@ def test_iceberg_engines_read_renamed_dropped_and_readded_columns(catalog: Catal
     """Each change is published as an Iceberg schema update with the same field ids; PyIceberg,
     DuckDB and Polars read files of every schema under the names of today: a renamed column's
     old values, a dropped column gone, a column re-added under a dropped name empty in old rows."""
-    from lakestep.barrier import OPEN_EPOCH, Pipeline, epochs
+    from lakestep.barrier import OPEN_EPOCH, Pipeline, sealing
     from lakestep.iceberg import Publisher
     from lakestep.iceberg.mapping import ids_of
     from tests.iceberg.readers import Engines, assert_same
@@ -189,11 +189,11 @@ def test_iceberg_engines_read_renamed_dropped_and_readded_columns(catalog: Catal
     catalog.create_namespace("i")
     t = catalog.create_table("i.t", SCHEMA, partition_by=["day"])
     Pipeline(catalog).register_job("feed", sinks=["i.t"], external_input=True)
-    lease = epochs.acquire(catalog, "test", 1e9)
+    lease = sealing.acquire(catalog, "test", 1e9)
     pub = Publisher(catalog)
     try:
         t.append(first([1, 2, 3]), barrier=OPEN_EPOCH)
-        epochs.seal(catalog, lease, 1e9)
+        sealing.seal(catalog, lease, 1e9)
         assert not pub.publish_once().errors
         t.rename_column("amout", "amount")
         t.rename_column("day", "dt")  # the partition column too
@@ -203,7 +203,7 @@ def test_iceberg_engines_read_renamed_dropped_and_readded_columns(catalog: Catal
         t.add_columns(("note", pa.string()))
         t.append(rows([4], t.schema, amount=[40], dt=["d2"], addr=[{"city": "c4", "zip": 44}], note=["n4"]),
                  barrier=OPEN_EPOCH)
-        epochs.seal(catalog, lease, 1e9)
+        sealing.seal(catalog, lease, 1e9)
         report = pub.publish_once()
         assert not report.errors, report.errors
         engines = Engines(catalog)

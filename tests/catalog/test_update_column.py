@@ -156,18 +156,18 @@ def test_keys_and_calls_without_a_change(catalog: Catalog) -> None:
 def test_iceberg_publishes_the_widened_schema(catalog: Catalog) -> None:
     """The change is published as the matching Iceberg schema update (same field ids, the
     promoted types), and PyIceberg reads the old narrow files and the new wide ones."""
-    from lakestep.barrier import OPEN_EPOCH, Pipeline, epochs
+    from lakestep.barrier import OPEN_EPOCH, Pipeline, sealing
     from lakestep.iceberg import Publisher, sql_catalog
     from lakestep.iceberg.mapping import ids_of
 
     catalog.create_namespace("i", exist_ok=True)
     t = catalog.create_table("i.t", OLD)
     Pipeline(catalog).register_job("feed", sinks=["i.t"], external_input=True)
-    lease = epochs.acquire(catalog, "test", 1e9)
+    lease = sealing.acquire(catalog, "test", 1e9)
     pub = Publisher(catalog)
     try:
         t.append(old_rows(0), barrier=OPEN_EPOCH)
-        epochs.seal(catalog, lease, 1e9)
+        sealing.seal(catalog, lease, 1e9)
         assert not pub.publish_once().errors
         first = sql_catalog(catalog).load_table("i.t").schema()
         widen_all(t)
@@ -175,7 +175,7 @@ def test_iceberg_publishes_the_widened_schema(catalog: Catalog) -> None:
         t.append(pa.table({"id": [2 ** 40], "small": [1000], "x": [1e300], "price": [D("1234567890.12")],
                            "note": [None]}, schema=pa.schema([t.schema.field(n) for n in OLD.names])),
                  barrier=OPEN_EPOCH)
-        epochs.seal(catalog, lease, 1e9)
+        sealing.seal(catalog, lease, 1e9)
         assert not pub.publish_once().errors
         ice = sql_catalog(catalog).load_table("i.t")
         now = ice.schema()

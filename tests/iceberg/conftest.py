@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from lakestep import Catalog
-from lakestep.barrier import Pipeline, epochs
+from lakestep.barrier import Pipeline, sealing
 from lakestep.iceberg import Publisher, PublishReport, tag_name
 from tests.iceberg.readers import Engines, assert_same, lakestep_rows
 
@@ -51,13 +51,13 @@ class Shop:
         self.p.register_job("ingest", sinks=["shop.orders", "shop.customers"], external_input=True)
         self.p.register_job("totals", sources=["shop.orders"], sinks=["shop.totals"])
         self.p.register_job("counts", sources=["shop.orders"], sinks=["shop.counts"])
-        self.lease = epochs.acquire(catalog, "tests", 1e9)
+        self.lease = sealing.acquire(catalog, "tests", 1e9)
         self.pub = Publisher(catalog)
         self.engines = Engines(catalog, engines)
         self.checked: set[tuple[str, str]] = set()
 
     def seal(self) -> int:
-        s = epochs.seal(self.cat, self.lease, 1e9)
+        s = sealing.seal(self.cat, self.lease, 1e9)
         assert s is not None
         return s.barrier
 

@@ -187,11 +187,11 @@ def test_unpublishable_renamed_dropped_and_opted_out_tables(catalog) -> None:  #
 
 def test_tags_follow_the_coordinators_barrier_retention(catalog) -> None:  # type: ignore[no-untyped-def]
     """With coordinator snapshots (the default), a tag lives as long as its barrier is retained."""
-    from lakestep.barrier import epochs
+    from lakestep.barrier import sealing
 
     shop = Shop(catalog, engines=("pyiceberg",))
-    policy = epochs.SnapshotPolicy(every=1, retain_count=3)
-    shop.seal = lambda: epochs.seal_and_snapshot(  # type: ignore[method-assign]
+    policy = sealing.SnapshotPolicy(every=1, retain_count=3)
+    shop.seal = lambda: sealing.seal_and_snapshot(  # type: ignore[method-assign]
         catalog, shop.lease, 1e9, topology=shop.p.topology, policy=policy)[0].barrier
     try:
         for i in range(7):
@@ -235,14 +235,14 @@ def test_cleanup_keeps_the_files_of_retained_tags(catalog_spec, clock) -> None: 
     keeps its files from cleanup, and the tag still reads the same afterwards."""
     import sqlalchemy as sa
 
-    from lakestep.barrier import epochs
+    from lakestep.barrier import sealing
     from lakestep.catalog import schema as S
     from lakestep.catalog.pins import pinned_storage
 
     cat = catalog_spec.open(clock=clock)
     shop = Shop(cat, engines=("pyiceberg", "duckdb"))
-    policy = epochs.SnapshotPolicy(every=2, retain_count=50)
-    shop.seal = lambda: epochs.seal_and_snapshot(  # type: ignore[method-assign]
+    policy = sealing.SnapshotPolicy(every=2, retain_count=50)
+    shop.seal = lambda: sealing.seal_and_snapshot(  # type: ignore[method-assign]
         cat, shop.lease, 1e9, topology=shop.p.topology, policy=policy)[0].barrier
     try:
         shop.orders.set_properties({"lakestep.retention-seconds": "10"})

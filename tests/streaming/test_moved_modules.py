@@ -11,12 +11,15 @@ import pytest
 REMOVED_MODULES = {
     "lakestep.streaming.progress": ("lakestep.streaming.microbatch", "commit_batch"),
     "lakestep.streaming.batch": ("lakestep.streaming.batch_io", "read_plan"),
+    # renamed in 0.2 (its re-exports of facts, facts_cache and snapshots gone with it)
+    "lakestep.barrier.states": ("lakestep.barrier.progress", "committed_barrier"),
+    "lakestep.barrier.epochs": ("lakestep.barrier.sealing", "seal"),
+    "lakestep.barrier.coordinator": ("lakestep.services.coordinator", "Coordinator"),
+    "lakestep.catalog.maintenance": ("lakestep.services.maintenance", "MaintenanceLoop"),
+    "lakestep.iceberg.state": ("lakestep.barrier.publishing", "status"),
 }
 #: (module, name) -> (module that defines it now, name).
 REMOVED_NAMES = {
-    ("lakestep.barrier.states", "versions_at"): ("lakestep.barrier.facts", "versions_at"),
-    ("lakestep.barrier.states", "FactsCache"): ("lakestep.barrier.facts_cache", "FactsCache"),
-    ("lakestep.barrier.states", "newest_snapshot"): ("lakestep.barrier.snapshots", "newest_snapshot"),
     ("lakestep.barrier.choose", "Resolver"): ("lakestep.barrier.choose", "TableIds"),
     ("lakestep.catalog.changes", "OPEN_EPOCH"): ("lakestep.catalog.epoch", "OPEN_EPOCH"),
 }

@@ -1,4 +1,5 @@
-"""Epochs: the open epoch, the coordinator lease, sealing, and the snapshots of committed barriers.
+"""Sealing epochs: the coordinator lease, sealing, and the snapshots of committed barriers (the
+open epoch itself is catalog/epoch.py's; named epochs.py until 0.2).
 
 **The open epoch** ``O`` (row ``ls_epoch``) has one owner, ``lakestep.catalog.epoch``:
 its reads, the ``OPEN_EPOCH`` placeholder and its substitution, and the newest
@@ -65,8 +66,8 @@ from ..errors import InternalError, InvalidArgumentError
 from .errors import NotCoordinatorError
 from .facts import facts, versions_at
 from .graph import Graph
+from .progress import commit_set, committed_barrier, committed_from
 from .snapshots import SNAPSHOT_PREFIX
-from .states import commit_set, committed_barrier, committed_from
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

@@ -1,4 +1,6 @@
-"""Barrier states of tables: the rules of rules.py applied to the catalog's facts.
+"""How far each table and the pipeline have come: frontiers, the COMMIT set, the committed
+barrier and a table's states at a barrier (the rules of rules.py applied to the catalog's
+facts). The operator's overview built from these is status.py's.
 
 Nothing is stored per (table, barrier): every state is computed from
 ``ls_epoch``, ``ls_commit`` (its ``barrier`` column) and ``ls_snapshot``.
@@ -13,8 +15,8 @@ barrier) are read by facts.py; snapshots by snapshots.py.
   with barrier ``e`` (snapshots.py).
 
 The functions here are the rules' adapters to a :class:`Graph` and
-:class:`Facts`. (Until 0.2 this module also re-exported what facts.py, facts_cache.py and
-snapshots.py define: import those from their modules.)
+:class:`Facts`. (Named states.py until 0.2, when it also re-exported what facts.py,
+facts_cache.py and snapshots.py define.)
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ How states are derived from commits and seals: the rules in rules.py (each defin
 states.py to the facts facts.py reads.
 """
 
+from typing import TYPE_CHECKING
+
 from ..catalog.epoch import OPEN_EPOCH
 from .choose import Choice, Explanation, Level, Scope, TableChoice
 from .epochs import Lease, Seal
@@ -40,6 +42,9 @@ from .rollback import RollbackResult, TableRollback
 from .states import BarrierState
 from .status import LagSample, Status, TableStatus, lag_history, status
 from .topology import DOWNSTREAM_SQL, UPSTREAM_SQL, Topology
+
+if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
+    from .coordinator import Coordinator, Tick
 
 __all__ = [
     "OPEN_EPOCH",

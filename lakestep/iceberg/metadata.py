@@ -82,7 +82,8 @@ MAX_MANIFESTS = 16
 #: Metadata files kept in the metadata log (``write.metadata.previous-versions-max``; older
 #: ones are deleted after each commit, as ``write.metadata.delete-after-commit.enabled`` says).
 METADATA_LOG = 20
-AVRO_CODEC: AvroCompressionCodec = "deflate"  # DuckDB's and Spark's Avro readers take it; zstandard is not read everywhere
+#: DuckDB's and Spark's Avro readers take it; zstandard is not read everywhere
+AVRO_CODEC: AvroCompressionCodec = "deflate"
 BARRIER_KEY = "lakestep.barrier"
 VERSION_KEY = "lakestep.version"
 TAG_PREFIX = "barrier-"

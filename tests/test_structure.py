@@ -77,8 +77,8 @@ LAYERS: dict[str, frozenset[str]] = {
 UPWARD: dict[tuple[str, str], str] = {
     ("lakestep.catalog.maintenance", "lakestep.iceberg.state"):
         "the maintenance loop publishes to Iceberg each round while the catalog publishes",
-    ("lakestep.catalog.maintenance", "lakestep.iceberg"):
-        "the maintenance loop makes its Publisher on first use",
+    ("lakestep.catalog.maintenance", "lakestep.iceberg.publisher"):
+        "the maintenance loop makes its Publisher on first use (lakestep.iceberg loads it lazily)",
     ("lakestep.barrier.health", "lakestep.iceberg.state"):
         "the doctor reports how far Iceberg publishing lags",
 }

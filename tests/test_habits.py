@@ -19,6 +19,11 @@ def test_ruff_check_passes() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_mypy_passes() -> None:
+    out = _run("mypy")  # what it checks, and how strictly: pyproject.toml's [tool.mypy]
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_lazy_exports_are_listed() -> None:
     """The lazily loaded packages spell ``__all__`` out (so linters and readers see it) and
     it names exactly what ``__getattr__`` loads."""

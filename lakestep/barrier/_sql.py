@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, CursorResult
 
 from ..catalog.backend import prepared_statements
 from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:  # typing has it from Python 3.11 only (SQLAlchemy requires typing_extensions)
+    from typing_extensions import Unpack
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _GENERIC = "SET LOCAL plan_cache_mode = force_generic_plan; "

@@ -209,15 +209,15 @@ def _postgres_one(conn: Connection, c: TableChange, txn: dict[str, Any], txn_id:
     )
     sql = ("WITH " + ", ".join(ctes) +
            " SELECT h.version, h.data_version, h.last_commit_at, c.barrier, c.txn_id, h.schema_id FROM h, c")
-    row = conn.exec_driver_sql(sql, params).fetchone()
-    if row is None:
+    head = conn.exec_driver_sql(sql, params).fetchone()
+    if head is None:
         if txn["job_id"] is not None and txn_id is None:  # a replay, or a missing table: the caller tells which
             raise KeyReplayed(txn["job_id"], txn["batch_id"])
         raise TableNotFoundError(c.ident)
-    warn_older_schema(c, int(row[5]))
-    result = _result(c, version=int(row[0]), dv=int(row[1]), at=float(row[2]),
-                     barrier=None if row[3] is None else int(row[3]))
-    return result, int(row[4])
+    warn_older_schema(c, int(head[5]))
+    result = _result(c, version=int(head[0]), dv=int(head[1]), at=float(head[2]),
+                     barrier=None if head[3] is None else int(head[3]))
+    return result, int(head[4])
 
 
 def _postgres_stats(c: TableChange, params: dict[str, Any]) -> list[str]:

@@ -38,7 +38,7 @@ from .checks import check_batch_id, check_job_id
 from .columns import assign, plain_schema
 from .commit import After, Guard, commit, find_txn, txn_results
 from .files import FileWriter, Storage, check_identifier, normalize_location, resolve_filesystem
-from .handle import TableMeta
+from .handle import TableHandle, TableMeta
 from .table import Table
 from .transaction import Transaction
 
@@ -460,7 +460,7 @@ class Catalog:
             self._purge(table, sorted(set(recorded)))
         log.info("dropped table %s%s", table.ident, " and its files" if purge else "")
 
-    def deletion_guard(self, table: Table, *, dropped: bool = False) -> locations.Deletions:
+    def deletion_guard(self, table: TableHandle, *, dropped: bool = False) -> locations.Deletions:
         """What a cleanup or purge of ``table`` may delete, given every other table's location now."""
         with self.backend.read() as conn:
             q = sa.select(S.tables.c.location)

@@ -140,8 +140,8 @@ def reclaimable(conn: sa.Connection, retention: Mapping[int, float], now: float)
     for r in rows:
         by_table.setdefault(int(r.table_id), []).append(r)
     others: dict[int, list[tuple[int, str]]] = {}
-    for r in shared:
-        others.setdefault(int(r.table_id), []).append((int(r.file_id), r.path))
+    for s in shared:
+        others.setdefault(int(s.table_id), []).append((int(s.file_id), s.path))
     out: dict[int, tuple[int, int]] = {}
     for tid, rs in by_table.items():
         sizes = expired_paths(expired_rows(rs, pins.get(tid, [])), others.get(tid, ()))

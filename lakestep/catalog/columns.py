@@ -126,7 +126,7 @@ def assign(schema: pa.Schema, known: ColumnIds | None = None) -> ColumnIds:
             if p not in ids:
                 last += 1
                 ids[p] = last
-    live = {(f.name,) for f in schema}
+    live: set[Path] = {(f.name,) for f in schema}
     live |= {p for f in schema for p in paths(f.type, (f.name,))}
     return ColumnIds({p: i for p, i in ids.items() if p in live}, last)
 

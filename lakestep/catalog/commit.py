@@ -240,7 +240,7 @@ def commit_once(conn: Connection, changes: Sequence[TableChange], txn_row: dict[
 def _insert_files(
     conn: Connection, table_id: int, version: int, added: Sequence[NewFile], readd: Sequence[DataFile]
 ) -> int:
-    files = (*added, *readd)
+    files: tuple[NewFile | DataFile, ...] = (*added, *readd)
     if files:
         ids = insert_file_rows(conn, [file_values(table_id, version, f) for f in files])
         record_file_stats(conn, table_id, ids, files)

@@ -221,7 +221,7 @@ def _s3(options: dict[str, object], bucket: str, location: str) -> pafs.FileSyst
                 raise StorageError(f"cannot ask AWS for the region of bucket {bucket!r} (set AWS_REGION or the "
                                    f"storage option region): {e}", path=location, errno=None) from e
     try:
-        return pafs.S3FileSystem(allow_delayed_open=True, **opts)  # type: ignore[arg-type]
+        return pafs.S3FileSystem(allow_delayed_open=True, **opts)
     except (pa.ArrowInvalid, TypeError) as e:
         raise InvalidLocationError(f"pyarrow cannot open {location!r} with these storage options: {e}",
                                    location=location) from e

@@ -74,7 +74,7 @@ class TableMeta:
     column_ids: ColumnIds | None = None  # columns.py; None only before the catalog's upgrade ran
 
     @classmethod
-    def from_row(cls, r: Mapping[str, Any]) -> "TableMeta":
+    def from_row(cls, r: Mapping[str, Any] | sa.RowMapping) -> "TableMeta":
         return cls(
             table_id=r["table_id"],
             namespace=r["namespace"],

@@ -225,7 +225,7 @@ def live_locks(catalog: "CatalogLike",
     if table_id is not None:
         q = q.where(S.locks.c.table_id == table_id)
     with catalog.backend.read() as conn:
-        return [tuple(r) for r in conn.execute(q.order_by(S.locks.c.lock_id))]  # type: ignore[misc]
+        return [tuple(r) for r in conn.execute(q.order_by(S.locks.c.lock_id))]
 
 
 def release_locks(catalog: "CatalogLike", locker: str) -> int:

@@ -25,7 +25,7 @@ import enum
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Any, Iterable, Mapping, Sequence, Union, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,15 +72,17 @@ class Predicate:
         else:
             if not isinstance(where, (list, tuple)) or len(where) == 0:
                 raise InvalidPredicateError(f"a filter is a non-empty list of (column, op, value) terms, got {where!r}")
+            # _is_term tells the two shapes of a Filter apart, which mypy cannot follow: the casts
+            clauses: tuple[tuple[Term, ...], ...]
             if all(_is_term(t) for t in where):
-                clauses = (tuple(where),)  # type: ignore[arg-type]
+                clauses = (tuple(cast(Sequence[Term], where)),)
             elif all(isinstance(c, (list, tuple)) and c and all(_is_term(t) for t in c) for c in where):
-                clauses = tuple(tuple(c) for c in where)  # type: ignore[arg-type]
+                clauses = tuple(tuple(c) for c in cast(Sequence[Sequence[Term]], where))
             else:
                 raise InvalidPredicateError(
                     f"cannot read filter {where!r}: use [(col, op, value), ...] or a list of such lists"
                 )
-            pred = cls(clauses)  # type: ignore[arg-type]
+            pred = cls(clauses)
         if schema is not None:
             clauses = tuple(tuple(_exact_integer_term(schema, t) for t in clause) for clause in pred.clauses)
             ints = tuple((f.name, f.type) for f in schema if pa.types.is_integer(f.type)

@@ -47,11 +47,15 @@ FRAGMENT_INDEX = "__fragment_index"
 
 
 class Recorded(Protocol):
-    """What the catalog recorded of a file (a :class:`DataFile` is one)."""
+    """What the catalog recorded of a file (a :class:`DataFile` is one). Read-only, so that
+    frozen dataclasses (a plan's files) are ones too."""
 
-    path: str
-    file_size: int
-    record_count: int
+    @property
+    def path(self) -> str: ...
+    @property
+    def file_size(self) -> int: ...
+    @property
+    def record_count(self) -> int: ...
 
 
 def read(

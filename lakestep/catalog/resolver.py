@@ -294,9 +294,9 @@ class Resolver:
         sources = {s for o in undone.values() for s in o.source_ids} - read - set(undone)
         readd = files_by_ids(self.conn, sources)
         for f in readd:
-            rv = f.removed_version
-            if rv is None:
+            if f.removed_version is None:
                 continue  # still live: nothing to restore
+            rv = f.removed_version
             op, at = self.ops.get(rv, ("?", 0.0))
             if op != Operation.COMPACT.value or f.file_id not in {s for o in undone.values() if o.added_version == rv for s in o.source_ids}:
                 raise self.conflict(rv, f"file {f.file_id} to restore was removed by a {op}")

@@ -461,10 +461,10 @@ class Table(TableHandle):
         if v >= head.version:
             if head.schema_id == self.meta.schema_id:
                 return self
-            row = conn.execute(S.tables.select().where(S.tables.c.table_id == self.table_id)).mappings().first()
-            if row is None:
+            current = conn.execute(S.tables.select().where(S.tables.c.table_id == self.table_id)).mappings().first()
+            if current is None:
                 raise TableNotFoundError(self.ident)
-            self._set_meta(TableMeta.from_row(row))
+            self._set_meta(TableMeta.from_row(current))
             return self
         h = S.schemas.c
         row = conn.execute(sa.select(h.schema_id, h.schema_ipc, h.column_ids, h.last_column_id, h.primary_key,

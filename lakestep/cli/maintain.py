@@ -34,7 +34,7 @@ def compact_cmd(out: Output, catalog_url: str, tables: tuple[str, ...], all_tabl
       lakestep compact --all --major
     """
     with open_catalog(catalog_url) as cat:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name in out.each("compacting", table_names(cat, tables, all_tables, "compact")):
             r = cat.load_table(name).compact(target_file_size=target_file_size, min_files=min_files, major=major)
             outcome = "noop" if r.summary.get("noop") else "discarded" if r.discarded else "compacted"
@@ -45,8 +45,9 @@ def compact_cmd(out: Output, catalog_url: str, tables: tuple[str, ...], all_tabl
     grid = RichTable(title="compaction" + (" (major)" if major else ""), title_justify="left")
     for col in ("table", "outcome", "version", "files merged", "files written"):
         grid.add_column(col)
-    for r in rows:
-        grid.add_row(r["table"], r["outcome"], str(r["version"]), str(r["removed_files"]), str(r["added_files"]))
+    for row in rows:
+        grid.add_row(row["table"], row["outcome"], str(row["version"]), str(row["removed_files"]),
+                     str(row["added_files"]))
     out.print(grid)
 
 
@@ -127,6 +128,7 @@ def rollback_cmd(out: Output, catalog_url: str, to: int, dry_run: bool, yes: boo
                                "or --yes to do it")
     with open_catalog(catalog_url) as cat:
         p = Pipeline(cat)
+        rows: list[tuple[object, ...]]  # the table's cells (shown with str)
         if dry_run:
             st = p.status(last=1)
             plan = []

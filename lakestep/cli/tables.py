@@ -30,7 +30,7 @@ def tables_cmd(out: Output, catalog_url: str, namespace: str | None) -> None:
     with open_catalog(catalog_url) as cat:
         st = Pipeline(cat).status(last=1)
         names = cat.list_tables(namespace)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name in out.each("reading", names):
             t = st.tables[name]
             files = cat.load_table(name).files()

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # Catalog for annotations; the others for type checkers, loaded lazily by __getattr__
     from ..catalog import Catalog
+    from .metadata import TAG_PREFIX, tag_name
+    from .publisher import Publisher, PublishReport, TableReport
+    from .sqlcat import DEFAULT_NAME
 
 from ..barrier.publishing import PublisherStatus, enable, enabled, status  # noqa: E402  (no PyIceberg needed)
 

@@ -34,8 +34,9 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, cast
 
+from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import (
     DataFile,
@@ -45,6 +46,7 @@ from pyiceberg.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    ManifestWriter,
     ManifestWriterV2,
     write_manifest,
     write_manifest_list,
@@ -80,7 +82,8 @@ MAX_MANIFESTS = 16
 #: Metadata files kept in the metadata log (``write.metadata.previous-versions-max``; older
 #: ones are deleted after each commit, as ``write.metadata.delete-after-commit.enabled`` says).
 METADATA_LOG = 20
-AVRO_CODEC = "deflate"  # DuckDB's and Spark's Avro readers take it; zstandard is not read everywhere
+#: DuckDB's and Spark's Avro readers take it; zstandard is not read everywhere
+AVRO_CODEC: AvroCompressionCodec = "deflate"
 BARRIER_KEY = "lakestep.barrier"
 VERSION_KEY = "lakestep.version"
 TAG_PREFIX = "barrier-"
@@ -274,7 +277,8 @@ class Draft:
         self._counter = itertools.count()
         self.schema: Schema = self.base.schema()
         self.spec: PartitionSpec = self.base.spec()
-        self.last_seq = self.base.last_sequence_number
+        # lakestep publishes format v2 only (IcebergTable.new), which has sequence numbers (v1 has not)
+        self.last_seq = cast(TableMetadataV2, self.base).last_sequence_number
         self.snapshot_ids = {s.snapshot_id for s in self.base.snapshots}
         self.refs = {k: r.snapshot_id for k, r in self.base.refs.items()}
         self.summaries: dict[int, Summary | None] = {s.snapshot_id: s.summary for s in self.base.snapshots}
@@ -288,7 +292,7 @@ class Draft:
             return
         sid = max(s.schema_id for s in self.base.schemas) + 1
         new = Schema(*shape.schema.fields, schema_id=sid, identifier_field_ids=shape.schema.identifier_field_ids)
-        self.updates += [AddSchemaUpdate(schema=new), SetCurrentSchemaUpdate(schema_id=-1),
+        self.updates += [AddSchemaUpdate(schema_=new), SetCurrentSchemaUpdate(schema_id=-1),
                          SetPropertiesUpdate(updates={NAME_MAPPING: shape.name_mapping})]
         self.schema = new
 
@@ -310,6 +314,7 @@ class Draft:
 
     def _manifest(self, sid: int, entries: Iterable[ManifestEntry], content: ManifestContent) -> ManifestFile:
         out = self._output(f"{self.commit_uuid}-m{next(self._counter)}.avro")
+        writer: ManifestWriter
         if content == ManifestContent.DELETES:
             writer = _DeleteManifestWriter(self.spec, self.schema, out, sid, AVRO_CODEC)
         else:
@@ -374,12 +379,12 @@ class Draft:
         with write_manifest_list(2, self.io.new_output(list_path), sid, parent, seq, AVRO_CODEC) as w:
             w.add_manifests(files)
         manifests = []
-        for mf, entries in out:
+        for mf, live in out:
             if mf.sequence_number == -1:
                 mf.sequence_number = seq
             if mf.min_sequence_number == -1:
                 mf.min_sequence_number = seq
-            manifests.append(Manifest(mf, {p: e for p, e in entries.items() if p not in gone[mf.content]}))
+            manifests.append(Manifest(mf, {p: e for p, e in live.items() if p not in gone[mf.content]}))
         summary = self._summary(operation, version, barrier, parent, fresh, removed_files)
         snap = Snapshot(snapshot_id=sid, parent_snapshot_id=parent, sequence_number=seq, timestamp_ms=_now_ms(),
                         manifest_list=list_path, summary=summary, schema_id=self.schema.schema_id)
@@ -410,16 +415,20 @@ class Draft:
         return s if base_op == operation else Summary(operation, **s.additional_properties)
 
     # ----------------------------------------------------------------- refs
+    # SetSnapshotRefUpdate's retention fields (max_ref_age_ms, ...) default to None, in
+    # Annotated[..., Field(default=None)], which pydantic's mypy plugin takes for required
+    # (pydantic/pydantic#6713): hence the ignores below.
     def tag(self, barrier: int, snapshot_id: int) -> None:
         name = tag_name(barrier)
-        self.updates.append(SetSnapshotRefUpdate(ref_name=name, type=SnapshotRefType.TAG, snapshot_id=snapshot_id))
+        self.updates.append(SetSnapshotRefUpdate(  # type: ignore[call-arg]
+            ref_name=name, type=SnapshotRefType.TAG, snapshot_id=snapshot_id))
         self.refs[name] = snapshot_id
 
     def main(self, snapshot_id: int) -> None:
         if self.refs.get(MAIN_BRANCH) == snapshot_id:
             return
-        self.updates.append(SetSnapshotRefUpdate(ref_name=MAIN_BRANCH, type=SnapshotRefType.BRANCH,
-                                                 snapshot_id=snapshot_id))
+        self.updates.append(SetSnapshotRefUpdate(  # type: ignore[call-arg]
+            ref_name=MAIN_BRANCH, type=SnapshotRefType.BRANCH, snapshot_id=snapshot_id))
         self.refs[MAIN_BRANCH] = snapshot_id
 
     def remove_ref(self, name: str) -> None:

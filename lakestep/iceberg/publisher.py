@@ -306,7 +306,7 @@ class Publisher:
         members: set[int]  # managed tables of the COMMIT set
         kinds: dict[int, str]  # root / derived (unmanaged tables are missing)
         versions: dict[int, dict[int, int]]  # barrier -> table -> its version there
-        published: dict[int, Mapping[str, Any]]
+        published: dict[int, sa.RowMapping]
         rollback_to: int | None
         rollback_id: int  # the newest rollback seen
         handled: int  # the newest rollback every table had handled before this round
@@ -358,14 +358,14 @@ class Publisher:
                                since, now, floors)
 
     # -------------------------------------------------------------- one table
-    def _open(self, row: _Row, published: Mapping[str, Any] | None) -> IcebergTable:
+    def _open(self, row: _Row, published: sa.RowMapping | None) -> IcebergTable:
         tid = row.meta.table_id
         pub = self._tables.get(tid)
         if pub is not None:
             return pub
         ns, name = row.meta.namespace, row.meta.name
         # under the name it was last published as (_prepare renames it when lakestep's changed)
-        old = (ns, name) if published is None else (published["namespace"], published["name"])
+        old: tuple[str, str] = (ns, name) if published is None else (published["namespace"], published["name"])
         location = self.rows.location(*old)
         if location is None and old != (ns, name):
             old, location = (ns, name), self.rows.location(ns, name)
@@ -548,7 +548,8 @@ class Publisher:
         added, removed, same_rows = self._delta(handle, prev, version)
         add = [mapper.data_file(f) for f in added]
         rm = {mapper.path(p) for p in removed}
-        add_del, rm_del = [], set()
+        add_del: list[Any] = []
+        rm_del: set[str] = set()
         if handle.primary_key:
             add_del, rm_del = self._deletes(draft, handle, mapper, version, added, removed)
         if same_rows and not add_del and not rm_del:

@@ -27,7 +27,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import pyarrow as pa
 
@@ -36,10 +36,12 @@ from .read import ConsistentRead, ReadInfo, TableRef, consistent_read
 from .sql import sql_template
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from ..catalog import Catalog
 
 
-def _duckdb():  # type: ignore[no-untyped-def]
+def _duckdb() -> ModuleType:
     try:
         import duckdb
     except ImportError:  # pragma: no cover - an extra
@@ -68,7 +70,7 @@ def load_extensions(con: Any, *names: str) -> None:
         except ImportError:
             raise QueryError(f"the DuckDB extension {name!r} is not installed: "
                              f"pip install duckdb-extension-{name}=={version}") from None
-        folder = Path(mod.__file__).parent / "extensions"
+        folder = Path(cast(str, mod.__file__)).parent / "extensions"  # a regular package: __file__ is set
         found = sorted(folder.glob(f"v{version}/**/*.duckdb_extension"))
         if not found:
             have = sorted(p.name for p in folder.glob("v*"))

@@ -198,17 +198,17 @@ def consistent_read(
         handles = {r: p.table(r.ident) for r in refs}
         with catalog.backend.read() as conn:  # every plan in one read transaction
             for r in refs:
-                t = handles[r]
+                handle = handles[r]
                 if not r.travels:
-                    plans[r.label] = t.plan_within(conn, version=versions[r.ident])
+                    plans[r.label] = handle.plan_within(conn, version=versions[r.ident])
                 elif r.version is not None:
-                    plans[r.label] = t.plan_within(conn, version=r.version)
+                    plans[r.label] = handle.plan_within(conn, version=r.version)
                 elif r.snapshot is not None:
-                    plans[r.label] = t.plan_within(conn, snapshot=r.snapshot)
+                    plans[r.label] = handle.plan_within(conn, snapshot=r.snapshot)
                 elif r.timestamp is not None:
-                    plans[r.label] = t.plan_within(conn, as_of=parse_timestamp(r.timestamp))
+                    plans[r.label] = handle.plan_within(conn, as_of=parse_timestamp(r.timestamp))
                 else:
-                    plans[r.label] = t.plan_within(conn, version=at_barrier[r])
+                    plans[r.label] = handle.plan_within(conn, version=at_barrier[r])
                 if r.travels:
                     notes.append(f"{r.label}: read as written in the query (version {plans[r.label].version}), "
                                  "not aligned with the other tables")

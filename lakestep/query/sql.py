@@ -20,15 +20,18 @@ import functools
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import QueryError
 from .read import TableRef
 
+if TYPE_CHECKING:
+    from sqlglot import exp
+
 _BARRIER = re.compile(r"^\s*barrier\s*=\s*(\d+)\s*$", re.IGNORECASE)
 
 
-def _parse(sql: str, dialect: str):  # type: ignore[no-untyped-def]
+def _parse(sql: str, dialect: str) -> exp.Expr:
     try:
         import sqlglot
     except ImportError:  # pragma: no cover - an extra
@@ -38,13 +41,13 @@ def _parse(sql: str, dialect: str):  # type: ignore[no-untyped-def]
         trees = sqlglot.parse(sql, read=dialect)
     except sqlglot.errors.ParseError as e:
         raise QueryError(f"cannot parse the SQL ({dialect}): {str(e).splitlines()[0]}") from None
-    trees = [t for t in trees if t is not None]
-    if len(trees) != 1:
-        raise QueryError(f"expected one SQL statement, got {len(trees)}")
-    return trees[0]
+    found = [t for t in trees if t is not None]
+    if len(found) != 1:
+        raise QueryError(f"expected one SQL statement, got {len(found)}")
+    return found[0]
 
 
-def _ref(node) -> TableRef | None:  # type: ignore[no-untyped-def]
+def _ref(node: exp.Table) -> TableRef | None:
     from sqlglot import exp
 
     if not node.db or node.catalog:
@@ -141,7 +144,7 @@ def rewrite(sql: str, dialect: str, view_of: Callable[[TableRef], tuple[str | No
 def _render(tree: Any, dialect: str, view_of: Callable[[TableRef], tuple[str | None, str]], *, copy: bool) -> str:
     from sqlglot import exp
 
-    def swap(node):  # type: ignore[no-untyped-def]
+    def swap(node: exp.Expr) -> exp.Expr:
         if not isinstance(node, exp.Table):
             return node
         ref = _ref(node)

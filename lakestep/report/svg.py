@@ -66,7 +66,7 @@ def layout(nodes: dict[str, Node], edges: Sequence[tuple[str, str]]) -> tuple[fl
             columns[c].sort(key=lambda n: (n.row, n.label))
             for i, n in enumerate(columns[c]):
                 n.row = float(i)
-    x = PAD
+    x: float = PAD
     height = 0.0
     for c in sorted(columns):
         w = max(max(len(n.label), len(n.sub)) * CHAR_W + 24 for n in columns[c])

@@ -216,5 +216,5 @@ def render(s: Scrape) -> bytes:
                 yield fam
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(Collector())  # type: ignore[arg-type]
+    reg.register(Collector())
     return generate_latest(reg)

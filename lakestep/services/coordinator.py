@@ -239,7 +239,7 @@ class Coordinator(Service):
         except CatalogUnavailableError as e:  # the lease then lapses by itself
             log.warning("could not release the coordinator lease: %s", e)
 
-    def run(self, *, duration: float | None = None, max_seals: int | None = None,  # type: ignore[override]
+    def run(self, *, duration: float | None = None, max_seals: int | None = None,
             max_rounds: int | None = None, on_round: Any = None) -> list[Tick]:
         """Tick until :meth:`stop`, ``duration`` seconds, or ``max_seals`` seals by this coordinator
         (or ``max_rounds`` ticks); then release the lease (a standby takes over at once)."""

@@ -45,10 +45,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 import pyarrow as pa
 
+from ..catalog.changes import FilesMode
 from ..errors import LakestepError, QueryError, StreamingJobError
 from .catalog_cache import open_catalog, required, storage_of
 from .compat import DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
@@ -123,9 +124,9 @@ class LakestepBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [PlanPartition(p) for p in self.plan.split(self.max_partitions)]
 
-    def read(self, partition: PlanPartition) -> Iterator[pa.RecordBatch]:  # executors
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executors
         freeze_worker_heap()
-        rows = partition.plan.to_arrow()
+        rows = cast(PlanPartition, partition).plan.to_arrow()  # Spark hands back what partitions() made
         yield from rows.to_batches()
 
 
@@ -152,8 +153,10 @@ def write_barrier(cat: Any, job: str | None, table: str) -> int | None:
     tid = cat.load_table(table).table_id
     kind = graph.kind(tid)
     if kind == "derived":
+        writer = graph.writer(tid)
+        assert writer is not None  # a derived table has its job
         raise StreamingJobError(
-            f"{table} is written by the derived job {graph.writer(tid).job_id!r}: a batch write would bypass "
+            f"{table} is written by the derived job {writer.job_id!r}: a batch write would bypass "
             "its barriers (write its sources instead, or retire the job)")
     return OPEN_EPOCH if kind == "root" else None
 
@@ -172,7 +175,7 @@ class LakestepBatchWriter(DataSourceArrowWriter):
         if batch not in (None, "") and self.job is None:
             raise QueryError("option batchId needs option job: the idempotency key is (job, batchId)")
         self.batch = None if batch in (None, "") else _int(batch, "batchId")
-        self.mode = "overwrite" if overwrite else "append"
+        self.mode: FilesMode = "overwrite" if overwrite else "append"
         self.barrier = write_barrier(cat, self.job, table.ident)
         self.shape = TableShape.of(table)
         self.write_id = uuid.uuid4().hex[:12]

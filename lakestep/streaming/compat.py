@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import weakref
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SparkVersionError
 
@@ -157,47 +157,64 @@ def _stand_in(name: str, feature: str, base: type = _Missing) -> Any:
     return type(name, (base,), {"feature": feature, "__module__": __name__})
 
 
-try:  # Spark 4.0
-    from pyspark.sql.datasource import (  # noqa: F401  (re-exported)
+if TYPE_CHECKING:  # type checkers read the installed pyspark (make test's, the newest line)
+    from pyspark.sql.datasource import (
         DataSource,
         DataSourceArrowWriter,
         DataSourceReader,
+        DataSourceStreamArrowWriter,
         DataSourceStreamReader,
         InputPartition,
         WriterCommitMessage,
     )
-except ImportError:  # Spark 3.5
-    DataSource, DataSourceArrowWriter, DataSourceReader = (
-        _stand_in(n, "format") for n in ("DataSource", "DataSourceArrowWriter", "DataSourceReader"))
-    DataSourceStreamReader = _stand_in("DataSourceStreamReader", "source")
-
-    class InputPartition:  # type: ignore[no-redef]
-        """pyspark 4's ``InputPartition``, which lakestep also pickles to its own Python tasks."""
-
-        def __init__(self, value: Any) -> None:
-            self.value = value
-
-    class WriterCommitMessage:  # type: ignore[no-redef]
-        """pyspark 4's ``WriterCommitMessage``: what a task's writer returns to the driver."""
-
-try:  # Spark 4.1
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter  # noqa: F401
-except ImportError:
-    DataSourceStreamArrowWriter = _stand_in("DataSourceStreamArrowWriter", "sink")
-
-try:  # Spark 4.2
-    from pyspark.sql.streaming.datasource import (  # noqa: F401
+    from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadLimit,
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
-except ImportError:
-    ReadLimit = _stand_in("ReadLimit", "kafka")
-    ReadAllAvailable, ReadMaxRows = (_stand_in(n, "kafka", ReadLimit) for n in ("ReadAllAvailable", "ReadMaxRows"))
+else:  # at run time, each Spark line's classes or stand-ins for those it lacks
+    try:  # Spark 4.0
+        from pyspark.sql.datasource import (  # noqa: F401  (re-exported)
+            DataSource,
+            DataSourceArrowWriter,
+            DataSourceReader,
+            DataSourceStreamReader,
+            InputPartition,
+            WriterCommitMessage,
+        )
+    except ImportError:  # Spark 3.5
+        DataSource, DataSourceArrowWriter, DataSourceReader = (
+            _stand_in(n, "format") for n in ("DataSource", "DataSourceArrowWriter", "DataSourceReader"))
+        DataSourceStreamReader = _stand_in("DataSourceStreamReader", "source")
 
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
-        """A mix-in marker: without admission control Spark never asks for it."""
+        class InputPartition:
+            """pyspark 4's ``InputPartition``, which lakestep also pickles to its own Python tasks."""
+
+            def __init__(self, value: Any) -> None:
+                self.value = value
+
+        class WriterCommitMessage:
+            """pyspark 4's ``WriterCommitMessage``: what a task's writer returns to the driver."""
+
+    try:  # Spark 4.1
+        from pyspark.sql.datasource import DataSourceStreamArrowWriter  # noqa: F401
+    except ImportError:
+        DataSourceStreamArrowWriter = _stand_in("DataSourceStreamArrowWriter", "sink")
+
+    try:  # Spark 4.2
+        from pyspark.sql.streaming.datasource import (  # noqa: F401
+            ReadAllAvailable,
+            ReadLimit,
+            ReadMaxRows,
+            SupportsTriggerAvailableNow,
+        )
+    except ImportError:
+        ReadLimit = _stand_in("ReadLimit", "kafka")
+        ReadAllAvailable, ReadMaxRows = (_stand_in(n, "kafka", ReadLimit) for n in ("ReadAllAvailable", "ReadMaxRows"))
+
+        class SupportsTriggerAvailableNow:
+            """A mix-in marker: without admission control Spark never asks for it."""
 
 
 def to_arrow_schema(schema: Any) -> Any:
@@ -209,5 +226,6 @@ def to_arrow_schema(schema: Any) -> Any:
     if at >= (4, 2):
         return T.to_arrow_schema(schema, timezone="UTC")
     if at >= (4, 0):
-        return T.to_arrow_schema(schema, timestamp_utc=True)
+        # pyspark 4.0's and 4.1's keyword: the installed pyspark's signature (4.2+) has timezone instead
+        return T.to_arrow_schema(schema, timestamp_utc=True)  # type: ignore[call-arg]
     return T.to_arrow_schema(schema)

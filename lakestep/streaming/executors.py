@@ -118,7 +118,7 @@ def probe(_):
 def _probe() -> Callable[[Any], list[tuple[str, str, str, str]]]:
     namespace: dict[str, Any] = {"__builtins__": builtins}
     exec(compile(_PROBE_SOURCE, "<lakestep executor probe>", "exec"), namespace)
-    return namespace["probe"]  # type: ignore[no-any-return]
+    return namespace["probe"]
 
 
 @dataclass(frozen=True)

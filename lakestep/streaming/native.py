@@ -289,7 +289,8 @@ def describe(store: Any, rel_dir: str, target: SinkTarget, msg: FilesWritten) ->
     root = store.full_path("")
     infos = store.fs.get_file_info(pafs.FileSelector(store.full_path(rel_dir), recursive=True,
                                                      allow_not_found=True))
-    data, side = [], []
+    data: list[Any] = []  # pyarrow FileInfos
+    side: list[Any] = []
     for i in infos:
         if i.type != pafs.FileType.File:
             continue

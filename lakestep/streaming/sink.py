@@ -60,11 +60,12 @@ from __future__ import annotations
 import logging
 import pickle
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal, Sequence, cast
 
 import pyarrow as pa
 
 from .. import retry as _retry
+from ..catalog.changes import FilesMode
 from ..catalog.columns import ColumnIds
 from ..catalog.files import FileWriter, NewFile, Storage
 from ..catalog.plan import SerializedSchemas
@@ -217,7 +218,7 @@ class BatchFiles:
                 rows, list(self.shape.partition_by), prefix=prefix)
             msg.rows += data.num_rows
 
-    def delete(self, messages: "list[FilesWritten | None]") -> None:
+    def delete(self, messages: Sequence[FilesWritten | None]) -> None:
         """Delete the files of ``messages`` (an aborted batch, or a replay's second copy)."""
         for m in messages:
             if m is None:
@@ -265,7 +266,8 @@ class SinkTarget:
                                        argument="mode", value=mode)
         dead = TableShape.of(dead_table) if dead_table is not None else None
         microbatch.ensure_sink_registered(cat, job, table.ident, dead.ident if dead else None)
-        return cls(url, job, mode, TableShape.of(table), dead, retry or _retry.STREAMING)
+        return cls(url, job, cast(SinkMode, mode),  # one of SinkMode's, checked above
+                   TableShape.of(table), dead, retry or _retry.STREAMING)
 
     def files(self) -> BatchFiles:
         return BatchFiles(self.shape, self.dead)
@@ -274,12 +276,12 @@ class SinkTarget:
         """The ``columns`` of a batch the table has no place for."""
         return _unplaced(columns, self.shape.schema, self.dead.schema if self.dead else None)
 
-    def commit(self, messages: "list[FilesWritten | None]", batch_id: int) -> list[Any]:
+    def commit(self, messages: Sequence[FilesWritten | None], batch_id: int) -> list[Any]:
         """Publish a micro-batch's files in one catalog transaction (driver side)."""
         files = [f for m in messages if m is not None for f in m.files]
         dead = [f for m in messages if m is not None for f in m.dead_letters]
         # upserts are appends to a primary-key table: the newest file wins per key
-        mode = "overwrite" if self.mode == "complete" else "append"
+        mode: FilesMode = "overwrite" if self.mode == "complete" else "append"
         results = _retry.retrying(
             lambda: microbatch.commit_batch(open_catalog(self.url, self.shape.storage), self.job, batch_id,
                                             self.shape.ident, files, mode=mode,
@@ -360,12 +362,14 @@ class LakestepStreamWriter(DataSourceStreamArrowWriter):
             return gather(iterator, self.target.shape.ident)
         return self.target.files().write(iterator, task_prefix(TaskContext.get()))
 
-    def commit(self, messages: list[FilesWritten | None], batchId: int) -> None:  # driver
-        self.target.commit(messages, batchId)
+    # Spark hands commit and abort what the tasks' write returned: FilesWritten (the casts)
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # driver
+        self.target.commit(cast("list[FilesWritten | None]", messages), batchId)
 
-    def abort(self, messages: list[FilesWritten | None], batchId: int) -> None:  # driver
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # driver
         # Step 3: keep the files (the commit may have landed, or land yet); cleanup takes orphans.
-        n = sum(len(m.files) + len(m.dead_letters) for m in messages if m is not None)
+        n = sum(len(m.files) + len(m.dead_letters) for m in cast("list[FilesWritten | None]", messages)
+                if m is not None)
         log.warning("job %s batch %d aborted: its %d file(s) are kept (a commit may have landed); cleanup "
                     "removes the ones no commit recorded", self.target.job, batchId, n)
 

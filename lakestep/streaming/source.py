@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 import pyarrow as pa
 
@@ -195,10 +195,10 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         return self._waiting(files, "partitions")
 
-    def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:  # executors
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executors
         freeze_worker_heap()
-        data = reader.read(self.shape.ident, self.shape.store(), partition.files,
-                           self.shape.physical_schema)
+        files = cast(FilesPartition, partition).files  # Spark hands back what partitions() made
+        data = reader.read(self.shape.ident, self.shape.store(), files, self.shape.physical_schema)
         if self.shape.primary_key:  # upserted rows; tombstones are not rows
             data = data.filter(pa.compute.invert(data.column("_ls_deleted"))).drop_columns(["_ls_deleted"])
         yield from data.to_batches()

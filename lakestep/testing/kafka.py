@@ -395,7 +395,7 @@ class TansuBroker:
                         gone_at = now
                     if listed and gone_at is not None:
                         break  # created again by a pending Fetch: delete it again
-                    if not listed and now - gone_at >= 1.0:
+                    if not listed and gone_at is not None and now - gone_at >= 1.0:  # set above when not listed
                         return
                     if now > deadline:
                         raise TansuBrokerError(f"topic {name!r} is still listed {timeout:g}s after its deletion")

@@ -578,7 +578,7 @@ def _partition_records_class() -> Any:
     try:
         from kafka.consumer.fetcher import Fetcher
 
-        base = Fetcher.PartitionRecords
+        base: Any = Fetcher.PartitionRecords  # kafka-python has no types: a class mypy cannot see
         params = tuple(inspect.signature(base.__init__).parameters)[1:]
         usable = params == _PARTITION_RECORDS_ARGS and all(
             hasattr(base, name) for name in ("_unpack_records", "_maybe_skip_record", "take", "drain"))
@@ -588,7 +588,7 @@ def _partition_records_class() -> Any:
         _hook_class = False
         return None
 
-    class SegmentPartitionRecords(base):  # type: ignore[misc, valid-type]
+    class SegmentPartitionRecords(base):
         """Yields :class:`RawBatch` / :class:`DecodedBatch` instead of records."""
 
         def _maybe_skip_record(self, record: Any) -> bool:
@@ -610,10 +610,12 @@ def _partition_records_class() -> Any:
             self.next_fetch_offset = batches.next_fetch_offset
             self.drain()
 
-    class SkippingPartitionRecords(base):  # type: ignore[misc, valid-type]
+    class SkippingPartitionRecords(base):
         """Yields nothing: reads only the batch headers to move the fetch position
         (for consumers that only want high watermarks; nothing is decompressed or decoded,
         so a batch that cannot be decoded does not stop them)."""
+
+        next_fetch_offset: int  # the base class's, which mypy cannot see
 
         def _unpack_records(self, tp: Any, records: Any, key_deserializer: Any, value_deserializer: Any
                             ) -> Iterator[Segment]:

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StructField, StructType
@@ -112,8 +112,9 @@ class IngestStreamReader(KafkaStreamReader):
         from ..sink import BatchFiles
 
         assert isinstance(partition, KafkaInputPartition), partition
-        batches = (rb.select(self.columns) for rb in super().read(partition))
-        msg = BatchFiles(self.shape, None).write(batches, task_prefix(TaskContext.get()))  # type: ignore[arg-type]
+        arrow = cast("Iterator[pa.RecordBatch]", super().read(partition))  # rowFormat=arrow (_check_row_format)
+        batches = (rb.select(self.columns) for rb in arrow)
+        msg = BatchFiles(self.shape, None).write(batches, task_prefix(TaskContext.get()))
         staged = StagedFiles(files=msg.files, rows=msg.rows, table=self.shape.ident)
         yield pa.RecordBatch.from_pydict({STAGED_COLUMN: [pickle.dumps(staged)]}, _STAGED_ARROW)
 

@@ -67,7 +67,7 @@ import datetime as dt
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pyarrow.fs as pafs
@@ -94,11 +94,14 @@ from ..errors import CatalogUnavailableError, IcebergConflictError, IcebergSchem
 from . import deletes as D
 from .mapping import FileMapper, ids_of, mapping_ids, shape
 from .metadata import NAME_MAPPING, Draft, IcebergTable, StorageFileIO, summary_version, tag_name
+from .reports import PublishReport, TableReport
 from .sqlcat import DEFAULT_NAME, SqlCatalogRows
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..catalog.backend import Backend
+
+__all__ = ["Publisher", "PublishReport", "TableReport"]
 
 log = logging.getLogger(__name__)
 
@@ -106,34 +109,6 @@ log = logging.getLogger(__name__)
 ORPHAN_SECONDS = 600.0
 #: Barriers one round tags at most (a publisher far behind catches up over several rounds).
 MAX_BARRIERS_PER_ROUND = 500
-
-
-@dataclass
-class TableReport:
-    """What one round did to one table."""
-
-    snapshots: int = 0
-    tags: list[int] = field(default_factory=list)
-    removed_tags: list[int] = field(default_factory=list)
-    main: int | None = None  # the version main shows after the round
-    expired: int = 0
-    error: str | None = None
-
-
-@dataclass
-class PublishReport:
-    """One round (module docstring)."""
-
-    leader: bool
-    holder: str | None = None  # who holds the lease when this publisher did not
-    barriers: list[int] = field(default_factory=list)
-    complete: int | None = None  # the complete cut after the round
-    tables: dict[str, TableReport] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    @property
-    def errors(self) -> dict[str, str]:
-        return {t: r.error for t, r in self.tables.items() if r.error}
 
 
 @dataclass

@@ -63,37 +63,30 @@ except that a rollback removes the tags above its target.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import pyarrow.fs as pafs
 import sqlalchemy as sa
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table.snapshots import Operation
 
 from .. import _failpoints
 from .. import retry as _retry
-from ..barrier.errors import BarrierNotRetainedError
-from ..barrier.facts import facts, versions_at
-from ..barrier.progress import commit_set, committed_from
-from ..barrier.sealing import default_holder, open_epoch
-from ..barrier.snapshots import oldest_retained
+from ..barrier.sealing import default_holder
 from ..barrier.topology import Topology
-from ..catalog import properties as P
-from ..catalog import retention
 from ..catalog import schema as S
 from ..catalog.changes import FILE_COLS, row_to_file
 from ..catalog.columns import stored_names, stored_paths
 from ..catalog.files import DataFile as LakestepFile
-from ..catalog.handle import TableHandle, TableMeta
+from ..catalog.handle import TableHandle
 from ..errors import CatalogUnavailableError, IcebergConflictError, IcebergSchemaError, LakestepError
 from . import deletes as D
 from .mapping import FileMapper, ids_of, mapping_ids, shape
 from .metadata import NAME_MAPPING, Draft, IcebergTable, StorageFileIO, summary_version, tag_name
+from .orphans import ORPHAN_SECONDS, delete_metadata_dir, sweep_orphans
+from .planning import Plan, Row, plan_round, wanted
 from .reports import PublishReport, TableReport
 from .sqlcat import DEFAULT_NAME, SqlCatalogRows
 
@@ -105,35 +98,17 @@ __all__ = ["Publisher", "PublishReport", "TableReport"]
 
 log = logging.getLogger(__name__)
 
-#: A file under a table's ``metadata/`` that no metadata names is deleted once this old.
-ORPHAN_SECONDS = 600.0
-#: Barriers one round tags at most (a publisher far behind catches up over several rounds).
-MAX_BARRIERS_PER_ROUND = 500
-
-
 @dataclass
 class _Prepared:
     """A table's draft, written and waiting for the round's batched commit."""
 
-    row: "_Row"
+    row: "Row"
     pub: IcebergTable
     draft: Draft
     new: list[tuple[int, int, int | None]]  # the snapshots it adds: (id, version, barrier)
     expired: list[int]  # the snapshots it removes
     tags: dict[int, int]
     report: TableReport
-
-
-@dataclass
-class _Row:
-    """A lakestep table as the plan reads it."""
-
-    meta: TableMeta
-    version: int
-
-    @property
-    def ident(self) -> str:
-        return f"{self.meta.namespace}.{self.meta.name}"
 
 
 class Publisher:
@@ -237,14 +212,14 @@ class Publisher:
         if not leader:
             return PublishReport(False, holder)
         self.rows.ensure()
-        plan = self._plan()
+        plan = plan_round(self.catalog, self.topology)
         _failpoints.hit("publish.planned")
         report = PublishReport(True, self.holder, plan.barriers, plan.complete)
         ok = True
         ready: list[_Prepared] = []
         for tid in sorted(plan.rows):
             row = plan.rows[tid]
-            if not _wanted(row):
+            if not wanted(row):
                 continue
             tr = report.tables.setdefault(row.ident, TableReport())
             try:
@@ -272,68 +247,8 @@ class Publisher:
                  f"; errors: {report.errors}" if report.errors else "")
         return report
 
-    # ------------------------------------------------------------------- plan
-    @dataclass
-    class _Plan:
-        complete: int | None
-        barriers: list[int]
-        rows: dict[int, _Row]
-        members: set[int]  # managed tables of the COMMIT set
-        kinds: dict[int, str]  # root / derived (unmanaged tables are missing)
-        versions: dict[int, dict[int, int]]  # barrier -> table -> its version there
-        published: dict[int, sa.RowMapping]
-        rollback_to: int | None
-        rollback_id: int  # the newest rollback seen
-        handled: int  # the newest rollback every table had handled before this round
-        since: int | None  # the oldest barrier the coordinator's snapshots retain
-        now: float
-        floors: dict[int, int]  # table -> its cleanup floor (the tables whose retention follows versions)
-
-    def _plan(self) -> "Publisher._Plan":
-        p, t = S.publisher.c, S.tables
-        now = self.catalog.clock.now()
-        with self.catalog.backend.read() as conn:
-            st = conn.execute(sa.select(S.publisher).where(p.id == 1)).mappings().one()
-            graph = self.topology.graph(conn)
-            open_ = open_epoch(conn)
-            fx = facts(conn, graph.derived)
-            committed = committed_from(graph, fx, open_)
-            members = set(commit_set(graph, fx, open_))
-            rows = {int(r["table_id"]): _Row(TableMeta.from_row(r), int(r["version"]))
-                    for r in conn.execute(t.select()).mappings()}
-            published = {int(r["table_id"]): r for r in conn.execute(S.published_tables.select()).mappings()}
-            rb = conn.execute(sa.select(sa.func.min(S.rollbacks.c.to_barrier), sa.func.max(S.rollbacks.c.rollback_id))
-                              .where(S.rollbacks.c.rollback_id > st["rollback_id"])).one()
-            since = oldest_retained(conn, now)
-            complete = st["complete_barrier"]
-            rollback_to = None if rb[0] is None else int(rb[0])
-            if rollback_to is not None and complete is not None and complete > rollback_to:
-                complete = rollback_to
-            if complete is None:  # the first round: the newest barriers lakestep still retains
-                first = max(1, since or 1, committed - MAX_BARRIERS_PER_ROUND + 1)
-            else:
-                first = max(int(complete) + 1, since or 1)
-            barriers = list(range(first, committed + 1))[:MAX_BARRIERS_PER_ROUND]
-            ids = sorted(i for i in members if i in rows and _wanted(rows[i]))
-            versions: dict[int, dict[int, int]] = {}
-            for b in list(barriers):
-                try:
-                    at = versions_at(conn, ids, b)
-                except BarrierNotRetainedError:  # pruned by cleanup: no tag can show it any more
-                    if complete is None or b <= min(versions, default=b):
-                        barriers.remove(b)
-                        continue
-                    raise
-                versions[b] = {tid: a.version for tid, a in at.items()}
-            floors = self._floors(conn, [r for tid, r in rows.items() if _wanted(r) and (
-                since is None or tid not in members)], now)
-        return Publisher._Plan(None if complete is None else int(complete), barriers, rows, members,
-                               dict(graph.kinds), versions,
-                               published, rollback_to, int(rb[1] or st["rollback_id"]), int(st["rollback_id"]),
-                               since, now, floors)
-
     # -------------------------------------------------------------- one table
-    def _open(self, row: _Row, published: sa.RowMapping | None) -> IcebergTable:
+    def _open(self, row: Row, published: sa.RowMapping | None) -> IcebergTable:
         tid = row.meta.table_id
         pub = self._tables.get(tid)
         if pub is not None:
@@ -389,7 +304,7 @@ class Publisher:
                 out[str(from_bytes(StringType(), b))] = (path, "")
         return out
 
-    def _failed(self, row: _Row, tr: TableReport, e: BaseException) -> bool:
+    def _failed(self, row: Row, tr: TableReport, e: BaseException) -> bool:
         """Step 4: record a table's failure; False when it must hold the cut back (anything but a
         table Iceberg cannot represent, which is simply left out)."""
         tr.error = f"{type(e).__name__}: {e}"
@@ -404,7 +319,7 @@ class Publisher:
         self._tables.pop(row.meta.table_id, None)  # read it again next round: its state may be half changed
         return False
 
-    def _prepare(self, plan: "Publisher._Plan", row: _Row, tr: TableReport) -> "_Prepared | None":
+    def _prepare(self, plan: Plan, row: Row, tr: TableReport) -> "_Prepared | None":
         """Step 3 up to the swap: the table's draft, its files written (None: nothing to do)."""
         tid = row.meta.table_id
         pub = self._open(row, plan.published.get(tid))
@@ -477,7 +392,7 @@ class Publisher:
         draft.write()
         return _Prepared(row, pub, draft, new, expired, tags, tr)
 
-    def _commit(self, plan: "Publisher._Plan", ready: "list[_Prepared]") -> bool:
+    def _commit(self, plan: Plan, ready: "list[_Prepared]") -> bool:
         """Step 3's commits, batched: one transaction pins every new snapshot, one swaps every
         table's metadata (the Iceberg catalog's database), one records the outcome. When the
         batch's swap fails (a table moved under us), each table is swapped on its own, so only
@@ -604,7 +519,7 @@ class Publisher:
                     mine[uri] = (w.path, dg or "")
         return add_del, rm_del
 
-    def _retention(self, plan: "Publisher._Plan", row: _Row, pub: IcebergTable, draft: Draft,
+    def _retention(self, plan: Plan, row: Row, pub: IcebergTable, draft: Draft,
                    tags: dict[int, int], tr: TableReport) -> list[int]:
         """Step 5: drop tags lakestep no longer retains and snapshots no ref keeps."""
         managed = row.meta.table_id in plan.members
@@ -633,13 +548,7 @@ class Publisher:
         tr.expired += len(gone)
         return gone
 
-    @staticmethod
-    def _floors(conn: sa.Connection, rows: "list[_Row]", now: float) -> dict[int, int]:
-        """Each table's cleanup floor (catalog/retention.py step 3)."""
-        return retention.floors(conn, {r.meta.table_id: float(P.value(r.ident, r.meta.properties, P.RETENTION))
-                                       for r in rows}, now)
-
-    def _settle(self, plan: "Publisher._Plan", complete: int, report: PublishReport) -> None:
+    def _settle(self, plan: Plan, complete: int, report: PublishReport) -> None:
         """Step 6 at once: ``main`` of every managed table to the tag of the cut this round
         completed (one more batched commit)."""
         ready: list[_Prepared] = []
@@ -660,20 +569,20 @@ class Publisher:
 
     # ------------------------------------------------------ catalog records
     @staticmethod
-    def _state_values(row: _Row, pub: IcebergTable, tags: Mapping[int, int], now: float) -> dict[str, Any]:
+    def _state_values(row: Row, pub: IcebergTable, tags: Mapping[int, int], now: float) -> dict[str, Any]:
         return {"namespace": row.meta.namespace, "name": row.meta.name,
                 "metadata_location": pub.metadata_location, "version": pub.head_version(),
                 "barrier": max(tags) if tags else None,
                 "main_version": pub.version_of(pub.metadata.current_snapshot_id),
                 "error": None, "error_at": None, "updated_at": now}
 
-    def _record_error(self, row: _Row, error: str) -> None:
+    def _record_error(self, row: Row, error: str) -> None:
         now = self.catalog.clock.now()
         with self.catalog.backend.write() as conn:
             _upsert_state(conn, row.meta.table_id, {"namespace": row.meta.namespace, "name": row.meta.name,
                                                     "error": error[:2000], "error_at": now, "updated_at": now})
 
-    def _finish(self, plan: "Publisher._Plan", complete: int | None, error: str | None) -> None:
+    def _finish(self, plan: Plan, complete: int | None, error: str | None) -> None:
         p = S.publisher.c
         with self.catalog.backend.write() as conn:
             conn.execute(sa.update(S.publisher).where(p.id == 1, p.token == self._token).values(
@@ -683,7 +592,7 @@ class Publisher:
                 error=None if error is None else error[:4000]))
 
     # ----------------------------------------------------- dropped tables, orphans
-    def _drop_gone(self, plan: "Publisher._Plan") -> None:
+    def _drop_gone(self, plan: Plan) -> None:
         """Iceberg tables whose lakestep table was dropped: their row, metadata files and records go."""
         for tid, pubrow in plan.published.items():
             if tid in plan.rows:
@@ -692,67 +601,18 @@ class Publisher:
             loc = self.rows.location(ns, name)
             self.rows.drop(ns, name)
             if loc:
-                self._delete_metadata_dir(loc)
+                delete_metadata_dir(self.catalog.storage, loc)
             self._tables.pop(tid, None)
             with self.catalog.backend.write() as conn:
                 conn.execute(sa.delete(S.published_snapshots).where(S.published_snapshots.c.table_id == tid))
                 conn.execute(sa.delete(S.published_tables).where(S.published_tables.c.table_id == tid))
             log.info("dropped the Iceberg table %s.%s (its lakestep table is gone)", ns, name)
 
-    def _delete_metadata_dir(self, metadata_location: str) -> None:
-        base = metadata_location.rsplit("/", 1)[0]
-        fs, path = self.catalog.storage.filesystem(base[len("file://"):] if base.startswith("file://") else base)
-        try:
-            infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-        except OSError:
-            return
-        for i in infos:
-            if i.type == pafs.FileType.File:
-                try:
-                    fs.delete_file(i.path)
-                except OSError:
-                    pass
-        if "://" not in base or base.startswith("file://"):
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
-
-    def sweep(self, row: _Row, pub: IcebergTable) -> list[str]:
+    def sweep(self, row: Row, pub: IcebergTable) -> list[str]:
         """Delete files under the table's ``metadata/`` that its metadata does not name and
-        that are older than :data:`ORPHAN_SECONDS` (left by commits that never swapped)."""
+        that are older than ``ORPHAN_SECONDS`` (left by commits that never swapped; orphans.py)."""
         self._swept.add(row.meta.table_id)
-        if not pub.metadata_location:
-            return []
-        fs, root = self.catalog.storage.filesystem(row.meta.location)
-        base = f"{root.rstrip('/')}/metadata"
-        try:
-            infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-        except OSError as e:
-            log.warning("could not list %s: %s", base, e)
-            return []
-        known = {_plain(p) for p in pub.referenced()}
-        cutoff = self.catalog.clock.now() - ORPHAN_SECONDS
-        gone = []
-        for i in infos:
-            if i.type != pafs.FileType.File:
-                continue
-            full = i.path if "://" not in row.meta.location else f"{row.meta.location.split('://', 1)[0]}://{i.path}"
-            mtime = i.mtime.timestamp() if isinstance(i.mtime, dt.datetime) else 0.0
-            if _plain(full) in known or mtime + 1.0 > cutoff:
-                continue
-            try:
-                fs.delete_file(i.path)
-                gone.append(i.path)
-            except OSError:
-                pass
-        if gone:
-            log.info("swept %d orphan metadata file(s) of %s", len(gone), row.ident)
-        return gone
-
-
-def _wanted(row: _Row) -> bool:
-    return bool(P.value(row.ident, row.meta.properties, P.ICEBERG_PUBLISH))
+        return sweep_orphans(self.catalog, row, pub)
 
 
 def _summary_version(draft: Draft, sid: int) -> int | None:
@@ -772,10 +632,6 @@ def _upsert_state(conn: sa.Connection, tid: int, values: Mapping[str, Any]) -> N
     c = S.published_tables.c
     if conn.execute(sa.update(S.published_tables).where(c.table_id == tid).values(**values)).rowcount == 0:
         conn.execute(sa.insert(S.published_tables).values(table_id=tid, **values))
-
-
-def _plain(uri: str) -> str:
-    return uri[len("file://"):] if uri.startswith("file://") else uri.split("://", 1)[-1]
 
 
 def _span(barriers: Sequence[int]) -> str:

@@ -8,10 +8,10 @@ lakestep's own Parquet files. One **round** (:meth:`Publisher.publish`):
    token, the database's clock, as the coordinator's). A publisher that does
    not hold it does nothing this round: two publishers never interleave
    their work, and a lapsed one cannot move the cut (step 6 is fenced).
-2. **Plan, in one database snapshot.** The barriers to publish are those
-   ``read_committed`` at scope ``global`` could choose that have no tag yet:
-   every barrier above the *complete cut* ``C`` (the newest barrier every
-   published table has a tag for) up to the COMMIT barrier ``P`` (a first
+2. **Plan, in one database snapshot** (planning.py). The barriers to
+   publish are those ``read_committed`` at scope ``global`` could choose that
+   have no tag yet: every barrier above the *complete cut* ``C`` (the newest
+   barrier every published table has a tag for) up to the COMMIT barrier ``P`` (a first
    round: ``P`` alone); barriers the coordinator's snapshot retention has
    already dropped are skipped. For each, every table of the COMMIT set has a
    version (``version_at``, docs/design.md §3.4). Unmanaged tables (no active
@@ -19,9 +19,9 @@ lakestep's own Parquet files. One **round** (:meth:`Publisher.publish`):
    until they have joined the COMMIT set. A rollback seen since the last
    round lowers ``C`` to its target and removes the tags above it (their
    barriers now hold other rows).
-3. **Per table, one Iceberg commit** (metadata.py): a snapshot per barrier at
-   which the table's version changed (the table's newest snapshot is reused
-   when its version did not), the tag ``barrier-B`` for every barrier ``B``
+3. **Per table, one Iceberg commit** (writer.py, metadata.py): a snapshot
+   per barrier at which the table's version changed (the table's newest
+   snapshot is reused when its version did not), the tag ``barrier-B`` for every barrier ``B``
    of the plan (a tag that exists is never made again: a rerun after a crash
    makes each tag once), ``main`` moved to the tag of ``C``, and expiry
    (step 5). Before the commit, a row per new snapshot goes into
@@ -54,111 +54,49 @@ after every table has its tags, and ``main`` only ever points at a barrier at
 or below ``C``: at a complete cut. A rerun finds the tags that exist and makes
 the missing ones. Files written by a commit that never swapped are swept by
 :meth:`Publisher.sweep` (each table's first round, then every
-``sweep_every`` rounds), once older than :data:`ORPHAN_SECONDS`.
+``sweep_every`` rounds), once older than ``ORPHAN_SECONDS`` (orphans.py).
 
 Not guaranteed: readers of ``main`` across several tables can straddle a round
 (each table's ``main`` moves on its own); a tag never changes once made,
 except that a rollback removes the tags above its target.
+
+Where each step lives: this module holds the round (:meth:`Publisher.publish`),
+the lease (step 1), the cut (step 6) and dropped tables; planning.py the plan
+(step 2); writer.py's ``TableWriter`` each table's commit, its errors and
+retention (steps 3-5, and ``settle``); orphans.py the sweep; reports.py
+:class:`PublishReport` and :class:`TableReport`.
 """
+
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import os
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import pyarrow.fs as pafs
 import sqlalchemy as sa
-from pyiceberg.manifest import ManifestContent
-from pyiceberg.table.snapshots import Operation
 
 from .. import _failpoints
 from .. import retry as _retry
-from ..barrier.errors import BarrierNotRetainedError
-from ..barrier.facts import facts, versions_at
-from ..barrier.progress import commit_set, committed_from
-from ..barrier.sealing import default_holder, open_epoch
-from ..barrier.snapshots import oldest_retained
+from ..barrier.sealing import default_holder
 from ..barrier.topology import Topology
-from ..catalog import properties as P
-from ..catalog import retention
 from ..catalog import schema as S
-from ..catalog.changes import FILE_COLS, row_to_file
-from ..catalog.columns import stored_names, stored_paths
-from ..catalog.files import DataFile as LakestepFile
-from ..catalog.handle import TableHandle, TableMeta
-from ..errors import CatalogUnavailableError, IcebergConflictError, IcebergSchemaError, LakestepError
+from ..errors import CatalogUnavailableError, LakestepError
 from . import deletes as D
-from .mapping import FileMapper, ids_of, mapping_ids, shape
-from .metadata import NAME_MAPPING, Draft, IcebergTable, StorageFileIO, summary_version, tag_name
+from .metadata import IcebergTable, StorageFileIO
+from .orphans import delete_metadata_dir
+from .planning import Plan, Row, plan_round, wanted
+from .reports import PublishReport, TableReport
 from .sqlcat import DEFAULT_NAME, SqlCatalogRows
+from .writer import Prepared, TableWriter
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..catalog.backend import Backend
 
+__all__ = ["Publisher", "PublishReport", "TableReport"]
+
 log = logging.getLogger(__name__)
-
-#: A file under a table's ``metadata/`` that no metadata names is deleted once this old.
-ORPHAN_SECONDS = 600.0
-#: Barriers one round tags at most (a publisher far behind catches up over several rounds).
-MAX_BARRIERS_PER_ROUND = 500
-
-
-@dataclass
-class TableReport:
-    """What one round did to one table."""
-
-    snapshots: int = 0
-    tags: list[int] = field(default_factory=list)
-    removed_tags: list[int] = field(default_factory=list)
-    main: int | None = None  # the version main shows after the round
-    expired: int = 0
-    error: str | None = None
-
-
-@dataclass
-class PublishReport:
-    """One round (module docstring)."""
-
-    leader: bool
-    holder: str | None = None  # who holds the lease when this publisher did not
-    barriers: list[int] = field(default_factory=list)
-    complete: int | None = None  # the complete cut after the round
-    tables: dict[str, TableReport] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    @property
-    def errors(self) -> dict[str, str]:
-        return {t: r.error for t, r in self.tables.items() if r.error}
-
-
-@dataclass
-class _Prepared:
-    """A table's draft, written and waiting for the round's batched commit."""
-
-    row: "_Row"
-    pub: IcebergTable
-    draft: Draft
-    new: list[tuple[int, int, int | None]]  # the snapshots it adds: (id, version, barrier)
-    expired: list[int]  # the snapshots it removes
-    tags: dict[int, int]
-    report: TableReport
-
-
-@dataclass
-class _Row:
-    """A lakestep table as the plan reads it."""
-
-    meta: TableMeta
-    version: int
-
-    @property
-    def ident(self) -> str:
-        return f"{self.meta.namespace}.{self.meta.name}"
 
 
 class Publisher:
@@ -196,16 +134,32 @@ class Publisher:
         self.io = StorageFileIO(catalog.storage)
         self.holder = holder or default_holder()
         self.lease_seconds = float(lease_seconds)
-        self.unmanaged_history = int(unmanaged_history)
-        self.max_tags = max_tags
         self.sweep_every = int(sweep_every)
         self.retry = retry
         self.keys = D.KeyCache()
         self.rounds = 0
         self._token: int | None = None
-        self._tables: dict[int, IcebergTable] = {}  # by lakestep table id
-        self._pk: dict[int, dict[str, tuple[str, str]]] = {}  # table id -> data uri -> (delete uri, digest)
-        self._swept: set[int] = set()
+        # steps 3-5, and what it keeps across rounds: each table's Iceberg table, position deletes, sweeps
+        self.writer = TableWriter(catalog, self.rows, self.io, self.keys,
+                                  unmanaged_history=int(unmanaged_history), max_tags=max_tags)
+
+    @property
+    def unmanaged_history(self) -> int:
+        """Snapshots an unmanaged table keeps within its retention window (step 5)."""
+        return self.writer.unmanaged_history
+
+    @unmanaged_history.setter
+    def unmanaged_history(self, value: int) -> None:
+        self.writer.unmanaged_history = value
+
+    @property
+    def max_tags(self) -> int | None:
+        """Tags a table keeps at most, the oldest going first (step 5; None: no limit)."""
+        return self.writer.max_tags
+
+    @max_tags.setter
+    def max_tags(self, value: int | None) -> None:
+        self.writer.max_tags = value
 
     def close(self) -> None:
         """Give the lease up, close the Iceberg catalog's own database connection."""
@@ -257,31 +211,31 @@ class Publisher:
         """One round (module docstring, steps 1-6)."""
         started = time.perf_counter()
         if self.sweep_every and self.rounds and self.rounds % self.sweep_every == 0:
-            self._swept.clear()  # every sweep_every-th round looks for orphan metadata again
+            self.writer.swept.clear()  # every sweep_every-th round looks for orphan metadata again
         leader, holder = self._acquire()
         if not leader:
             return PublishReport(False, holder)
         self.rows.ensure()
-        plan = self._plan()
+        plan = plan_round(self.catalog, self.topology)
         _failpoints.hit("publish.planned")
         report = PublishReport(True, self.holder, plan.barriers, plan.complete)
         ok = True
-        ready: list[_Prepared] = []
+        ready: list[Prepared] = []
         for tid in sorted(plan.rows):
             row = plan.rows[tid]
-            if not _wanted(row):
+            if not wanted(row):
                 continue
             tr = report.tables.setdefault(row.ident, TableReport())
             try:
-                got = self._prepare(plan, row, tr)
+                got = self.writer.prepare(plan, row, tr)
             except CatalogUnavailableError:
                 raise
             except Exception as e:  # noqa: BLE001 - one table's trouble must not stop the others
-                ok = self._failed(row, tr, e) and ok
+                ok = self.writer.failed(row, tr, e) and ok
                 continue
             if got is not None:
                 ready.append(got)
-        ok = self._commit(plan, ready) and ok
+        ok = self.writer.commit(plan, ready) and ok
         self._drop_gone(plan)
         _failpoints.hit("publish.tables_done")  # every table has its tags; the cut has not moved
         if ok and plan.barriers:
@@ -289,7 +243,7 @@ class Publisher:
         self._finish(plan, report.complete, None if ok else "; ".join(f"{t}: {e}" for t, e in report.errors.items()))
         _failpoints.hit("publish.cut_moved")
         if settle and ok and report.complete is not None and report.complete != plan.complete:
-            self._settle(plan, report.complete, report)
+            self.writer.settle(plan, report.complete, report)
         self.rounds += 1
         report.seconds = time.perf_counter() - started
         log.info("publish round %d: barriers %s, complete %s, %d table(s) in %.3fs%s", self.rounds,
@@ -297,408 +251,8 @@ class Publisher:
                  f"; errors: {report.errors}" if report.errors else "")
         return report
 
-    # ------------------------------------------------------------------- plan
-    @dataclass
-    class _Plan:
-        complete: int | None
-        barriers: list[int]
-        rows: dict[int, _Row]
-        members: set[int]  # managed tables of the COMMIT set
-        kinds: dict[int, str]  # root / derived (unmanaged tables are missing)
-        versions: dict[int, dict[int, int]]  # barrier -> table -> its version there
-        published: dict[int, sa.RowMapping]
-        rollback_to: int | None
-        rollback_id: int  # the newest rollback seen
-        handled: int  # the newest rollback every table had handled before this round
-        since: int | None  # the oldest barrier the coordinator's snapshots retain
-        now: float
-        floors: dict[int, int]  # table -> its cleanup floor (the tables whose retention follows versions)
-
-    def _plan(self) -> "Publisher._Plan":
-        p, t = S.publisher.c, S.tables
-        now = self.catalog.clock.now()
-        with self.catalog.backend.read() as conn:
-            st = conn.execute(sa.select(S.publisher).where(p.id == 1)).mappings().one()
-            graph = self.topology.graph(conn)
-            open_ = open_epoch(conn)
-            fx = facts(conn, graph.derived)
-            committed = committed_from(graph, fx, open_)
-            members = set(commit_set(graph, fx, open_))
-            rows = {int(r["table_id"]): _Row(TableMeta.from_row(r), int(r["version"]))
-                    for r in conn.execute(t.select()).mappings()}
-            published = {int(r["table_id"]): r for r in conn.execute(S.published_tables.select()).mappings()}
-            rb = conn.execute(sa.select(sa.func.min(S.rollbacks.c.to_barrier), sa.func.max(S.rollbacks.c.rollback_id))
-                              .where(S.rollbacks.c.rollback_id > st["rollback_id"])).one()
-            since = oldest_retained(conn, now)
-            complete = st["complete_barrier"]
-            rollback_to = None if rb[0] is None else int(rb[0])
-            if rollback_to is not None and complete is not None and complete > rollback_to:
-                complete = rollback_to
-            if complete is None:  # the first round: the newest barriers lakestep still retains
-                first = max(1, since or 1, committed - MAX_BARRIERS_PER_ROUND + 1)
-            else:
-                first = max(int(complete) + 1, since or 1)
-            barriers = list(range(first, committed + 1))[:MAX_BARRIERS_PER_ROUND]
-            ids = sorted(i for i in members if i in rows and _wanted(rows[i]))
-            versions: dict[int, dict[int, int]] = {}
-            for b in list(barriers):
-                try:
-                    at = versions_at(conn, ids, b)
-                except BarrierNotRetainedError:  # pruned by cleanup: no tag can show it any more
-                    if complete is None or b <= min(versions, default=b):
-                        barriers.remove(b)
-                        continue
-                    raise
-                versions[b] = {tid: a.version for tid, a in at.items()}
-            floors = self._floors(conn, [r for tid, r in rows.items() if _wanted(r) and (
-                since is None or tid not in members)], now)
-        return Publisher._Plan(None if complete is None else int(complete), barriers, rows, members,
-                               dict(graph.kinds), versions,
-                               published, rollback_to, int(rb[1] or st["rollback_id"]), int(st["rollback_id"]),
-                               since, now, floors)
-
-    # -------------------------------------------------------------- one table
-    def _open(self, row: _Row, published: sa.RowMapping | None) -> IcebergTable:
-        tid = row.meta.table_id
-        pub = self._tables.get(tid)
-        if pub is not None:
-            return pub
-        ns, name = row.meta.namespace, row.meta.name
-        # under the name it was last published as (_prepare renames it when lakestep's changed)
-        old: tuple[str, str] = (ns, name) if published is None else (published["namespace"], published["name"])
-        location = self.rows.location(*old)
-        if location is None and old != (ns, name):
-            old, location = (ns, name), self.rows.location(ns, name)
-        if location is not None:
-            pub = IcebergTable.load(*old, location, self.io)
-            self._pk[tid] = self._pk_deletes(pub)
-        else:
-            ids = row.meta.column_ids  # Iceberg's field ids are the catalog's column ids (catalog/columns.py)
-            sh = shape(row.meta.schema, row.meta.partition_by, row.meta.primary_key,
-                       known=None if ids is None else ids.ids, last=0 if ids is None else ids.last,
-                       stored=stored_paths(row.meta.schema))
-            pub = IcebergTable.new(ns, name, row.meta.location, sh, self.io, {
-                "lakestep.table-id": str(tid), "format-version": "2",
-                "write.parquet.compression-codec": "snappy"})
-            self._pk[tid] = {}
-        self._tables[tid] = pub
-        self._reconcile_pins(tid, pub)
-        return pub
-
-    def _reconcile_pins(self, tid: int, pub: IcebergTable) -> None:
-        """Pins of snapshots that never became visible (a publisher killed between step 3's pin
-        and its commit) go once they are older than :data:`ORPHAN_SECONDS`: a younger one may be
-        another publisher's, about to commit."""
-        c = S.published_snapshots.c
-        live = {s.snapshot_id for s in pub.metadata.snapshots}
-        cutoff = self.catalog.clock.now() - ORPHAN_SECONDS
-        with self.catalog.backend.read() as conn:
-            stale = [int(r[0]) for r in conn.execute(sa.select(c.snapshot_id).where(
-                c.table_id == tid, c.created_at < cutoff)) if int(r[0]) not in live]
-        if stale:
-            with self.catalog.backend.write() as conn:
-                _unpin(conn, tid, stale)
-            log.info("%s: dropped %d pin(s) of snapshots that never landed", pub.ident, len(stale))
-
-    @staticmethod
-    def _pk_deletes(pub: IcebergTable) -> dict[str, tuple[str, str]]:
-        from pyiceberg.conversions import from_bytes
-        from pyiceberg.types import StringType
-
-        from .metadata import FILE_PATH_ID
-
-        out = {}
-        for path, e in pub.state.live(ManifestContent.DELETES).items():
-            b = (e.file.lower_bounds or {}).get(FILE_PATH_ID)
-            if b is not None:
-                out[str(from_bytes(StringType(), b))] = (path, "")
-        return out
-
-    def _failed(self, row: _Row, tr: TableReport, e: BaseException) -> bool:
-        """Step 4: record a table's failure; False when it must hold the cut back (anything but a
-        table Iceberg cannot represent, which is simply left out)."""
-        tr.error = f"{type(e).__name__}: {e}"
-        if isinstance(e, IcebergSchemaError):
-            self._record_error(row, tr.error)
-            return True
-        if not isinstance(e, (LakestepError, OSError)):
-            log.error("publishing %s failed", row.ident, exc_info=e)
-        else:
-            log.warning("publishing %s failed: %s", row.ident, e)
-        self._record_error(row, tr.error)
-        self._tables.pop(row.meta.table_id, None)  # read it again next round: its state may be half changed
-        return False
-
-    def _prepare(self, plan: "Publisher._Plan", row: _Row, tr: TableReport) -> "_Prepared | None":
-        """Step 3 up to the swap: the table's draft, its files written (None: nothing to do)."""
-        tid = row.meta.table_id
-        pub = self._open(row, plan.published.get(tid))
-        if (pub.namespace, pub.name) != (row.meta.namespace, row.meta.name):  # renamed since published
-            self.rows.rename((pub.namespace, pub.name), (row.meta.namespace, row.meta.name))
-            pub.namespace, pub.name = row.meta.namespace, row.meta.name
-        known = mapping_ids(pub.metadata.properties.get(NAME_MAPPING)) or ids_of(pub.metadata.schema())
-        last = pub.metadata.last_column_id
-        ids = row.meta.column_ids
-        stored = stored_paths(row.meta.schema)
-        if ids is not None:
-            # the files carry the catalog's ids as Parquet field ids, and Iceberg readers resolve
-            # columns by them: the published ids must be the same (they are, being given in the
-            # same order: columns.py rule 2), or the table is not published. The published name
-            # mapping names stored names (columns.py rule 6): compared by them.
-            differ = sorted(p for p, i in ids.ids.items() if stored.get(p, p) in known and known[stored.get(p, p)] != i)
-            if differ:
-                raise IcebergSchemaError(f"{row.meta.namespace}.{row.meta.name}: the published Iceberg field ids of "
-                                         f"{['.'.join(p) for p in differ[:5]]} differ from the catalog's column ids; "
-                                         "readers would resolve the files' columns wrongly (drop the Iceberg table "
-                                         "and publish it again)")
-            known = {**known, **ids.ids}
-            last = max(last, ids.last)
-        sh = shape(row.meta.schema, row.meta.partition_by, row.meta.primary_key, known=known,
-                   last=last, schema_id=pub.metadata.current_schema_id, stored=stored)
-        if tid not in self._swept:
-            self.sweep(row, pub)
-        draft = pub.draft()
-        draft.set_shape(sh)
-        handle = TableHandle(self.catalog, row.meta)
-        mapper = FileMapper(row.meta.location, draft.schema, draft.spec, row.meta.partition_by,
-                            stored_names(row.meta.schema))
-        tags = pub.tags()
-        if plan.rollback_to is not None:
-            for b in sorted(tags):
-                if b > plan.rollback_to:
-                    draft.remove_ref(tag_name(b))
-                    tr.removed_tags.append(b)
-                    del tags[b]
-        head = [pub.state.head, pub.head_version()]  # the draft's newest snapshot and its version
-        new: list[tuple[int, int, int | None]] = []  # (snapshot id, version, barrier)
-
-        def snapshot_at(version: int, barrier: int | None) -> int:
-            if head[0] is not None and head[1] == version:
-                return head[0]
-            sid = self._snapshot(draft, handle, mapper, head[1], version, barrier)
-            head[0], head[1] = sid, version
-            new.append((sid, version, barrier))
-            tr.snapshots += 1
-            return sid
-
-        if tid in plan.members:
-            for b in plan.barriers:
-                if b in tags:
-                    continue
-                v = plan.versions[b].get(tid)
-                if v is None:
-                    continue
-                tags[b] = snapshot_at(v, b)
-                draft.tag(b, tags[b])
-                tr.tags.append(b)
-            if plan.complete is not None and plan.complete in tags:
-                draft.main(tags[plan.complete])
-        elif plan.kinds.get(tid, "unmanaged") == "unmanaged":
-            draft.main(snapshot_at(row.version, None))
-        expired = self._retention(plan, row, pub, draft, tags, tr)
-        if not draft.changed:
-            tr.main = pub.version_of(pub.metadata.current_snapshot_id)
-            return None
-        draft.write()
-        return _Prepared(row, pub, draft, new, expired, tags, tr)
-
-    def _commit(self, plan: "Publisher._Plan", ready: "list[_Prepared]") -> bool:
-        """Step 3's commits, batched: one transaction pins every new snapshot, one swaps every
-        table's metadata (the Iceberg catalog's database), one records the outcome. When the
-        batch's swap fails (a table moved under us), each table is swapped on its own, so only
-        that one fails. Returns whether every table landed."""
-        if not ready:
-            return True
-        rows = [{"table_id": p.row.meta.table_id, "snapshot_id": sid, "version": v, "barrier": b,
-                 "created_at": plan.now} for p in ready for sid, v, b in p.new]
-        if rows:
-            with self.catalog.backend.write() as conn:
-                conn.execute(sa.insert(S.published_snapshots), rows)
-        _failpoints.hit("publish.table.pinned")
-        swaps = [(p.pub.namespace, p.pub.name, p.pub.metadata_location or None, p.draft.location) for p in ready]
-        landed: list[_Prepared] = []
-        try:
-            self.rows.commit(swaps)
-            landed = list(ready)
-        except IcebergConflictError:
-            for p, swap in zip(ready, swaps):
-                try:
-                    self.rows.commit([swap])
-                    landed.append(p)
-                except IcebergConflictError as e:
-                    p.draft.discard()
-                    self._failed(p.row, p.report, e)
-        except BaseException:
-            for p in ready:
-                p.draft.discard()
-            raise
-        for p in landed:
-            p.draft.finish()
-            p.report.main = p.pub.version_of(p.pub.metadata.current_snapshot_id)
-        now = self.catalog.clock.now()
-        with self.catalog.backend.write() as conn:
-            for p in landed:
-                _unpin(conn, p.row.meta.table_id, p.expired)
-                _upsert_state(conn, p.row.meta.table_id, self._state_values(p.row, p.pub, p.tags, now))
-        return len(landed) == len(ready)
-
-    def _snapshot(self, draft: Draft, handle: TableHandle, mapper: FileMapper, prev: int | None, version: int,
-                  barrier: int | None) -> int:
-        """A snapshot of ``handle`` at ``version`` on top of the draft's newest (at ``prev``)."""
-        added, removed, same_rows = self._delta(handle, prev, version)
-        add = [mapper.data_file(f) for f in added]
-        rm = {mapper.path(p) for p in removed}
-        add_del: list[Any] = []
-        rm_del: set[str] = set()
-        if handle.primary_key:
-            add_del, rm_del = self._deletes(draft, handle, mapper, version, added, removed)
-        if same_rows and not add_del and not rm_del:
-            op = Operation.REPLACE
-        elif not rm and not rm_del and not add_del:
-            op = Operation.APPEND
-        elif not add and not add_del:
-            op = Operation.DELETE
-        else:
-            op = Operation.OVERWRITE
-        return draft.snapshot(version=version, barrier=barrier, operation=op, added=add, removed=rm,
-                              added_deletes=add_del, removed_deletes=rm_del)
-
-    def _delta(self, handle: TableHandle, a: int | None, b: int
-               ) -> tuple[list[LakestepFile], dict[str, LakestepFile], bool]:
-        """The files live at ``b`` and not at ``a``, the paths live at ``a`` and not at ``b``,
-        and whether ``a`` and ``b`` hold the same rows (same data version). One read, two statements."""
-        f, c = S.files.c, S.commits.c
-        tid = handle.table_id
-        with self.catalog.backend.read() as conn:
-            if a is None:
-                return handle.files_at(conn, b, head=-1), {}, False
-            lo, hi = min(a, b), max(a, b)
-            q = sa.union_all(
-                sa.select(*FILE_COLS).where(f.table_id == tid, f.added_version > lo, f.added_version <= hi),
-                sa.select(*FILE_COLS).where(f.table_id == tid, f.removed_version > lo, f.removed_version <= hi))
-            rows = {r.file_id: row_to_file(r) for r in conn.execute(q)}
-            dvs = dict(conn.execute(sa.select(c.version, c.data_version).where(
-                c.table_id == tid, c.version.in_([a, b]))).all())
-
-        def live(d: LakestepFile, v: int) -> bool:
-            return d.added_version <= v and (d.removed_version is None or d.removed_version > v)
-        at_b = {d.path: d for d in rows.values() if live(d, b) and not live(d, a)}
-        at_a = {d.path: d for d in rows.values() if live(d, a) and not live(d, b)}
-        both = set(at_b) & set(at_a)  # a path removed and recorded again (a compaction undone): unchanged
-        added = [d for p, d in sorted(at_b.items()) if p not in both]
-        removed = {p: d for p, d in at_a.items() if p not in both}
-        same = a in dvs and b in dvs and dvs[a] == dvs[b]
-        return added, removed, same
-
-    def _deletes(self, draft: Draft, handle: TableHandle, mapper: FileMapper, version: int,
-                 added: Sequence[LakestepFile], removed: Mapping[str, LakestepFile]) -> tuple[list[Any], set[str]]:
-        """Position deletes (deletes.py) of the partitions ``added`` and ``removed`` touch."""
-        from .metadata import delete_file_entry
-
-        tid = handle.table_id
-        mine = self._pk.setdefault(tid, {})
-        touched = {f.partition_json for f in added} | {f.partition_json for f in removed.values()}
-        add_del: list[Any] = []
-        rm_del: set[str] = set()
-        for p in removed:  # a removed data file's deletes go with it
-            got = mine.pop(mapper.path(p), None)
-            if got is not None:
-                rm_del.add(got[0])
-        live: list[LakestepFile] = []
-        if touched:
-            with self.catalog.backend.read() as conn:
-                live = handle.files_at(conn, version, head=-1, partitions=frozenset(touched))
-        groups: dict[str, list[LakestepFile]] = {}
-        for f in live:
-            groups.setdefault(f.partition_json, []).append(f)
-        for part, files in groups.items():
-            pos = D.positions(handle, files, self.keys)
-            for f in files:
-                uri = mapper.path(f.path)
-                got = pos.get(f.path)
-                old = mine.get(uri)
-                dg = D.digest(got) if got is not None else None
-                if old is not None and (dg is None or old[1] != dg):
-                    rm_del.add(old[0])
-                    del mine[uri]
-                if got is not None and (old is None or old[1] != dg):
-                    w = D.write(self.io, draft.base.location, uri, got)
-                    draft.written.append(w.path)
-                    add_del.append(delete_file_entry(w.path, w.size, w.rows, mapper.partition(f.partition),
-                                                     mapper.spec.spec_id, uri))
-                    mine[uri] = (w.path, dg or "")
-        return add_del, rm_del
-
-    def _retention(self, plan: "Publisher._Plan", row: _Row, pub: IcebergTable, draft: Draft,
-                   tags: dict[int, int], tr: TableReport) -> list[int]:
-        """Step 5: drop tags lakestep no longer retains and snapshots no ref keeps."""
-        managed = row.meta.table_id in plan.members
-        floor = plan.floors.get(row.meta.table_id)
-        keep_from = plan.complete if plan.complete is not None else (plan.barriers[-1] if plan.barriers else None)
-        for b in sorted(tags):
-            if keep_from is not None and b >= keep_from:
-                continue
-            v = _summary_version(draft, tags[b])
-            retained = (b >= plan.since) if plan.since is not None else (v is not None and floor is not None
-                                                                           and v >= floor)
-            over = self.max_tags is not None and len(tags) > self.max_tags
-            if not retained or over:
-                draft.remove_ref(tag_name(b))
-                tr.removed_tags.append(b)
-                del tags[b]
-        keep = set(draft.refs.values())
-        if draft.state.head is not None:
-            keep.add(draft.state.head)
-        if not managed and floor is not None:
-            recent = sorted((s for s in draft.summaries if s not in draft.expired),
-                            key=lambda s: _summary_version(draft, s) or -1, reverse=True)[:self.unmanaged_history]
-            keep |= {s for s in recent if (_summary_version(draft, s) or -1) >= floor}
-        gone = [s for s in draft.summaries if s not in keep and s not in draft.expired]
-        draft.expire(gone)
-        tr.expired += len(gone)
-        return gone
-
-    @staticmethod
-    def _floors(conn: sa.Connection, rows: "list[_Row]", now: float) -> dict[int, int]:
-        """Each table's cleanup floor (catalog/retention.py step 3)."""
-        return retention.floors(conn, {r.meta.table_id: float(P.value(r.ident, r.meta.properties, P.RETENTION))
-                                       for r in rows}, now)
-
-    def _settle(self, plan: "Publisher._Plan", complete: int, report: PublishReport) -> None:
-        """Step 6 at once: ``main`` of every managed table to the tag of the cut this round
-        completed (one more batched commit)."""
-        ready: list[_Prepared] = []
-        for tid in sorted(plan.members):
-            row, pub = plan.rows.get(tid), self._tables.get(tid)
-            tr = None if row is None else report.tables.get(row.ident)
-            if row is None or pub is None or tr is None or tr.error:
-                continue
-            tags = pub.tags()
-            sid = tags.get(complete)
-            if sid is None or pub.metadata.current_snapshot_id == sid:
-                continue
-            draft = pub.draft()
-            draft.main(sid)
-            draft.write()
-            ready.append(_Prepared(row, pub, draft, [], [], tags, tr))
-        self._commit(plan, ready)
-
-    # ------------------------------------------------------ catalog records
-    @staticmethod
-    def _state_values(row: _Row, pub: IcebergTable, tags: Mapping[int, int], now: float) -> dict[str, Any]:
-        return {"namespace": row.meta.namespace, "name": row.meta.name,
-                "metadata_location": pub.metadata_location, "version": pub.head_version(),
-                "barrier": max(tags) if tags else None,
-                "main_version": pub.version_of(pub.metadata.current_snapshot_id),
-                "error": None, "error_at": None, "updated_at": now}
-
-    def _record_error(self, row: _Row, error: str) -> None:
-        now = self.catalog.clock.now()
-        with self.catalog.backend.write() as conn:
-            _upsert_state(conn, row.meta.table_id, {"namespace": row.meta.namespace, "name": row.meta.name,
-                                                    "error": error[:2000], "error_at": now, "updated_at": now})
-
-    def _finish(self, plan: "Publisher._Plan", complete: int | None, error: str | None) -> None:
+    # ------------------------------------------------------ the publisher's row
+    def _finish(self, plan: Plan, complete: int | None, error: str | None) -> None:
         p = S.publisher.c
         with self.catalog.backend.write() as conn:
             conn.execute(sa.update(S.publisher).where(p.id == 1, p.token == self._token).values(
@@ -708,7 +262,7 @@ class Publisher:
                 error=None if error is None else error[:4000]))
 
     # ----------------------------------------------------- dropped tables, orphans
-    def _drop_gone(self, plan: "Publisher._Plan") -> None:
+    def _drop_gone(self, plan: Plan) -> None:
         """Iceberg tables whose lakestep table was dropped: their row, metadata files and records go."""
         for tid, pubrow in plan.published.items():
             if tid in plan.rows:
@@ -717,90 +271,17 @@ class Publisher:
             loc = self.rows.location(ns, name)
             self.rows.drop(ns, name)
             if loc:
-                self._delete_metadata_dir(loc)
-            self._tables.pop(tid, None)
+                delete_metadata_dir(self.catalog.storage, loc)
+            self.writer.forget(tid)
             with self.catalog.backend.write() as conn:
                 conn.execute(sa.delete(S.published_snapshots).where(S.published_snapshots.c.table_id == tid))
                 conn.execute(sa.delete(S.published_tables).where(S.published_tables.c.table_id == tid))
             log.info("dropped the Iceberg table %s.%s (its lakestep table is gone)", ns, name)
 
-    def _delete_metadata_dir(self, metadata_location: str) -> None:
-        base = metadata_location.rsplit("/", 1)[0]
-        fs, path = self.catalog.storage.filesystem(base[len("file://"):] if base.startswith("file://") else base)
-        try:
-            infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-        except OSError:
-            return
-        for i in infos:
-            if i.type == pafs.FileType.File:
-                try:
-                    fs.delete_file(i.path)
-                except OSError:
-                    pass
-        if "://" not in base or base.startswith("file://"):
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
-
-    def sweep(self, row: _Row, pub: IcebergTable) -> list[str]:
+    def sweep(self, row: Row, pub: IcebergTable) -> list[str]:
         """Delete files under the table's ``metadata/`` that its metadata does not name and
-        that are older than :data:`ORPHAN_SECONDS` (left by commits that never swapped)."""
-        self._swept.add(row.meta.table_id)
-        if not pub.metadata_location:
-            return []
-        fs, root = self.catalog.storage.filesystem(row.meta.location)
-        base = f"{root.rstrip('/')}/metadata"
-        try:
-            infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-        except OSError as e:
-            log.warning("could not list %s: %s", base, e)
-            return []
-        known = {_plain(p) for p in pub.referenced()}
-        cutoff = self.catalog.clock.now() - ORPHAN_SECONDS
-        gone = []
-        for i in infos:
-            if i.type != pafs.FileType.File:
-                continue
-            full = i.path if "://" not in row.meta.location else f"{row.meta.location.split('://', 1)[0]}://{i.path}"
-            mtime = i.mtime.timestamp() if isinstance(i.mtime, dt.datetime) else 0.0
-            if _plain(full) in known or mtime + 1.0 > cutoff:
-                continue
-            try:
-                fs.delete_file(i.path)
-                gone.append(i.path)
-            except OSError:
-                pass
-        if gone:
-            log.info("swept %d orphan metadata file(s) of %s", len(gone), row.ident)
-        return gone
-
-
-def _wanted(row: _Row) -> bool:
-    return bool(P.value(row.ident, row.meta.properties, P.ICEBERG_PUBLISH))
-
-
-def _summary_version(draft: Draft, sid: int) -> int | None:
-    return summary_version(draft.summaries.get(sid))
-
-
-def _unpin(conn: sa.Connection, tid: int, snapshot_ids: Sequence[int]) -> None:
-    """Delete the pins of ``snapshot_ids`` (snapshots gone from the table's metadata)."""
-    c = S.published_snapshots.c
-    for i in range(0, len(snapshot_ids), 500):
-        conn.execute(sa.delete(S.published_snapshots).where(
-            c.table_id == tid, c.snapshot_id.in_(list(snapshot_ids[i:i + 500]))))
-
-
-def _upsert_state(conn: sa.Connection, tid: int, values: Mapping[str, Any]) -> None:
-    """A table's ``ls_published_table`` row, updated or made."""
-    c = S.published_tables.c
-    if conn.execute(sa.update(S.published_tables).where(c.table_id == tid).values(**values)).rowcount == 0:
-        conn.execute(sa.insert(S.published_tables).values(table_id=tid, **values))
-
-
-def _plain(uri: str) -> str:
-    return uri[len("file://"):] if uri.startswith("file://") else uri.split("://", 1)[-1]
+        that are older than ``ORPHAN_SECONDS`` (left by commits that never swapped; orphans.py)."""
+        return self.writer.sweep(row, pub)
 
 
 def _span(barriers: Sequence[int]) -> str:

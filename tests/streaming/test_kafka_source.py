@@ -356,9 +356,9 @@ def _kafka_python_rows(buffer: bytes, start: int, end: int) -> list[dict[str, An
 
 
 def _decoded_rows(buffer: bytes, start: int, end: int, fetch_offset: int = 0, **kw: Any) -> list[dict[str, Any]]:
-    from lakestep.streaming.kafka import decode
+    from lakestep.streaming.kafka import batches, decode
 
-    segments = list(decode.BatchIterator(buffer, fetch_offset, check_crcs=True))
+    segments = list(batches.BatchIterator(buffer, fetch_offset, check_crcs=True))
     batch = decode.to_record_batch(segments, "tp", 3, start, end, include_headers=kw.get("headers", True))
     if batch is None:
         return []
@@ -404,7 +404,7 @@ def test_decoder_control_log_append_and_legacy_batches() -> None:
 def test_decoder_rejects_corrupt_batches() -> None:
     import struct
 
-    from lakestep.streaming.kafka import decode
+    from lakestep.streaming.kafka import batches, decode
     from lakestep.streaming.kafka.errors import KafkaDecodeError
 
     def batch_at(base: int) -> bytearray:  # as a broker writes it: the base offset in the header
@@ -416,17 +416,17 @@ def test_decoder_rejects_corrupt_batches() -> None:
     bad_crc = bytearray(good)
     bad_crc[-1] ^= 0xFF
     with pytest.raises(KafkaDecodeError, match="at offset 7 of topic 't' partition 4: CorruptRecordError.*crc"):
-        list(decode.BatchIterator(bytes(bad_crc), 0, check_crcs=True, topic="t", partition=4))
+        list(batches.BatchIterator(bytes(bad_crc), 0, check_crcs=True, topic="t", partition=4))
     bad_length = bytearray(good)
     bad_length[61] = 0x7E  # the first record's length varint: 63 bytes, more than there are
-    segments = list(decode.BatchIterator(bytes(bad_length + good), 0, check_crcs=False))
+    segments = list(batches.BatchIterator(bytes(bad_length + good), 0, check_crcs=False))
     with pytest.raises(KafkaDecodeError, match="at offset 7 of topic 't' partition 0") as failed:
         decode.to_record_batch(segments, "t", 0, 0, 20, include_headers=False)
     assert (failed.value.topic, failed.value.partition, failed.value.offset) == ("t", 0, 7)
     # the first batch that fails alone is named, also when batches before it are fine
     bad_second = batch_at(10)
     bad_second[61] = 0x7E
-    segments = list(decode.BatchIterator(bytes(good + bad_second), 0, check_crcs=False))
+    segments = list(batches.BatchIterator(bytes(good + bad_second), 0, check_crcs=False))
     with pytest.raises(KafkaDecodeError, match="at offset 10 of topic 't' partition 0"):
         decode.to_record_batch(segments, "t", 0, 0, 20, include_headers=False)
 
@@ -546,10 +546,10 @@ def test_partition_reader_reads_exactly_its_range(
     kafka_broker: TansuBroker, kafka_topic_name: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import lakestep.streaming.kafka.reader as reader
-    from lakestep.streaming.kafka import decode
+    from lakestep.streaming.kafka import batches
 
     # the installed kafka-python is one the column-wise decoder plugs into
-    assert decode._partition_records_class() is not None
+    assert batches._partition_records_class() is not None
     topic = kafka_topic_name()
     kafka_broker.create_topic(topic, 1)
     expected = produce_per_partition(kafka_broker, topic, [25])

@@ -10,7 +10,8 @@ from .epoch import OPEN_EPOCH
 from .files import DataFile
 from .lifecycle import Snapshot, VersionLock
 from .predicates import Predicate
-from .table import CommitInfo, Table
+from .table import Table
+from .table_reads import CommitInfo
 
 __all__ = [
     "Catalog",

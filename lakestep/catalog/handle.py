@@ -145,7 +145,7 @@ class TableHandle:
 
     def head(self, conn: sa.Connection) -> "Head":
         """The table's head: its version, data version and schema id (a handle whose schema is
-        older than the head's reads with the head's, table.py)."""
+        older than the head's reads with the head's, table_reads.py)."""
         row = conn.execute(
             sa.select(S.tables.c.version, S.tables.c.data_version, S.tables.c.schema_id)
             .where(S.tables.c.table_id == self.table_id)

@@ -3,10 +3,8 @@ built on the :class:`~lakestep.catalog.handle.TableHandle` the helpers take (han
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ContextManager, Mapping, Protocol, Sequence
 
 import pyarrow as pa
@@ -18,48 +16,25 @@ from ..errors import (
     SchemaChangedConflict,
     SchemaChangeError,
     TableNotFoundError,
-    VersionNotFoundError,
 )
-from . import alter, lifecycle
+from . import alter, lifecycle, table_reads
 from . import cleanup as cleanup_mod
 from . import properties as P
 from . import schema as S
-from .changes import FILE_COLS, CommitResult, Isolation, Operation, row_to_file
+from .changes import CommitResult, Isolation, Operation
 from .checks import check_barrier, check_seconds
 from .columns import widening
 from .files import DataFile
 from .handle import CatalogLike, Head, TableHandle, TableMeta
-from .predicates import Filter, Predicate, Verdict
+from .predicates import Filter, Predicate
 from .writes import PartitionSpec
 
 if TYPE_CHECKING:
     from .plan import ReadPlan
+    from .table_reads import CommitInfo
 
 DEFAULT_RETENTION_SECONDS = P.DEFAULT_RETENTION_SECONDS
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CommitInfo:
-    """One entry of a table's history."""
-
-    version: int
-    data_version: int
-    operation: str
-    base_version: int
-    committed_at: float
-    barrier: int | None
-    added_files: int
-    removed_files: int
-    added_rows: int
-    removed_rows: int
-    job_id: str | None
-    batch_id: int | None
-    summary: dict[str, Any]
-
-    @property
-    def timestamp(self) -> dt.datetime:
-        return dt.datetime.fromtimestamp(self.committed_at, tz=dt.timezone.utc)
 
 
 class TableCatalog(CatalogLike, Protocol):
@@ -329,46 +304,6 @@ class Table(TableHandle):
             return self.head(conn)[1]
 
     # ------------------------------------------------------------------- reads
-    def _resolve(
-        self, conn: sa.Connection, version: int | None, data_version: int | None, as_of: Any,
-        snapshot: str | None = None,
-    ) -> tuple[int, Head]:
-        """(the version asked for, the head)."""
-        given = sum(x is not None for x in (version, data_version, as_of, snapshot))
-        if given > 1:
-            raise InvalidArgumentError("pass at most one of version=, data_version=, as_of=, snapshot=",
-                                       argument="version", value=(version, data_version, as_of, snapshot))
-        h = self.head(conn)
-        head, head_dv = h.version, h.data_version
-        c = S.commits.c
-        if snapshot is not None:
-            return lifecycle.snapshot_version(self, conn, snapshot), h
-        if version is not None:
-            if not 0 <= version <= head:
-                raise VersionNotFoundError(self.ident, f"version {version} (newest is {head})")
-            if version < head and conn.execute(sa.select(c.version).where(
-                    c.table_id == self.table_id, c.version == version)).first() is None:
-                raise VersionNotFoundError(self.ident, f"version {version} any more (expired and cleaned up)")
-            return int(version), h
-        if data_version is not None:
-            if not 0 <= data_version <= head_dv:
-                raise VersionNotFoundError(self.ident, f"data version {data_version} (newest is {head_dv})")
-            row = conn.execute(
-                sa.select(sa.func.max(c.version)).where(c.table_id == self.table_id, c.data_version == data_version)
-            ).scalar()
-            if row is None:
-                raise VersionNotFoundError(self.ident, f"data version {data_version}")
-            return int(row), h
-        if as_of is not None:
-            ts = as_of.timestamp() if isinstance(as_of, dt.datetime) else float(as_of)
-            row = conn.execute(
-                sa.select(sa.func.max(c.version)).where(c.table_id == self.table_id, c.committed_at <= ts)
-            ).scalar()
-            if row is None:
-                raise VersionNotFoundError(self.ident, f"commit at or before {as_of!r}")
-            return int(row), h
-        return head, h
-
     def files(
         self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
         snapshot: str | None = None,
@@ -381,39 +316,9 @@ class Table(TableHandle):
         snapshot: str | None = None,
     ) -> tuple[int, list[DataFile]]:
         """(version, live files) read consistently."""
-        return self._scan_files(version, data_version, as_of, snapshot, None)
-
-    def _scan_files(self, version: int | None, data_version: int | None, as_of: Any, snapshot: str | None,
-                    pred: Predicate | None) -> tuple[int, list[DataFile]]:
         with self.catalog.backend.read() as conn:
-            v, h = self._resolve(conn, version, data_version, as_of, snapshot)
-            return v, self._files_for(conn, v, h.version, pred)
-
-    def _files_for(self, conn: sa.Connection, v: int, head: int, pred: Predicate | None, *,
-                   by_stats: bool = True) -> list[DataFile]:
-        """The files live at ``v`` that may hold rows matching ``pred`` (a superset: callers
-        still judge each by its statistics). Narrowed through the partition index when
-        ``pred`` pins every partition column, else (``by_stats``) through the typed
-        statistics rows (stats_sql.py) when every clause bounds a column SQL compares
-        exactly; else every live file."""
-        if pred is None:
-            return self.files_at(conn, v, head=head)
-        if self.partition_by:
-            keys = pred.partition_keys(self.schema, self.partition_by)
-            if keys is not None:
-                return self.files_at(conn, v, head=head, partitions=keys)
-        from . import stats_sql
-        from .plan import prunable
-
-        if by_stats and prunable(pred, self.primary_key):
-            cand = stats_sql.candidates(conn, pred, self.schema, self.table_id, stats_sql.covered(conn, self.table_id))
-            if cand is not None:
-                f = S.files.c
-                q = sa.select(*FILE_COLS).where(
-                    f.table_id == self.table_id, f.added_version <= v,
-                    sa.or_(f.removed_version.is_(None), f.removed_version > v), f.file_id.in_(cand))
-                return [row_to_file(r) for r in conn.execute(q.order_by(f.file_id)).all()]
-        return self.files_at(conn, v, head=head)
+            v, h = table_reads.resolve(self, conn, version, data_version, as_of, snapshot)
+            return v, table_reads.files_for(self, conn, v, h.version, None)
 
     def added_files(self, from_data_version: int, to_data_version: int) -> list[DataFile]:
         """The files whose rows a stream of this table emits for the data versions
@@ -424,16 +329,7 @@ class Table(TableHandle):
         rewrites of copy-on-write deletes and updates are not emitted: the stream
         is the table's appended and upserted rows.
         """
-        f, c = S.files.c, S.commits.c
-        q = (
-            sa.select(*FILE_COLS)
-            .select_from(S.files.join(S.commits, sa.and_(c.table_id == f.table_id, c.version == f.added_version)))
-            .where(f.table_id == self.table_id, c.data_version > from_data_version, c.data_version <= to_data_version,
-                   c.operation.in_(["APPEND", "MERGE", "OVERWRITE"]), f.source_ids.is_(None))
-            .order_by(f.file_id)
-        )
-        with self.catalog.backend.read() as conn:
-            return [row_to_file(r) for r in conn.execute(q)]
+        return table_reads.added_files(self, from_data_version, to_data_version)
 
     def to_arrow(
         self,
@@ -448,39 +344,15 @@ class Table(TableHandle):
         """The rows at the newest version or the one asked for, as an Arrow table, with the
         schema of that version (columns.py rule 7)."""
         with self.catalog.backend.read() as conn:
-            v, h = self._resolve(conn, version, data_version, as_of, snapshot)
+            v, h = table_reads.resolve(self, conn, version, data_version, as_of, snapshot)
             at = self._as_of_schema(conn, v, h)
             pred = Predicate.parse(where, at.schema) if where is not None else None
-            live = at._files_for(conn, v, h.version, pred)
+            live = table_reads.files_for(at, conn, v, h.version, pred)
         return at.read_files(live, columns=columns, where=pred)
 
     def _as_of_schema(self, conn: sa.Connection, v: int, head: Head) -> "Table":
-        """This table as version ``v`` saw it: this handle, or (time travel to before a schema
-        change) a handle with that version's schema, key and partitioning (ls_schema). A handle
-        whose schema is older than the head's (changed by another handle) takes the head's."""
-        if v >= head.version:
-            if head.schema_id == self.meta.schema_id:
-                return self
-            current = conn.execute(S.tables.select().where(S.tables.c.table_id == self.table_id)).mappings().first()
-            if current is None:
-                raise TableNotFoundError(self.ident)
-            self._set_meta(TableMeta.from_row(current))
-            return self
-        h = S.schemas.c
-        row = conn.execute(sa.select(h.schema_id, h.schema_ipc, h.column_ids, h.last_column_id, h.primary_key,
-                                     h.partition_by).where(h.table_id == self.table_id, h.version <= v)
-                           .order_by(h.version.desc()).limit(1)).first()
-        if row is None or int(row.schema_id) == self.meta.schema_id:
-            return self
-        import dataclasses
-
-        from .columns import ColumnIds
-
-        meta = dataclasses.replace(
-            self.meta, schema=pa.ipc.read_schema(pa.py_buffer(row.schema_ipc)), schema_id=int(row.schema_id),
-            primary_key=json.loads(row.primary_key), partition_by=json.loads(row.partition_by),
-            column_ids=ColumnIds.from_json(row.column_ids, int(row.last_column_id)))
-        return Table(self.catalog, meta)
+        """This table as version ``v`` saw it (table_reads.py :func:`as_of_schema`)."""
+        return table_reads.as_of_schema(self, conn, v, head, Table)
 
     def read_plan(
         self,
@@ -510,30 +382,8 @@ class Table(TableHandle):
         the files its statistics rule out (as :meth:`ReadPlan.prune`, before the plan's
         files are built: a selective filter pays for the files it keeps). The plan has the
         schema of the version it reads (columns.py rule 7)."""
-        v, h = self._resolve(conn, version, data_version, as_of, snapshot)
-        return self._as_of_schema(conn, v, h)._plan_at(conn, v, h.version, where, prune)
-
-    def _plan_at(self, conn: sa.Connection, v: int, head: int, where: Filter | Predicate | None,
-                 prune: bool) -> "ReadPlan":
-        from .files import file_uri
-        from .plan import PlannedFile, ReadPlan, prunable
-
-        pred = Predicate.parse(where, self.schema) if where is not None else None
-        files = self._files_for(conn, v, head, pred, by_stats=prune)
-        if prune and pred is not None and prunable(pred, self.primary_key):
-            files = [f for f in files if pred.verdict(f) is not Verdict.NONE]
-        dv = conn.execute(sa.select(S.commits.c.data_version).where(
-            S.commits.c.table_id == self.table_id, S.commits.c.version == v)).scalar()
-        return ReadPlan(
-            table=self.ident, table_id=self.table_id, version=v, data_version=int(dv or 0), location=self.location,
-            schema_ipc=self.schema.serialize().to_pybytes(),
-            physical_ipc=self.physical_schema.serialize().to_pybytes(),
-            primary_key=tuple(self.primary_key), partition_by=tuple(self.partition_by),
-            schema_id=self.meta.schema_id, storage=self.catalog.storage,
-            files=tuple(PlannedFile(path=f.path, uri=file_uri(self.location, f.path), record_count=f.record_count,
-                                    file_size=f.file_size, seq=f.seq, partition_json=f.partition_json,
-                                    stats_json=f.stats_json) for f in sorted(files, key=lambda f: f.seq)),
-        )
+        v, h = table_reads.resolve(self, conn, version, data_version, as_of, snapshot)
+        return table_reads.plan_at(self._as_of_schema(conn, v, h), conn, v, h.version, where, prune)
 
     def count(self, *, version: int | None = None, data_version: int | None = None, as_of: Any = None,
               snapshot: str | None = None) -> int:
@@ -547,37 +397,11 @@ class Table(TableHandle):
     def recorded_paths(self, paths: Sequence[str]) -> set[str]:
         """The ``paths`` (relative to the table's location) that some commit of this table
         recorded, live or removed since: files a writer must not delete."""
-        found: set[str] = set()
-        wanted = list(dict.fromkeys(paths))
-        with self.catalog.backend.read() as conn:
-            for i in range(0, len(wanted), 500):
-                found.update(conn.execute(sa.select(S.files.c.path).where(
-                    S.files.c.table_id == self.table_id, S.files.c.path.in_(wanted[i:i + 500]))).scalars())
-        return found
+        return table_reads.recorded_paths(self, paths)
 
     def history(self, *, limit: int | None = None) -> list[CommitInfo]:
         """Commits, newest first (version 0 is the table's creation)."""
-        c, t = S.commits.c, S.txns.c
-        q = (
-            sa.select(S.commits, t.job_id, t.batch_id)
-            .select_from(S.commits.outerjoin(S.txns, c.txn_id == t.txn_id))
-            .where(c.table_id == self.table_id)
-            .order_by(c.version.desc())
-        )
-        if limit is not None:
-            q = q.limit(limit)
-        with self.catalog.backend.read() as conn:
-            rows = conn.execute(q).mappings().all()
-        return [
-            CommitInfo(
-                version=r["version"], data_version=r["data_version"], operation=r["operation"],
-                base_version=r["base_version"], committed_at=r["committed_at"], barrier=r["barrier"],
-                added_files=r["added_files"], removed_files=r["removed_files"], added_rows=r["added_rows"],
-                removed_rows=r["removed_rows"], job_id=r["job_id"], batch_id=r["batch_id"],
-                summary=json.loads(r["summary"] or "{}"),
-            )
-            for r in rows
-        ]
+        return table_reads.history(self, limit=limit)
 
     # ------------------------------------------------------------------ writes
     def _one(self, method: str, *args: Any, job_id: str | None = None, batch_id: int | None = None,

@@ -89,7 +89,7 @@ import pickle
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .. import _failpoints
 from .. import retry as _retry
@@ -99,10 +99,10 @@ from ..catalog.files import Storage, is_object_store
 from ..errors import CatalogUnavailableError, InvalidArgumentError, SchemaMismatchError
 from . import compat
 from .catalog_cache import open_catalog
-from .scan import native_frame, plan_frame, python_reason, spark_scan
+from .scan import native_frame, plan_frame, python_frame, python_reason, spark_scan
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog, Table
+    from ..catalog import Catalog
     from .sink import FilesWritten, SinkTarget
 
 log = logging.getLogger(__name__)
@@ -282,7 +282,7 @@ class DerivedJob:
         why = python_reason(t.location, t.physical_schema if t.primary_key else t.schema, self.native)
         if why is not None:  # lakestep's reader drops a primary-key table's tombstones itself
             batch.paths[f"changes {s.table}"] = f"python ({why})"
-            return _python(self.spark, t, files)
+            return python_frame(self.spark, t, files)
         batch.paths[f"changes {s.table}"] = "native"
         df = spark_scan(self.spark, t, files, physical=bool(t.primary_key))
         if t.primary_key:  # upserted rows; tombstones are not rows
@@ -564,38 +564,3 @@ class RunningJob:
         if self.error is not None:
             raise self.error
         return not self._thread.is_alive()
-
-
-# --------------------------------------------------------------------- reading
-def _python(spark: Any, t: "Table", files: Sequence[Any]) -> Any:
-    """``files`` read by lakestep's checked reader in Python workers (one task per file)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from .sink import TableShape
-    from .source import FileToRead
-
-    schema = from_arrow_schema(t.schema)
-    if not files:
-        return spark.createDataFrame([], schema)
-    shape = TableShape.of(t)
-    parts = [pickle.dumps([FileToRead(f.path, f.record_count, f.file_size)]) for f in files]
-    rows = spark.createDataFrame([(p,) for p in parts], "f binary").repartition(min(len(parts), 64))
-    return rows.mapInArrow(_reader(shape), schema)
-
-
-def _reader(shape: Any) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    def read(batches: Iterator[Any]) -> Iterator[Any]:  # executors
-        import pyarrow as pa
-
-        from ..catalog import reader
-        from .executors import freeze_worker_heap
-
-        freeze_worker_heap()
-        for rb in batches:
-            for cell in rb.column(0).to_pylist():
-                data = reader.read(shape.ident, shape.store(), pickle.loads(cell), shape.physical_schema)
-                if shape.primary_key:
-                    data = data.filter(pa.compute.invert(data.column("_ls_deleted"))).drop_columns(["_ls_deleted"])
-                yield from data.to_batches()
-
-    return read

@@ -13,13 +13,14 @@ On the local disk each file's size is checked against the catalog first
 :func:`python_reason` says when that scan would not read the rows as lakestep
 does (a primary-key table merged on read, an object store Spark may not reach,
 column types Spark's Parquet reader reads differently): the caller then reads
-through lakestep's reader in Python workers instead.
+through lakestep's reader in Python workers instead (:func:`python_frame`).
 """
 
 from __future__ import annotations
 
+import pickle
 import threading
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -157,3 +158,37 @@ def _store(t: "Table") -> Any:
     from ..catalog.files import FileWriter
 
     return FileWriter(t.location, t.catalog.storage)
+
+
+def python_frame(spark: Any, t: "Table", files: Sequence[Any]) -> Any:
+    """``files`` read by lakestep's checked reader in Python workers (one task per file)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from .sink import TableShape
+    from .source import FileToRead
+
+    schema = from_arrow_schema(t.schema)
+    if not files:
+        return spark.createDataFrame([], schema)
+    shape = TableShape.of(t)
+    parts = [pickle.dumps([FileToRead(f.path, f.record_count, f.file_size)]) for f in files]
+    rows = spark.createDataFrame([(p,) for p in parts], "f binary").repartition(min(len(parts), 64))
+    return rows.mapInArrow(_files_reader(shape), schema)
+
+
+def _files_reader(shape: Any) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def read(batches: Iterator[Any]) -> Iterator[Any]:  # executors
+        import pyarrow as pa
+
+        from ..catalog import reader
+        from .executors import freeze_worker_heap
+
+        freeze_worker_heap()
+        for rb in batches:
+            for cell in rb.column(0).to_pylist():
+                data = reader.read(shape.ident, shape.store(), pickle.loads(cell), shape.physical_schema)
+                if shape.primary_key:
+                    data = data.filter(pa.compute.invert(data.column("_ls_deleted"))).drop_columns(["_ls_deleted"])
+                yield from data.to_batches()
+
+    return read

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lakestep.streaming.kafka import consumer_config
 from lakestep.streaming.kafka import options as kafka_options
 from lakestep.streaming.kafka.options import KafkaSourceOptions
 
@@ -92,7 +93,7 @@ def test_doc_has_a_row_for_every_option() -> None:
         | set(kafka_options._UNSUPPORTED_OPTIONS)
         | set(kafka_options._BATCH_ONLY)
         | kafka_options._STREAMING_ONLY
-        | {f"kafka.{name}" for name in kafka_options._REFUSED}
+        | {f"kafka.{name}" for name in consumer_config._REFUSED}
     )
     assert sorted(parser - documented) == []
     assert sorted({o.lower() for o in SPARK_OPTIONS} - documented) == []

@@ -133,9 +133,10 @@ worker to JVM to sink worker): each task writes its range as the table's files.
 
 Needs pyspark >= 4.2 (admission control: ``latestOffset(start, limit)``).
 
-Modules: ``options`` (option parsing), ``offsets`` (offset JSON, rate limit,
-driver-side offset client), ``reader`` (executor side), ``decode`` (column-wise
-record batch decoding), ``source`` (the Spark
+Modules: ``options`` (option parsing), ``consumer_config`` (``kafka.*`` options to
+kafka-python settings), ``offsets`` (offset JSON, rate limit,
+driver-side offset client), ``reader`` (executor side), ``batches`` (record batch
+framing, the kafka-python hook), ``decode`` (column-wise record batch decoding), ``source`` (the Spark
 data source), ``schema``, ``errors``. The public names (``__all__``) are
 importable from this package, loaded on first use, so importing the package
 itself needs neither pyspark nor kafka-python; everything else is imported
@@ -149,6 +150,7 @@ from typing import TYPE_CHECKING
 from ... import _lazy
 
 if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
+    from .consumer_config import kafka_consumer_config
     from .errors import (
         KafkaDataLossError,
         KafkaDecodeError,
@@ -159,7 +161,7 @@ if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
         KafkaTopicNotFoundError,
     )
     from .ingestion import ingest
-    from .options import FORMAT_NAME, KafkaSourceOptions, kafka_consumer_config, parse_starting_offsets
+    from .options import FORMAT_NAME, KafkaSourceOptions, parse_starting_offsets
     from .schema import arrow_schema, kafka_schema
     from .source import KafkaBatchReader, KafkaDataSource, KafkaInputPartition, KafkaStreamReader, register_kafka_source
 
@@ -168,8 +170,8 @@ if TYPE_CHECKING:  # for type checkers; loaded lazily by __getattr__ at run time
 _PUBLIC: dict[str, str] = {
     **dict.fromkeys(["KafkaSourceError", "KafkaTopicNotFoundError", "KafkaDataLossError", "KafkaDecodeError",
                      "KafkaSourceTimeoutError", "KafkaTimestampNotFoundError", "KafkaOptionError"], "errors"),
-    **dict.fromkeys(["FORMAT_NAME", "KafkaSourceOptions", "kafka_consumer_config", "parse_starting_offsets"],
-                    "options"),
+    **dict.fromkeys(["FORMAT_NAME", "KafkaSourceOptions", "parse_starting_offsets"], "options"),
+    "kafka_consumer_config": "consumer_config",
     **dict.fromkeys(["kafka_schema", "arrow_schema"], "schema"),
     "ingest": "ingestion",
     **dict.fromkeys(["KafkaBatchReader", "KafkaDataSource", "KafkaInputPartition", "KafkaStreamReader",

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InternalError
-from . import decode as _decode
+from . import batches as _batches
 from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceTimeoutError, KafkaTopicNotFoundError
 from .kafka_python import import_kafka_python as _import_kafka_python
 from .options import TP, Offsets
@@ -350,7 +350,7 @@ class OffsetClient:
                 )
                 # Records are dropped: read only batch headers, so that probing is cheap and a
                 # batch that cannot be decoded is reported by the task that reads it, with its offset.
-                _decode.install_skipping(self._probe)
+                _batches.install_skipping(self._probe)
             # The first attempt gets a short leash: a healthy broker answers in
             # milliseconds, and a wedged consumer is replaced by a fresh one.
             until = min(deadline, time.monotonic() + _PROBE_STALL_S) if attempt == 1 else deadline

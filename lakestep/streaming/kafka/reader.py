@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import batches as _batches
 from . import decode as _decode
 from .errors import KafkaDataLossError, KafkaDecodeError, KafkaSourceError, KafkaSourceTimeoutError, describe
 from .kafka_python import import_kafka_python as _import_kafka_python
@@ -103,9 +104,9 @@ def read_partition_range(
     tp = TopicPartition(topic, partition)
     consumer = new_consumer(options.consumer_config, timeout_ms=options.poll_timeout_ms)
     arrow = options.row_format == "arrow"
-    # Arrow: poll() yields undecoded record batches, decoded column-wise (decode.py),
+    # Arrow: poll() yields undecoded record batches (batches.py), decoded column-wise (decode.py),
     # unless kafka-python's internals are not the expected ones.
-    segmented = arrow and _SEGMENTED_READS and _decode.install(consumer)
+    segmented = arrow and _SEGMENTED_READS and _batches.install(consumer)
     headers = options.include_headers
     timeout_s = options.poll_timeout_ms / 1000
     try:
@@ -165,7 +166,7 @@ def read_partition_range(
                 continue
             if segmented:
                 for segment in records:
-                    if isinstance(segment, _decode.RawBatch) and segment.base_offset >= end:
+                    if isinstance(segment, _batches.RawBatch) and segment.base_offset >= end:
                         continue  # fetched past the range: not decoded at all
                     pending.append(segment)
                     pending_rows += segment.count

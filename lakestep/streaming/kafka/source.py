@@ -24,6 +24,7 @@ from ..compat import (
     require,
 )
 from ..executors import freeze_worker_heap
+from .consumer_config import redact
 from .errors import KafkaDataLossError, KafkaOptionError, KafkaTimestampNotFoundError, KafkaTopicNotFoundError
 from .offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from .options import (
@@ -35,7 +36,6 @@ from .options import (
     Offsets,
     StartingOffsets,
     check_common_options,
-    redact,
 )
 from .reader import read_partition_range
 from .schema import kafka_schema

@@ -121,14 +121,13 @@ def test_metadata_work_imports_no_dataset_or_pandas() -> None:
     import sys
 
     code = ("import sys, tempfile, pyarrow as pa\n"
-            "from lakestep import Catalog\n"
-            "from lakestep.barrier import Pipeline\n"
+            "from lakestep import Catalog, Coordinator, Pipeline\n"
             "cat = Catalog(warehouse=tempfile.mkdtemp())\n"
             "cat.create_namespace('s')\n"
             "t = cat.create_table('s.t', pa.schema([('id', pa.int64())]))\n"
             "p = Pipeline(cat)\n"
             "p.register_job('j', sinks=['s.t'], external_input=True)\n"
-            "coord = Coordinator(p.catalog, interval=3600)\n"
+            "coord = Coordinator(cat, interval=3600)\n"
             "assert coord.acquire() and coord.seal() is not None\n"
             "assert t.files() == [] and t.read_plan().files == () and cat.list_tables('s') == ['s.t']\n"
             "bad = sorted(m for m in ('pyarrow.dataset', 'pandas', 'pyspark') if m in sys.modules)\n"

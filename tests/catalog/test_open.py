@@ -121,7 +121,7 @@ def test_metadata_work_imports_no_dataset_or_pandas() -> None:
     import sys
 
     code = ("import sys, tempfile, pyarrow as pa\n"
-            "from lakestep import Catalog\n"
+            "from lakestep import Catalog, Coordinator\n"
             "from lakestep.barrier import Pipeline\n"
             "cat = Catalog(warehouse=tempfile.mkdtemp())\n"
             "cat.create_namespace('s')\n"

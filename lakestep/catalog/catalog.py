@@ -28,7 +28,7 @@ from ..errors import (
     TableAlreadyExistsError,
     TableNotFoundError,
 )
-from . import locations
+from . import locations, migrations
 from . import pk as pk_mod
 from . import properties as P
 from . import schema as S
@@ -185,23 +185,23 @@ class Catalog:
         """
         try:
             with self.backend.read() as conn:
-                found = S.current_version(conn)
+                found = migrations.current_version(conn)
                 row = None
                 if found:
                     row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
-            if found == S.LATEST and row is not None:
+            if found == migrations.LATEST and row is not None:
                 return self._check_warehouse(row.value, warehouse)
             with self.backend.write() as conn:
                 self.backend.catalog_lock(conn)
-                found = S.current_version(conn)
+                found = migrations.current_version(conn)
                 if found == 0:
                     if not create:
                         raise CatalogError(f"no lakestep catalog at {self.url} (create=False)")
                     self.backend.check_empty(conn)
                     # a new catalog, at the newest version in one pass; its first epoch opened by its clock
-                    S.create_latest(conn, self.clock.now())
+                    migrations.create_latest(conn, self.clock.now())
                 else:
-                    S.upgrade(conn)
+                    migrations.upgrade(conn)
                 row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
                 if row is None:
                     if warehouse is None:

@@ -34,13 +34,14 @@ from . import properties as P
 from . import schema as S
 from .backend import Backend, DatabaseTimeouts, create_backend
 from .changes import CommitResult, Operation, TableChange
-from .checks import check_batch_id, check_job_id
+from .checks import check_batch_id, check_identifier, check_job_id
 from .columns import assign, plain_schema
 from .commit import After, Guard, commit, find_txn, txn_results
-from .files import FileWriter, Storage, check_identifier, normalize_location, resolve_filesystem
 from .handle import TableHandle, TableMeta
+from .storage import Storage, normalize_location, resolve_filesystem
 from .table import Table
 from .transaction import Transaction
+from .writer import FileWriter
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class Catalog:
 
     ``storage_options`` reach an object store (pyarrow ``S3FileSystem``
     options: ``endpoint_override``, ``region``, ``access_key``, ``secret_key``,
-    ``session_token``, ``scheme``, ...; :class:`~lakestep.catalog.files.Storage`).
+    ``session_token``, ``scheme``, ...; :class:`~lakestep.catalog.storage.Storage`).
     Without them the standard AWS environment variables and config apply.
     They are never stored in the catalog database and never printed; Spark
     data sources take them as options ``storage.<name>``.

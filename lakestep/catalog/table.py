@@ -515,8 +515,8 @@ class Table(TableHandle):
 
     def _plan_at(self, conn: sa.Connection, v: int, head: int, where: Filter | Predicate | None,
                  prune: bool) -> "ReadPlan":
-        from .files import file_uri
         from .plan import PlannedFile, ReadPlan, prunable
+        from .storage import file_uri
 
         pred = Predicate.parse(where, self.schema) if where is not None else None
         files = self._files_for(conn, v, head, pred, by_stats=prune)

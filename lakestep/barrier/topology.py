@@ -46,7 +46,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..catalog import schema as S
-from ..catalog.files import check_identifier
+from ..catalog.checks import check_identifier
 from ..errors import ArgumentTypeError, TableNotFoundError
 from .errors import CycleError, JobNotFoundError, TopologyError
 from .facts_cache import FactsCache

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from ..errors import InvalidSchemaError, SchemaChangeError, SchemaMismatchError
 from . import pk
+from .checks import check_identifier
 from .columns import (
     STORED,
     ColumnIds,
@@ -46,7 +47,6 @@ from .columns import (
     stored_name,
     stored_path,
 )
-from .files import check_identifier
 
 if TYPE_CHECKING:
     from .handle import TableMeta

@@ -204,7 +204,7 @@ class Backend:
     def check_empty(self, conn: Connection) -> None:
         """Before creating the catalog's schema: refuse a database that already holds
         lakestep-named objects without a lakestep version (nothing is changed)."""
-        from .schema import lakestep_objects
+        from .migrations import lakestep_objects
 
         found = lakestep_objects(conn)
         if found:

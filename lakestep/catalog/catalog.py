@@ -28,19 +28,20 @@ from ..errors import (
     TableAlreadyExistsError,
     TableNotFoundError,
 )
-from . import locations
+from . import locations, migrations
 from . import pk as pk_mod
 from . import properties as P
 from . import schema as S
 from .backend import Backend, DatabaseTimeouts, create_backend
 from .changes import CommitResult, Operation, TableChange
-from .checks import check_batch_id, check_job_id
+from .checks import check_batch_id, check_identifier, check_job_id
 from .columns import assign, plain_schema
 from .commit import After, Guard, commit, find_txn, txn_results
-from .files import FileWriter, Storage, check_identifier, normalize_location, resolve_filesystem
 from .handle import TableHandle, TableMeta
+from .storage import Storage, normalize_location, resolve_filesystem
 from .table import Table
 from .transaction import Transaction
+from .writer import FileWriter
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class Catalog:
 
     ``storage_options`` reach an object store (pyarrow ``S3FileSystem``
     options: ``endpoint_override``, ``region``, ``access_key``, ``secret_key``,
-    ``session_token``, ``scheme``, ...; :class:`~lakestep.catalog.files.Storage`).
+    ``session_token``, ``scheme``, ...; :class:`~lakestep.catalog.storage.Storage`).
     Without them the standard AWS environment variables and config apply.
     They are never stored in the catalog database and never printed; Spark
     data sources take them as options ``storage.<name>``.
@@ -185,23 +186,23 @@ class Catalog:
         """
         try:
             with self.backend.read() as conn:
-                found = S.current_version(conn)
+                found = migrations.current_version(conn)
                 row = None
                 if found:
                     row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
-            if found == S.LATEST and row is not None:
+            if found == migrations.LATEST and row is not None:
                 return self._check_warehouse(row.value, warehouse)
             with self.backend.write() as conn:
                 self.backend.catalog_lock(conn)
-                found = S.current_version(conn)
+                found = migrations.current_version(conn)
                 if found == 0:
                     if not create:
                         raise CatalogError(f"no lakestep catalog at {self.url} (create=False)")
                     self.backend.check_empty(conn)
                     # a new catalog, at the newest version in one pass; its first epoch opened by its clock
-                    S.create_latest(conn, self.clock.now())
+                    migrations.create_latest(conn, self.clock.now())
                 else:
-                    S.upgrade(conn)
+                    migrations.upgrade(conn)
                 row = conn.execute(sa.select(S.meta.c.value).where(S.meta.c.key == "warehouse")).first()
                 if row is None:
                     if warehouse is None:

@@ -3,20 +3,42 @@
 A value that would otherwise reach the database or pyarrow raw (a batch id
 beyond int64 is an ``OverflowError`` on SQLite and a ``DataError`` quoting the
 whole statement on PostgreSQL; a negative barrier silently reads version 0)
-is refused here with :class:`InvalidArgumentError` naming the argument.
+is refused here with :class:`InvalidArgumentError` naming the argument; a namespace,
+table, column or job name that is not an identifier with :class:`InvalidIdentifierError`.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import re
 from typing import Any
 
 from ..errors import InvalidArgumentError, InvalidIdentifierError
 from .epoch import OPEN_EPOCH
-from .files import check_identifier
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_IDENT = 128
+
+
+def check_identifier(name: object, what: str = "identifier") -> str:
+    """Return ``name`` if it is a valid namespace, table, column or job name."""
+    if not isinstance(name, str) or not name:
+        raise InvalidIdentifierError(f"{what} must be a non-empty string, got {name!r}", identifier=str(name))
+    if len(name) > MAX_IDENT:
+        raise InvalidIdentifierError(
+            f"{what} {name[:20]!r}... is {len(name)} characters long; the limit is {MAX_IDENT}",
+            identifier=name,
+        )
+    if not _IDENT.match(name):
+        raise InvalidIdentifierError(
+            f"{what} {name!r} may only hold letters, digits and underscores, and must not start "
+            "with a digit (no quotes, dots, spaces or semicolons)",
+            identifier=name,
+        )
+    return name
 
 
 def check_int(value: Any, argument: str, *, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:

@@ -31,8 +31,10 @@ from . import properties as P
 from . import schema as S
 from .changes import FILE_COLS, row_to_file
 from .columns import ColumnIds
-from .files import DataFile, FileWriter, Storage
+from .files import DataFile
 from .predicates import Predicate, Verdict
+from .storage import Storage
+from .writer import FileWriter
 
 if TYPE_CHECKING:
     from ..clock import Clock

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Iterable
 from ..errors import InvalidLocationError, LocationOverlapError
 
 if TYPE_CHECKING:
-    from .files import FileWriter
+    from .writer import FileWriter
 
 
 def is_remote(location: str) -> bool:

@@ -33,7 +33,7 @@ from .files import DataFile
 from .predicates import Predicate, Verdict
 
 if TYPE_CHECKING:
-    from .files import FileWriter
+    from .writer import FileWriter
 
 
 

@@ -31,8 +31,10 @@ import pyarrow.fs as pafs
 from ..errors import InvalidArgumentError
 from . import reader
 from .columns import plain_schema, renamed
-from .files import DataFile, FileWriter, Storage, resolve_filesystem
+from .files import DataFile
 from .predicates import Filter, Predicate, Verdict
+from .storage import Storage, resolve_filesystem
+from .writer import FileWriter
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    from .files import FileWriter
+    from .writer import FileWriter
 
 FRAGMENT_INDEX = "__fragment_index"
 

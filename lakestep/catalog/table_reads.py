@@ -18,9 +18,10 @@ from ..errors import InvalidArgumentError, TableNotFoundError, VersionNotFoundEr
 from . import lifecycle
 from . import schema as S
 from .changes import FILE_COLS, row_to_file
-from .files import DataFile, file_uri
+from .files import DataFile
 from .handle import CatalogLike, Head, TableHandle, TableMeta
 from .predicates import Filter, Predicate, Verdict
+from .storage import file_uri
 
 if TYPE_CHECKING:
     from .plan import ReadPlan

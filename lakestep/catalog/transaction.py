@@ -17,9 +17,11 @@ from ..errors import (
 )
 from .changes import CommitResult, FilesMode, Isolation, Operation, TableChange
 from .checks import check_barrier
-from .files import FileWriter, NewFile, check_relative_path
+from .files import NewFile
 from .predicates import Filter, Predicate
+from .storage import check_relative_path
 from .table import Table
+from .writer import FileWriter
 from .writes import (
     PartitionSpec,
     change_of,
@@ -35,7 +37,7 @@ from .writes import (
 
 if TYPE_CHECKING:
     from .commit import After, Guard
-    from .files import Storage
+    from .storage import Storage
 
 log = logging.getLogger(__name__)
 

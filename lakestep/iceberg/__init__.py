@@ -69,7 +69,7 @@ def pyiceberg_properties(catalog: "Catalog", *, iceberg_url: str | None = None, 
 
 
 def s3_properties(options: dict[str, Any]) -> dict[str, str]:
-    """PyIceberg's ``s3.*`` properties for lakestep storage options (files.Storage)."""
+    """PyIceberg's ``s3.*`` properties for lakestep storage options (catalog/storage.py Storage)."""
     import os
 
     out: dict[str, str] = {}

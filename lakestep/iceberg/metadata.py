@@ -73,7 +73,7 @@ from .. import _failpoints
 from .mapping import TableShape, file_uri
 
 if TYPE_CHECKING:
-    from ..catalog.files import Storage
+    from ..catalog.storage import Storage
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
-    from ..catalog.files import Storage
+    from ..catalog.storage import Storage
     from .metadata import IcebergTable
     from .planning import Row
 

@@ -33,7 +33,7 @@ Writes (:class:`LakestepBatchWriter`)::
    files are deleted.
 
 Both take ``storage.<name>`` options for an object-store warehouse
-(:class:`lakestep.catalog.files.Storage`); the plan and the table's shape carry
+(:class:`lakestep.catalog.storage.Storage`); the plan and the table's shape carry
 them to the executors.
 
 Not guaranteed: a ``repeatable_read`` batch read pins its version with a

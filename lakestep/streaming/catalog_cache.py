@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from ..catalog import Catalog
-from ..catalog.files import Storage
+from ..catalog.storage import Storage
 from ..errors import InvalidArgumentError
 
 _catalogs: dict[tuple[str, Storage], Catalog] = {}

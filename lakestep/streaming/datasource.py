@@ -22,7 +22,7 @@ from __future__ import annotations
 import pickle
 from typing import Any, Callable, Mapping, Sequence
 
-from ..catalog.files import Storage
+from ..catalog.storage import Storage
 from ..errors import InvalidArgumentError
 from . import compat
 from .catalog_cache import open_catalog, required, storage_of

@@ -95,7 +95,7 @@ from .. import _failpoints
 from .. import retry as _retry
 from ..barrier import Pipeline
 from ..barrier.jobs import BatchPlan, BatchResult, SourceRange
-from ..catalog.files import Storage, is_object_store
+from ..catalog.storage import Storage, is_object_store
 from ..errors import CatalogUnavailableError, InvalidArgumentError, SchemaMismatchError
 from . import compat
 from .catalog_cache import open_catalog

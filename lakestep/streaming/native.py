@@ -62,7 +62,9 @@ import pyarrow.parquet as pq
 
 from .. import _failpoints
 from ..catalog.columns import renamed, stored_name, stored_names, stored_schema
-from ..catalog.files import NewFile, encode_value, is_object_store, leaf_count, partition_key
+from ..catalog.files import NewFile, encode_value, partition_key
+from ..catalog.storage import is_object_store
+from ..catalog.writer import leaf_count
 from ..catalog.writes import conform
 from ..errors import SchemaMismatchError, StreamingJobError
 from .sink import ERROR_COL, FilesWritten, SinkTarget

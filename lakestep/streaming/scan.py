@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import pyarrow as pa
 
 from ..catalog.columns import renamed, stored_schema
-from ..catalog.files import is_object_store
+from ..catalog.storage import is_object_store
 
 if TYPE_CHECKING:
     from ..catalog import Table
@@ -155,7 +155,7 @@ def _parquet_reader(spark: Any, schema: Any) -> Any:
 
 
 def _store(t: "Table") -> Any:
-    from ..catalog.files import FileWriter
+    from ..catalog.writer import FileWriter
 
     return FileWriter(t.location, t.catalog.storage)
 

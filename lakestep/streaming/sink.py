@@ -41,7 +41,7 @@ primary-key tables) | ``complete`` (overwrite); default from Spark's output
 mode and the table), ``deadLetterTable``, ``mergeSchema`` (``true``: columns
 the table lacks are added to it as nullable columns when the query starts;
 default: such a query is refused before it writes anything), ``storage.<name>``
-(object-store options, :class:`lakestep.catalog.files.Storage`: the driver opens
+(object-store options, :class:`lakestep.catalog.storage.Storage`: the driver opens
 the catalog with them and hands them to the executors with the table's shape;
 default: the AWS environment), ``catalogWaitSeconds`` (how long a commit waits
 for an unavailable catalog database, step 2; default 300).
@@ -67,8 +67,10 @@ import pyarrow as pa
 from .. import retry as _retry
 from ..catalog.changes import FilesMode
 from ..catalog.columns import ColumnIds
-from ..catalog.files import FileWriter, NewFile, Storage
+from ..catalog.files import NewFile
 from ..catalog.plan import SerializedSchemas
+from ..catalog.storage import Storage
+from ..catalog.writer import FileWriter
 from ..catalog.writes import conform
 from ..errors import InvalidArgumentError
 from . import microbatch

@@ -38,7 +38,7 @@ Redoing them is safe: a trigger decision is recorded once per
 
 Options: ``catalog``, ``table``, ``job`` (required: a derived job registered
 with its sources and sinks), ``maxBarriersPerTrigger`` (default 1),
-``storage.<name>`` (object-store options, see :class:`lakestep.catalog.files.Storage`;
+``storage.<name>`` (object-store options, see :class:`lakestep.catalog.storage.Storage`;
 default: the AWS environment of each process), ``catalogWaitSeconds`` (default
 300).
 """

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from lakestep import Catalog
 from lakestep.barrier import triggers
+from lakestep.catalog import migrations as M
 from lakestep.catalog import schema as S
 from lakestep.catalog.backend import create_backend
 
@@ -96,7 +97,7 @@ def test_old_decisions_are_pruned(catalog: Catalog) -> None:
 def test_upgrade_keeps_the_decisions_of_version_5_in_their_order(catalog_spec) -> None:  # type: ignore[no-untyped-def]
     backend = create_backend(catalog_spec.url)
     with backend.write() as conn:
-        S.upgrade(conn, target=5)
+        M.upgrade(conn, target=5)
         t = S.job_triggers
         conn.execute(sa.insert(t), [
             dict(job_id="j", start_barrier=0, call_no=4, end_barrier=0, created_at=10.0),

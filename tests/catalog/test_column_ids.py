@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakestep import Catalog
+from lakestep.catalog import migrations as M
 from lakestep.catalog import schema as S
 from lakestep.catalog.columns import ColumnIds, assign, file_ids, schema_with_ids
 from tests.conftest import CatalogSpec
@@ -166,7 +167,7 @@ def test_upgrade_from_the_release_before_ids(catalog_spec: CatalogSpec, old_rele
     cat = catalog_spec.open()  # upgrades the catalog to this release's schema
     try:
         with cat.backend.read() as conn:
-            assert S.current_version(conn) == S.LATEST
+            assert M.current_version(conn) == M.LATEST
         plain, keyed = cat.load_table("u.plain"), cat.load_table("u.keyed")
         # ids by position over the schema at the upgrade; the name mapping is that same mapping
         assert dict(plain.meta.column_ids.ids) == {("id",): 1, ("name",): 2, ("addr",): 3, ("addr", "city"): 4,

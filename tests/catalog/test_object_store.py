@@ -197,7 +197,7 @@ def test_wrong_credentials_fail_without_showing_them(catalog_spec, s3_server: S3
 def test_storage_options_are_checked_masked_and_travel_as_spark_options() -> None:
     import pickle
 
-    from lakestep.catalog.files import Storage
+    from lakestep.catalog.storage import Storage
     from lakestep.streaming.catalog_cache import storage_of
 
     s = Storage.of({"endpoint_override": "http://127.0.0.1:9", "secret_key": "s3cr3t", "session_token": "t0k3n",

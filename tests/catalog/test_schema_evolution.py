@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from lakestep import Catalog, errors
-from lakestep.catalog import schema as S
+from lakestep.catalog import migrations as M
 from lakestep.catalog.backend import create_backend
 
 BASE = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
@@ -115,12 +115,12 @@ def test_primary_key_table_gains_a_column(catalog: Catalog) -> None:
 def test_upgrade_adds_schema_id_to_a_version_4_catalog(catalog_spec) -> None:  # type: ignore[no-untyped-def]
     backend = create_backend(catalog_spec.url)
     with backend.write() as conn:
-        S.upgrade(conn, target=4)
+        M.upgrade(conn, target=4)
         conn.exec_driver_sql("ALTER TABLE ls_table DROP COLUMN schema_id")  # as version 4 created it
     backend.dispose()
     cat = catalog_spec.open()
     with cat.backend.read() as conn:
-        assert S.current_version(conn) == S.LATEST
+        assert M.current_version(conn) == M.LATEST
         assert "schema_id" in {c["name"] for c in sa.inspect(conn).get_columns("ls_table")}
     cat.create_namespace("s")
     t = cat.create_table("s.t", BASE)

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lakestep import Catalog
+from lakestep.catalog import migrations as M
 from lakestep.catalog import schema as S
 from lakestep.catalog import stats_sql
 from lakestep.catalog.backend import create_backend
@@ -286,7 +287,7 @@ def test_a_catalog_of_version_7_is_backfilled(catalog_spec) -> None:  # type: ig
 
     backend = create_backend(catalog_spec.url)
     with backend.write() as conn:
-        assert S.upgrade(conn, target=7) == 7
+        assert M.upgrade(conn, target=7) == 7
         assert not sa.inspect(conn).has_table("ls_file_stats")
         _write_as_version(conn, 7, catalog_spec.warehouse)
     backend.dispose()

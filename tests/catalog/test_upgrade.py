@@ -10,20 +10,21 @@ import pytest
 import sqlalchemy as sa
 
 from lakestep import Catalog, errors
+from lakestep.catalog import migrations as M
 from lakestep.catalog import schema as S
 from lakestep.catalog.backend import create_backend
 from lakestep.catalog.lifecycle import live_locks
 
 
-@pytest.mark.parametrize("start", range(0, S.LATEST))
+@pytest.mark.parametrize("start", range(0, M.LATEST))
 def test_upgrade_from_every_older_version(catalog_spec, start: int) -> None:  # type: ignore[no-untyped-def]
     backend = create_backend(catalog_spec.url)
     with backend.write() as conn:
-        assert S.upgrade(conn, target=start) == start
+        assert M.upgrade(conn, target=start) == start
     backend.dispose()
     cat = catalog_spec.open()
     with cat.backend.read() as conn:
-        assert S.current_version(conn) == S.LATEST
+        assert M.current_version(conn) == M.LATEST
     cat.create_namespace("s")
     t = cat.create_table("s.t", pa.schema([("id", pa.int64())]))
     t.append({"id": [1]})
@@ -77,7 +78,7 @@ def test_a_new_catalog_equals_every_migration_replayed(backend: str, tmp_path, r
             urls = [stack.enter_context(_pg_spec(admin, str(tmp_path / f"w{i}"))).url for i in range(2)]
         replayed = create_backend(urls[0])
         with replayed.write() as conn:
-            assert S.upgrade(conn) == S.LATEST
+            assert M.upgrade(conn) == M.LATEST
             conn.execute(sa.insert(S.meta).values(key="warehouse", value=str(tmp_path / "w")))
         new = Catalog(urls[1], warehouse=str(tmp_path / "w"))
         a, b = _shape(replayed.engine), _shape(new.backend.engine)
@@ -92,11 +93,11 @@ def test_a_new_catalog_equals_every_migration_replayed(backend: str, tmp_path, r
 def test_newer_catalog_is_refused(catalog_spec) -> None:  # type: ignore[no-untyped-def]
     cat = catalog_spec.open()
     with cat.backend.write() as conn:
-        conn.execute(sa.update(S.meta).where(S.meta.c.key == "schema_version").values(value=str(S.LATEST + 1)))
+        conn.execute(sa.update(S.meta).where(S.meta.c.key == "schema_version").values(value=str(M.LATEST + 1)))
     cat.close()
     with pytest.raises(errors.CatalogVersionError) as ei:
         catalog_spec.open()
-    assert ei.value.found == S.LATEST + 1 and ei.value.supported == S.LATEST
+    assert ei.value.found == M.LATEST + 1 and ei.value.supported == M.LATEST
 
 
 def test_open_without_create(catalog_spec) -> None:  # type: ignore[no-untyped-def]
@@ -192,11 +193,11 @@ def _ids(tbl, **at) -> list[tuple[int, str]]:  # type: ignore[no-untyped-def]
     return sorted((r["id"], r["name"]) for r in tbl.to_arrow(**at).to_pylist())
 
 
-@pytest.mark.parametrize("start", range(1, S.LATEST))
+@pytest.mark.parametrize("start", range(1, M.LATEST))
 def test_upgrade_keeps_the_data_of_every_older_version(catalog_spec, start: int) -> None:  # type: ignore[no-untyped-def]
     backend = create_backend(catalog_spec.url)
     with backend.write() as conn:
-        assert S.upgrade(conn, target=start) == start
+        assert M.upgrade(conn, target=start) == start
         if start < 4:  # the tables of later versions do not exist yet
             assert not sa.inspect(conn).has_table("ls_job_trigger")
         _write_as_version(conn, start, catalog_spec.warehouse)
@@ -204,7 +205,7 @@ def test_upgrade_keeps_the_data_of_every_older_version(catalog_spec, start: int)
 
     cat = catalog_spec.open()
     with cat.backend.read() as conn:
-        assert S.current_version(conn) == S.LATEST
+        assert M.current_version(conn) == M.LATEST
         decisions = [tuple(r) for r in conn.execute(sa.select(
             S.trigger_decisions.c.decision_id, S.trigger_decisions.c.job_id, S.trigger_decisions.c.start_barrier,
             S.trigger_decisions.c.call_no, S.trigger_decisions.c.end_barrier).order_by(

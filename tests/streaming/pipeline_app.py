@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from lakestep.barrier import Pipeline
 
     from lakestep.services import Coordinator
-    from lakestep.catalog.files import Storage
+    from lakestep.catalog.storage import Storage
     from lakestep.streaming import register
     from lakestep.streaming.catalog_cache import open_catalog
     from lakestep.testing.spark import local_session

@@ -39,6 +39,20 @@ def test_commit_benchmark_counts_statements(tmp_path: Path) -> None:
     assert "2/2 targets met" in r.stdout
 
 
+def test_append_benchmark_compares_two_checkouts(tmp_path: Path) -> None:
+    """``benchmarks.append --against REV``: the same appends on this checkout and on a worktree of
+    REV (here HEAD itself: a fresh clone may be shallow), each side importing its own lakestep."""
+    out = tmp_path / "append.json"
+    r = subprocess.run([sys.executable, "-m", "benchmarks.append", "--against", "HEAD", "--n", "3", "--rounds", "2",
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert len(got["rounds"]) == 2 and got["n"] == 3 and got["result"] in ("PASS", "MISS")
+    assert all(x["this"]["p50_ms"] > 0 and x["against"]["p50_ms"] > 0 for x in got["rounds"])
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert "ls-against-" not in worktrees  # the worktree went with the run
+
+
 def test_serve_benchmark_runs(tmp_path: Path) -> None:
     """``benchmarks.serve --quick``: every REST endpoint and /metrics answered 200 and was timed, on both backends."""
     out = tmp_path / "serve.json"

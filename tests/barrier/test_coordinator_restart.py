@@ -1,4 +1,4 @@
-"""The coordinator's machine restarts: its process is killed with SIGKILL, a new one starts 10 s later.
+"""The coordinator's machine restarts: its process is killed with SIGKILL, a new one starts 5 s later (its lease: 3 s).
 
 Nothing of a coordinator lives outside the catalog database, so the new one
 (another holder) takes the lease once the old one's has expired, and seals
@@ -25,7 +25,7 @@ from tests.waiting import exited, tail, wait_until
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GAP_SECONDS = 10.0  # the machine is down this long: the scenario, not a threshold
+GAP_SECONDS = 5.0  # the machine is down this long: the scenario, not a threshold
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 
 

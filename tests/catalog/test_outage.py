@@ -1,4 +1,4 @@
-"""The catalog database goes away for 20 seconds while a pipeline runs (lakestep/retry.py).
+"""The catalog database goes away for 10 seconds while a pipeline runs (lakestep/retry.py).
 
 A root writer (keyed commits into the open epoch), a derived job (one
 barrier batch at a time: ``s.b = f(s.a)``), a coordinator, a maintenance loop
@@ -47,7 +47,7 @@ from tests.waiting import in_thread, wait_until
 
 pytestmark = pytest.mark.slow
 
-OUTAGE_SECONDS = 20.0  # how long the database stays away: the fault itself, never a threshold
+OUTAGE_SECONDS = 10.0  # how long the database stays away: the fault itself, never a threshold
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 # SQLite: a writer gives up on the foreign lock after 2 s (its busy timeout) and the part's wait retries;
 # PostgreSQL: a stopped server refuses at once, and statements keep their time on a loaded machine
@@ -265,7 +265,7 @@ def _setup(spec: CatalogSpec) -> None:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_the_catalog_database_goes_away_for_20_seconds(backend, request, tmp_path, wait_lines) -> None:  # type: ignore[no-untyped-def]
+def test_the_catalog_database_goes_away_for_10_seconds(backend, request, tmp_path, wait_lines) -> None:  # type: ignore[no-untyped-def]
     if backend == "postgres":
         spec = request.getfixturevalue("own_pg")
         fault: Any = PgStopped(request.getfixturevalue("pg_cluster"))

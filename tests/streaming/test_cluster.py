@@ -52,13 +52,10 @@ def _cluster_block() -> str:
     return blocks[0]
 
 
-@pytest.mark.parametrize("catalog_spec", ["postgres-s3"], indirect=True)
-def test_readme_cluster_commands_run(catalog_spec, spark_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """README "On a cluster": its commands, as written, against the test's standalone cluster
-    (tests/sparkcluster.py), from a copy of the repository's lakestep/ and examples/ (a fresh clone,
-    no lakestep installed on the executors), with the catalog on PostgreSQL and the warehouse on S3;
-    and without the zip on the executors they fail with SparkSetupError saying so."""
-    block = _cluster_block()
+def _readme_runner(catalog_spec, spark_cluster, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Runs a bash script as README "On a cluster" says to: from a copy of the repository's lakestep/ and
+    examples/ (a fresh clone, no lakestep installed on the executors), against the test's standalone cluster,
+    with the catalog of ``catalog_spec`` and a spark-defaults.conf as a cluster's would say it."""
     clone = tmp_path / "clone"
     for part in ("lakestep", "examples"):
         shutil.copytree(REPO_ROOT / part, clone / part, ignore=shutil.ignore_patterns("__pycache__"))
@@ -84,15 +81,34 @@ def test_readme_cluster_commands_run(catalog_spec, spark_cluster, tmp_path: Path
         return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=clone, env=env, capture_output=True,
                               text=True, timeout=600)
 
-    proc = run(block)
+    return run
+
+
+@pytest.mark.parametrize("catalog_spec", ["postgres-s3"], indirect=True)
+def test_readme_cluster_commands_run(catalog_spec, spark_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """README "On a cluster": its commands, as written, against the test's standalone cluster
+    (tests/sparkcluster.py), from a copy of the repository's lakestep/ and examples/ (a fresh clone,
+    no lakestep installed on the executors), with the catalog on PostgreSQL and the warehouse on S3."""
+    block = _cluster_block()
+    proc = _readme_runner(catalog_spec, spark_cluster, tmp_path)(block)
     assert proc.returncode == 0 and "\nok: " in f"\n{proc.stdout}", f"{block}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     assert "lakestep.zip" in proc.stdout.split("executors run lakestep:", 1)[1].splitlines()[0], proc.stdout
+    assert spark_cluster.db_attempts() == "", spark_cluster.db_attempts()
 
-    # without --py-files the executors have no lakestep: register() says so before any query starts (the
-    # other mistake, the zip missing from spark-submit's PYTHONPATH: tests/streaming/test_executors.py)
+
+# `make test-long`: the same README commands without the zip, a second spark-submit (~40 s). `make test` checks
+# the same register() check with a worker Python that lacks lakestep in local mode
+# (tests/streaming/test_executors.py::test_register_names_a_worker_python_without_lakestep).
+@pytest.mark.long
+@pytest.mark.parametrize("catalog_spec", ["postgres-s3"], indirect=True)
+def test_readme_cluster_commands_without_the_zip_fail_before_any_query(catalog_spec, spark_cluster,  # type: ignore[no-untyped-def]
+                                                                         tmp_path: Path) -> None:
+    """Without ``--py-files`` the executors have no lakestep: register() says so before any query starts
+    (the other mistake, the zip missing from spark-submit's PYTHONPATH: tests/streaming/test_executors.py)."""
+    block = _cluster_block()
     broken = block.replace("--py-files lakestep.zip", "")
     assert broken != block
-    proc = run(broken)
+    proc = _readme_runner(catalog_spec, spark_cluster, tmp_path)(broken)
     out = proc.stdout + proc.stderr  # spark-submit passes its Python's stderr on as stdout
     assert proc.returncode != 0 and "SparkSetupError" in out and "lakestep cannot run on Spark's executors" in out \
         and "No module named 'lakestep'" in out, f"{broken}\n{proc.stdout}\n{proc.stderr[-4000:]}"

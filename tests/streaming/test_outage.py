@@ -1,4 +1,4 @@
-"""A streaming pipeline across a 20-second outage of its PostgreSQL catalog database.
+"""A streaming pipeline across a 12-second outage of its PostgreSQL catalog database.
 
 The pipeline of the exactly-once test (``pipeline_app.py``: Kafka -> ``s.raw``
 (root job) -> ``s.agg`` (derived job), a coordinator in the driver) runs on
@@ -34,7 +34,7 @@ from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
-OUTAGE_SECONDS = 20.0  # how long the database stays away: the fault itself, never a threshold
+OUTAGE_SECONDS = 12.0  # how long the database stays away: the fault itself, never a threshold
 
 
 def test_a_streaming_pipeline_survives_its_catalog_database_going_away(own_pg, pg_cluster, kafka_broker,

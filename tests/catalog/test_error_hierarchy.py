@@ -12,7 +12,9 @@ Every case runs on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -26,13 +28,14 @@ from lakestep.clock import ManualClock
 from lakestep.query.read import consistent_read
 from lakestep.services import Coordinator
 
-from .test_bad_input import ROWS, SCHEMA, t, with_tables
+from .test_bad_input import ROWS, SCHEMA, state, t, with_tables
 from .test_bad_input import Case as BadInputCase
 
 
 @dataclass(frozen=True)
 class Case(BadInputCase):
     builtin: type[Exception] | None = ValueError  # the builtin the error also is
+    fresh: bool = False  # the case registers jobs or seals before the refused call: a catalog of its own
 
 
 def two_writes(cat: Catalog) -> None:
@@ -125,9 +128,9 @@ CASES = [
     Case("next-batch-unknown-job", lambda c: Pipeline(c).next_batch("nope"), berrors.JobNotFoundError, None),
     Case("next-batch-max-barriers-0", lambda c: (Pipeline(c).register_job("j", sinks=["s.t"]),
                                                 Pipeline(c).next_batch("j", max_barriers=0)),
-         errors.InvalidArgumentError),
-    Case("next-batch-external-job", external_job_plans, errors.InvalidArgumentError),
-    Case("batch-writes-a-non-sink", batch_to_a_non_sink, errors.InvalidArgumentError),
+         errors.InvalidArgumentError, fresh=True),
+    Case("next-batch-external-job", external_job_plans, errors.InvalidArgumentError, fresh=True),
+    Case("batch-writes-a-non-sink", batch_to_a_non_sink, errors.InvalidArgumentError, fresh=True),
     Case("choose-bad-level", lambda c: Pipeline(c).choose(["s.t"], level="bogus"),  # type: ignore[arg-type]
          errors.InvalidArgumentError),
     Case("choose-bad-scope", lambda c: Pipeline(c).choose(["s.t"], scope="bogus"),  # type: ignore[arg-type]
@@ -152,16 +155,27 @@ CASES = [
 
 
 @pytest.fixture
-def cat(catalog: Catalog) -> Catalog:
-    """The tables of test_bad_input.py, and s.flat (not partitioned, empty)."""
-    with_tables(catalog).create_table("s.flat", SCHEMA)
+def cat(shared_catalog: tuple[Any, Catalog]) -> Catalog:
+    """The tables of test_bad_input.py, and s.flat (not partitioned, empty), made once in the module's
+    catalog of the backend (conftest.SharedCatalogs): every case checks that it changed nothing, so the
+    next case finds the same catalog as a fresh one."""
+    catalog = shared_catalog[1]
+    if "s" not in catalog.list_namespaces():
+        with_tables(catalog).create_table("s.flat", SCHEMA)
     return catalog
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_every_error_is_a_lakestep_error(cat: Catalog, case: Case) -> None:
-    with pytest.raises(Exception) as ei:
-        case.call(cat)
+def test_every_error_is_a_lakestep_error(catalog_spec: Any, cat: Catalog, case: Case) -> None:
+    with contextlib.ExitStack() as stack:
+        if case.fresh:
+            cat = stack.enter_context(contextlib.closing(catalog_spec.open()))
+            with_tables(cat).create_table("s.flat", SCHEMA)
+        before = state(cat)
+        with pytest.raises(Exception) as ei:
+            case.call(cat)
+        if not case.fresh:
+            assert state(cat) == before, "a refused call changed the catalog"
     assert type(ei.value) is case.error, repr(ei.value)
     assert isinstance(ei.value, errors.LakestepError) and str(ei.value)
     if case.builtin is not None:

@@ -60,13 +60,25 @@ FILES = [
 ]
 
 
-@pytest.fixture
-def table(catalog: Catalog):  # type: ignore[no-untyped-def]
+def _made(catalog: Catalog):  # type: ignore[no-untyped-def]
     catalog.create_namespace("s")
     t = catalog.create_table("s.t", SCHEMA)
     for data in FILES:
         t.append(data)
     return t
+
+
+@pytest.fixture
+def table(catalog: Catalog):  # type: ignore[no-untyped-def]
+    return _made(catalog)
+
+
+@pytest.fixture
+def read_only_table(shared_catalog):  # type: ignore[no-untyped-def]
+    """The table of ``table``, made once in the module's catalog of the backend (conftest.SharedCatalogs),
+    for tests that only read it."""
+    catalog = shared_catalog[1]
+    return catalog.load_table("s.t") if "s" in catalog.list_namespaces() else _made(catalog)
 
 
 def _matching(table, where) -> set[str]:  # type: ignore[no-untyped-def]
@@ -126,8 +138,8 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_planned_reads_equal_the_python_path(table, name: str) -> None:  # type: ignore[no-untyped-def]
-    _check(table, CASES[name])
+def test_planned_reads_equal_the_python_path(read_only_table, name: str) -> None:  # type: ignore[no-untyped-def]
+    _check(read_only_table, CASES[name])
 
 
 def test_values_that_do_not_convert_exactly_do_not_narrow() -> None:

@@ -289,15 +289,21 @@ LAKESTEP_CASES = [
 
 
 @pytest.fixture
-def lakestep_base(catalog: Catalog) -> Iterator[dict[str, str]]:
-    """A catalog with the table ``s.t`` (no primary key): the options that name it, and a job."""
+def lakestep_base(shared_catalog: tuple[Any, Catalog]) -> Iterator[dict[str, str]]:
+    """A catalog with the table ``s.t`` (no primary key): the options that name it, and a job. The
+    module's catalog of the backend (conftest.SharedCatalogs), the table made once: a refused option
+    commits nothing."""
     from lakestep.streaming import catalog_cache
 
-    catalog.create_namespace("s")
-    catalog.create_table("s.t", SCHEMA)
+    catalog = shared_catalog[1]
+    if "s" not in catalog.list_namespaces():
+        catalog.create_namespace("s")
+        catalog.create_table("s.t", SCHEMA)
+    head = catalog.load_table("s.t").version
     yield {"catalog": catalog.url, "table": "s.t", "job": "j"}
     for key in [key for key in catalog_cache._catalogs if key[0] == catalog.url]:  # opened by the data source
         catalog_cache._catalogs.pop(key).close()
+    assert catalog.load_table("s.t").version == head, "a refused option committed"
 
 
 def _use(source: LakestepDataSource, use: str) -> Any:

@@ -35,3 +35,22 @@ def test_importing_it_does_not_load_pyspark() -> None:
 
     code = "import sys, lakestep.testing.spark; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_the_class_archive_workload_imports_what_it_runs() -> None:
+    """make_class_archive runs its workload as a script (``python -c``): its imports must resolve there (a
+    relative import, which only a module may make, once left every fresh clone without the archive: the
+    Spark lane then starts each JVM in about twice the time). The imports run in a fresh interpreter;
+    the whole workload runs at the start of every `make test` that has no archive yet."""
+    import ast
+    import subprocess
+
+    from lakestep.testing import spark
+
+    tree = ast.parse(spark._ARCHIVE_WORKLOAD)
+    imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert imports and all(not (isinstance(i, ast.ImportFrom) and i.level) for i in imports), \
+        [ast.unparse(i) for i in imports]
+    code = "\n".join(ast.unparse(i) for i in imports)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

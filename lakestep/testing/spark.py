@@ -84,7 +84,6 @@ def class_archive_path(folder: "str | Path") -> Path:
 _ARCHIVE_WORKLOAD = """
 import sys, tempfile
 from lakestep.testing.spark import local_session
-from ..services import Coordinator
 work = tempfile.mkdtemp(prefix="lakestep-cds-")
 spark = local_session("lakestep-class-archive", work, jvm_options=sys.argv[1])
 df = spark.range(1000).selectExpr("id", "id % 7 AS k", "CAST(id AS STRING) AS s")

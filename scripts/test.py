@@ -23,8 +23,9 @@
    lane's wall time, its 10 slowest tests and the share of the lane they take,
    then each lane's status and the tests that failed, last (a CI log's tail).
 5. The Spark lane's JVMs start from a class-data archive made once per
-   virtualenv, pyspark and JVM (lakestep/testing/spark.py), while the other lane
-   has already started: a Spark JVM starts in about half the time. Every JVM of
+   virtualenv, pyspark and JVM (lakestep/testing/spark.py): a Spark JVM starts in
+   about half the time. Where it is missing it is made beside the running lanes,
+   and the lane's JVMs started after it is complete map it. Every JVM of
    the lane compiles with C1 only (``JAVA_TOOL_OPTIONS``): short runs, less CPU.
 6. When both lanes ran their whole selection, the budget guard runs last
    (tests/test_budget.py, marked ``budget``): it fails when a test outside
@@ -72,11 +73,13 @@ def _pump(name: str, proc: subprocess.Popen[bytes], lock: threading.Lock, ended:
     ended[name] = time.monotonic()
 
 
-def _class_archive(lock: threading.Lock) -> dict[str, str]:
+def _class_archive(lock: threading.Lock, making: list[threading.Thread]) -> dict[str, str]:
     """The Spark lane's class-data archive (lakestep/testing/spark.py): made once per virtualenv,
     pyspark and JVM (under the virtualenv, so `make clean` drops it), then mapped by every local
     Spark JVM of the lane (~2x faster start-up). Returns the lane's environment for it; {} when
-    it cannot be made (the lane then runs as before)."""
+    there is no java or pyspark. A missing archive is made in a thread of its own (appended to
+    ``making``) while the lane already runs: its JVMs look for the file when they start, so the ones
+    started before it is complete (renamed into place whole) run without it, the later ones with it."""
     if os.environ.get("LAKESTEP_SPARK_CLASS_ARCHIVE"):
         return {}
     sys.path.insert(0, str(ROOT))
@@ -84,16 +87,26 @@ def _class_archive(lock: threading.Lock) -> dict[str, str]:
         from lakestep.testing.spark import CLASS_ARCHIVE_ENV, class_archive_path, make_class_archive
 
         path = class_archive_path(Path(sys.prefix) / "spark-class-archive")
-        began, made = time.monotonic(), path.is_file()
-        ok = make_class_archive(path)
     except Exception as e:  # no java, no pyspark: the lane says so itself
         with lock:
             print(f"[spark] no class-data archive: {e}", flush=True)
         return {}
-    with lock:
-        what = "cached" if made else f"made in {time.monotonic() - began:.0f} s" if ok else "could not be made"
-        print(f"[spark] class-data archive {path.name}: {what}", flush=True)
-    return {CLASS_ARCHIVE_ENV: str(path)} if ok else {}
+    if path.is_file():
+        with lock:
+            print(f"[spark] class-data archive {path.name}: cached", flush=True)
+        return {CLASS_ARCHIVE_ENV: str(path)}
+
+    def make() -> None:
+        began = time.monotonic()
+        ok = make_class_archive(path)
+        with lock:
+            what = f"made in {time.monotonic() - began:.0f} s" if ok else "could not be made"
+            print(f"[spark] class-data archive {path.name}: {what} (the lane's JVMs started from now on map it)",
+                  flush=True)
+
+    making.append(threading.Thread(target=make, daemon=True))
+    making[-1].start()
+    return {CLASS_ARCHIVE_ENV: str(path)}
 
 
 def _quick_jit() -> dict[str, str]:
@@ -175,15 +188,16 @@ def main(argv: list[str]) -> int:
     ended: dict[str, float] = {}
     codes: dict[str, int] = {}
     prep = None
+    making: list[threading.Thread] = []  # the class-data archive, when it is made during this run
     if not long and not any(not a.startswith("-") for a in argv):  # the whole suite: its compat lane's venv
         # the interop tests' jars and Spark first (they run early in the Spark lane), then Spark 3.5's venv
         py = shlex.quote(sys.executable)
         prep = subprocess.Popen(["sh", "-c", f"{py} scripts/jars.py --peer; {py} scripts/compat.py --prepare --only 3.5"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         threading.Thread(target=_pump, args=("prep", prep, lock, ended), daemon=True).start()
-    for name, marks in reversed(LANES):  # the other lane first: it starts while the archive is made
+    for name, marks in reversed(LANES):  # the other lane first
         marks = f"{marks} and long" if long else f"{marks} and not long and not budget"
-        extra = {**_class_archive(lock), **_quick_jit()} if name == "spark" else {}
+        extra = {**_class_archive(lock, making), **_quick_jit()} if name == "spark" else {}
         proc = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-m", marks, f"--basetemp={run / name}", *argv],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -202,6 +216,8 @@ def main(argv: list[str]) -> int:
         raise
     if prep is not None:
         prep.wait()
+    for thread in making:
+        thread.join()
     minutes = (time.monotonic() - started) / 60
     print(f"lanes: {', '.join(f'{n} exit {c}' for n, c in codes.items())}; {minutes:.1f} min", flush=True)
     _summary(run, {name: ended[name] - started for name, _ in LANES})

@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
     prep = None
     making: list[threading.Thread] = []  # the class-data archive, when it is made during this run
     if not long and not any(not a.startswith("-") for a in argv):  # the whole suite: its compat lane's venv
-        # the interop tests' jars and Spark first (they run early in the Spark lane), then Spark 3.5's venv
+        # the interop tests' jars and Spark first (the Spark lane runs them last), then Spark 3.5's venv
         py = shlex.quote(sys.executable)
         prep = subprocess.Popen(["sh", "-c", f"{py} scripts/jars.py --peer; {py} scripts/compat.py --prepare --only 3.5"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -70,6 +70,9 @@ ALLOWED: dict[str, str] = {
     # shown to kill the same mutants, scripts/mutate.py).
     "tests/barrier/test_simulation.py::test_simulation_sqlite":
         "200 generated programs against the real catalog, each checking every isolation level",
+    "tests/barrier/test_rules.py::test_fast_paths_agree_with_the_rules_sqlite":
+        "40 generated topologies and programs, each answer of the fast paths checked against the rules "
+        "at every scope (measured 44-67 s)",
     "tests/barrier/test_simulation.py::test_simulation_postgres":
         "20 generated programs, each on a fresh PostgreSQL catalog schema",
     "tests/iceberg/test_publish.py::test_every_kind_of_change":

@@ -202,6 +202,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 if spark_fixtures & set(getattr(i, "fixturenames", ())) and i.get_closest_marker("spark") is None]
     if unmarked:
         raise pytest.UsageError(f"tests that use Spark without the 'spark' mark: {unmarked[:5]}")
+    # the JVM peers' tests last: in a fresh clone their virtualenv and jars are made beside the lanes as the
+    # run starts (scripts/test.py's prep, ~2 min), which the first of them would otherwise wait for
+    items.sort(key=lambda i: i.nodeid.startswith("tests/interop/"))
 
 
 @pytest.fixture

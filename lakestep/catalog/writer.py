@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InternalError, StorageError
 from .columns import ColumnIds, as_schema, renamed, schema_with_ids, stored_names, stored_schema
-from .files import NewFile, compute_stats, partition_key
+from .files import NewFile, footer_leaves, leaf_count, partition_key, written_stats
 from .storage import Storage, is_object_store, storage_error
 
 
@@ -68,18 +68,6 @@ _BITS = {1: "B", 2: "H", 4: "I", 8: "Q"}
 #: The same for float and double (Python floats: cheaper than the bits as integers), and the
 #: formats of their bits.
 _FLOAT_BITS = {"f": "I", "d": "Q"}
-
-
-def leaf_count(t: pa.DataType) -> int:
-    """How many Parquet leaf columns a column of Arrow type ``t`` is written as."""
-    if pa.types.is_struct(t):
-        return sum(leaf_count(t.field(i).type) for i in range(t.num_fields))
-    if pa.types.is_map(t):
-        return leaf_count(t.key_type) + leaf_count(t.item_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) \
-            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
-        return leaf_count(t.value_type)
-    return 1
 
 
 @functools.lru_cache(maxsize=64)
@@ -147,7 +135,7 @@ class _Layout:
     """What writing rows of one schema takes that depends on that schema alone, worked out once
     (a FileWriter keeps the last one): the schema written (column ids, rule 4 of columns.py;
     stored names, rule 6), how each column's distinct values are counted (:func:`_counting`), its
-    Parquet leaf columns."""
+    Parquet leaf columns, which footer bounds are exact (files.footer_leaves)."""
 
     def __init__(self, schema: pa.Schema, column_ids: ColumnIds | None, names: pa.Schema | None) -> None:
         self.schema = schema  # as given, metadata included
@@ -156,6 +144,7 @@ class _Layout:
         self.stored = stored_schema(plain, names) if names is not None else None
         self.written = self.stored if self.stored is not None else plain
         self.counting = tuple(_counting(f.type) for f in self.written)
+        self.footer = footer_leaves(self.written)
         self._paths: list[list[str]] | None = None
 
     def apply(self, data: pa.Table) -> pa.Table:
@@ -226,7 +215,7 @@ class FileWriter:
         layout = self.layout(data.schema)
         data = layout.apply(data)
         try:
-            size = self._write_file(data, full, layout)
+            size, md = self._write_file(data, full, layout)
         except OSError as e:  # disk full, read-only, no permission: the partial file must not stay
             self._delete_quietly(full)
             raise storage_error(e, full, "writing a data file") from e
@@ -235,18 +224,19 @@ class FileWriter:
             record_count=data.num_rows,
             file_size=size,
             partition_json=partition_key(part),
-            stats_json=json.dumps(compute_stats(data), separators=(",", ":")),
+            stats_json=json.dumps(written_stats(md, data, layout.footer), separators=(",", ":")),
             source_ids=list(source_ids),
             seq=seq,
         )
 
-    def _write_file(self, data: pa.Table, full: str, layout: _Layout) -> int:
+    def _write_file(self, data: pa.Table, full: str, layout: _Layout) -> tuple[int, Any]:
         """One file, written under its final name: nothing is renamed (object stores have no
-        atomic rename; an S3 object becomes visible whole when its upload completes)."""
+        atomic rename; an S3 object becomes visible whole when its upload completes). Returns its
+        size and its footer (``pyarrow.parquet.FileMetaData``)."""
         if self.remote:  # object stores have no directories to make
             with self.fs.open_output_stream(full) as sink:
-                pq.write_table(data, sink, **self._parquet_options(data, layout))
-                return int(sink.tell())
+                md = self._write_parquet(data, sink, layout)
+                return int(sink.tell()), md
         parent = os.path.dirname(full)
         if parent not in self._made_dirs:
             self.fs.create_dir(parent, recursive=True)
@@ -257,12 +247,17 @@ class FileWriter:
             self.fs.create_dir(parent, recursive=True)
             sink = self.fs.open_output_stream(full)
         with sink:
-            pq.write_table(data, sink, **self._parquet_options(data, layout))
-            return int(sink.tell())
+            md = self._write_parquet(data, sink, layout)
+            return int(sink.tell()), md
 
-    def _parquet_options(self, data: pa.Table, layout: _Layout) -> dict[str, Any]:
-        return {"compression": self.compression, "row_group_size": self.row_group_size,
-                "write_statistics": True, "use_dictionary": self._dictionary_columns(data, layout)}
+    def _write_parquet(self, data: pa.Table, sink: Any, layout: _Layout) -> Any:
+        """``pq.write_table(data, sink, ...)``, returning the footer it wrote. (Not its
+        ``metadata_collector``: when a write fails, the collector's own error, that the writer
+        has no footer, hides the OSError.)"""
+        with pq.ParquetWriter(sink, data.schema, compression=self.compression, write_statistics=True,
+                              use_dictionary=self._dictionary_columns(data, layout)) as w:
+            w.write_table(data, row_group_size=self.row_group_size)
+        return w.writer.metadata
 
     def _dictionary_columns(self, data: pa.Table, layout: _Layout) -> "list[str] | bool":
         """The Parquet leaf columns to dictionary-encode: all but those of top-level primitive

@@ -1,15 +1,16 @@
-"""How a data file is written (catalog/writer.py): the cheaper count that decides its dictionary
-encoding, and what a FileWriter works out once per schema, change nothing a file holds or
-records.
+"""How a data file is written (catalog/writer.py): its statistics taken from the footer pyarrow
+wrote (catalog/files.py, ``written_stats``), the cheaper count that decides its dictionary
+encoding, what a FileWriter works out once per schema: nothing a file holds or records
+changes, only how it is worked out.
 
-The reference is the former code: ``pc.count_distinct`` of each primitive column's first
-rows, and :func:`compute_stats` over the rows as written (column ids on, stored names).
-The properties:
+The reference is the former code, which the catalog keeps: :func:`compute_stats` over the
+rows as written (column ids on, stored names), min_max for every column; and for the
+encoding, ``pc.count_distinct`` of each primitive column's first rows. The properties:
 
 1. for rows of every type a column can have (nulls, NaN, -0.0, infinities, extremes, empty
-   files, long strings, several row groups, a stored name, a nested column before the
-   others), :meth:`FileWriter.write` records the statistics JSON text :func:`compute_stats`
-   gives, byte for byte (``-0.0`` is not ``0.0`` in the text);
+   files, strings too long for the footer, several row groups, a stored name, a nested
+   column before the others), :meth:`FileWriter.write` records the statistics JSON text
+   :func:`compute_stats` gives, byte for byte (``-0.0`` is not ``0.0`` in the text);
 2. the file is the one the former code wrote, byte for byte: pq.write_table with the former
    dictionary decision (booleans, which are no longer counted, included);
 3. :func:`~lakestep.catalog.writer.distinct_count` is ``pc.count_distinct(mode="all")``:

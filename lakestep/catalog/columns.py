@@ -241,14 +241,14 @@ def to_stored(data: pa.Table, table: pa.Schema) -> pa.Table:
     writer writes (zero copy: a rename never changes an array's layout)."""
     if not renamed(table):
         return data
-    return _view(data, stored_schema(data.schema, table))
+    return as_schema(data, stored_schema(data.schema, table))
 
 
 def to_table_names(data: pa.Table, schema: pa.Schema) -> pa.Table:
     """``data`` as read (stored names, in the order of ``schema``'s fields) with the names of
     ``schema``, whose fields it has in that order: what a reader returns."""
     plain = pa.schema([_strip(f) for f in schema], metadata=schema.metadata)
-    return _view(data, plain)
+    return as_schema(data, plain)
 
 
 def _strip(f: pa.Field) -> pa.Field:
@@ -270,7 +270,9 @@ def _without_stored(meta: Mapping[bytes, bytes] | None) -> dict[bytes, bytes] | 
     return out or None
 
 
-def _view(data: pa.Table, schema: pa.Schema) -> pa.Table:
+def as_schema(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` under ``schema``, whose fields have the layouts of its columns (other names, at
+    any level, other metadata): zero copy (:func:`to_stored`, :func:`to_table_names`)."""
     cols = []
     for col, f in zip(data.columns, schema):
         cols.append(col if col.type.equals(f.type) else pa.chunked_array([c.view(f.type) for c in col.chunks],

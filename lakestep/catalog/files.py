@@ -6,7 +6,9 @@ records the row count, the byte size, the partition values and per-column statis
 files without opening them: :class:`DataFile` is a committed file's record,
 :class:`NewFile` a file written but not yet committed; the statistics and partition
 values are JSON, in the codec below, and their typed copies (``ls_file_stats``) are
-pure functions of that JSON.
+pure functions of that JSON. The statistics of a file lakestep writes are taken from the
+footer the Parquet writer wrote where that holds them exactly (:func:`written_stats`),
+those of a file Spark wrote from its footer alone (:func:`footer_stats`).
 
 Nothing here touches the filesystem or talks to the catalog database.
 """
@@ -23,6 +25,8 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from .columns import stored_name
 
 
 # ---------------------------------------------------------------- stats codec
@@ -84,18 +88,162 @@ class ColumnStats:
 
 def compute_stats(table: pa.Table) -> dict[str, list[Any]]:
     """Per-column [min, max, null_count] in JSON-ready form (no bounds for nested types)."""
+    return {name: column_stats(col) for name, col in zip(table.column_names, table.columns)}
+
+
+def column_stats(col: "pa.ChunkedArray | pa.Array") -> list[Any]:
+    """One column's ``[min, max, null_count]`` (:func:`compute_stats`): bounds None when every
+    value is null, for nested, dictionary and null columns, and for types min_max refuses."""
+    nulls = col.null_count
+    lo = hi = None
+    t = col.type
+    if len(col) > nulls and not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t)):
+        try:
+            mm = pc.min_max(col)
+            lo, hi = encode_value(mm["min"].as_py()), encode_value(mm["max"].as_py())
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError, ValueError):
+            lo = hi = None
+    return [lo, hi, nulls]
+
+
+# ---------------------------------------------------- statistics from a Parquet footer
+# A Parquet writer computes each column chunk's min, max and null count as it writes; the
+# footer holds them. Two writers' files are described from their footers:
+#
+# 1. lakestep's own (writer.py, pyarrow): :func:`written_stats` gives exactly what
+#    :func:`compute_stats` gives for the rows written, without a second pass over them:
+#    bounds from the footer for the types where pyarrow's footer value is the value
+#    ``pc.min_max`` gives (:func:`footer_exact`; for a float column unless a bound is zero,
+#    which the footer stores as -0.0 for a min and 0.0 for a max whatever the rows held),
+#    null counts from the rows (Arrow keeps them), everything else computed from the rows
+#    as before, column by column. tests/catalog/test_file_writing.py proves the equality
+#    over every type the catalog stores;
+# 2. Spark's (streaming/native.py, parquet-mr): :func:`footer_stats`, from the footer alone
+#    (the rows stay in the JVM); bounds unknown where the footer cannot say them exactly.
+def leaf_count(t: pa.DataType) -> int:
+    """How many Parquet leaf columns a column of Arrow type ``t`` is written as."""
+    if pa.types.is_struct(t):
+        return sum(leaf_count(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return leaf_count(t.key_type) + leaf_count(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) \
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return leaf_count(t.value_type)
+    return 1
+
+
+def footer_bounds(md: Any, j: int, t: pa.DataType) -> tuple[Any, Any, int | None, bool]:
+    """Leaf column ``j`` of a file, a top-level column of Arrow type ``t``, as the footer ``md``
+    (``pyarrow.parquet.FileMetaData``) describes it over its row groups: ``(min, max,
+    null_count, exact)``, the bounds as pyarrow converts them (text decoded for a string
+    column), None when no row group has a value. ``null_count`` None: some row group's
+    statistics lack it; ``exact`` False: some row group with values has no bounds, or a
+    NaN bound (parquet-mr counts NaN into them)."""
+    lo = hi = None
+    nulls, exact = 0, True
+    text = pa.types.is_string(t) or pa.types.is_large_string(t)
+    for r in range(md.num_row_groups):
+        cc = md.row_group(r).column(j)
+        st = cc.statistics
+        if st is None or not st.has_null_count:
+            return lo, hi, None, False
+        nulls += st.null_count
+        if cc.num_values - st.null_count <= 0:
+            continue
+        if not st.has_min_max:
+            exact = False
+            continue
+        a, b = st.min, st.max
+        if isinstance(a, float) and (a != a or b != b):
+            exact = False
+            continue
+        if text:
+            a, b = (v.decode() if isinstance(v, bytes) else v for v in (a, b))
+        lo = a if lo is None or a < lo else lo
+        hi = b if hi is None or b > hi else hi
+    return lo, hi, nulls, exact
+
+
+_BOUNDED = (pa.types.is_integer, pa.types.is_boolean, pa.types.is_floating, pa.types.is_string,
+            pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary, pa.types.is_date32,
+            pa.types.is_timestamp, pa.types.is_decimal)
+
+
+def footer_stats(md: Any, schema: pa.Schema) -> dict[str, list[Any]]:
+    """Per top-level primitive column ``[min, max, null_count]`` of a file, from its footer alone, in
+    :func:`compute_stats`'s form (keyed by stored names); bounds None where the footer does not
+    know them exactly; nested columns (and columns whose null count is not in the footer) left out."""
+    arrow = md.schema.to_arrow_schema()
+    leaf, at = {}, 0
+    for f in arrow:
+        leaf[f.name] = at if not pa.types.is_nested(f.type) else None
+        at += leaf_count(f.type)
     out: dict[str, list[Any]] = {}
-    for name, col in zip(table.column_names, table.columns):
+    for f in schema:
+        j = leaf.get(stored_name(f))
+        if j is None or pa.types.is_nested(f.type):
+            continue
+        lo, hi, nulls, exact = footer_bounds(md, j, f.type)
+        if nulls is None:
+            continue
+        exact = exact and any(is_(f.type) for is_ in _BOUNDED)
+        out[stored_name(f)] = ([encode_value(lo), encode_value(hi), nulls] if exact and lo is not None
+                               else [None, None, nulls])
+    return out
+
+
+def footer_exact(t: pa.DataType) -> bool:
+    """Whether pyarrow's footer bounds of a top-level column of type ``t`` (as pyarrow writes it) are
+    the values ``pc.min_max(column)`` gives, in the same Python form: integers, booleans, float and
+    double (but a zero bound: :func:`written_stats`), strings, binaries, dates, times to microseconds,
+    timestamps without a time zone or in UTC (the footer's are UTC), 128- and 256-bit decimals. Not:
+    types min_max refuses (their bounds are None), dictionaries, nested, date64, nanosecond times,
+    other time zones, views, half floats, 32- and 64-bit decimals, extension types."""
+    T = pa.types
+    if T.is_integer(t) or T.is_boolean(t) or T.is_float32(t) or T.is_float64(t) or T.is_date32(t):
+        return True
+    if T.is_string(t) or T.is_large_string(t) or T.is_binary(t) or T.is_large_binary(t) \
+            or T.is_fixed_size_binary(t) or T.is_decimal128(t) or T.is_decimal256(t):
+        return True
+    if T.is_time32(t) or T.is_time64(t):
+        return bool(t.unit != "ns")
+    if T.is_timestamp(t):
+        return t.tz is None or t.tz == "UTC"
+    return False
+
+
+def footer_leaves(schema: pa.Schema) -> tuple[tuple[int | None, ...], int]:
+    """For a file pyarrow writes with ``schema``: per top-level column the index of its Parquet leaf
+    column when :func:`footer_exact` (else None), and the number of leaf columns."""
+    out: list[int | None] = []
+    at = 0
+    for f in schema:
+        out.append(at if footer_exact(f.type) else None)
+        at += leaf_count(f.type)
+    return tuple(out), at
+
+
+def written_stats(md: Any, data: pa.Table, leaves: tuple[tuple[int | None, ...], int]) -> dict[str, list[Any]]:
+    """:func:`compute_stats` of ``data``, which pyarrow has just written into the file whose footer is
+    ``md``; ``leaves``: :func:`footer_leaves` of ``data.schema``. Bounds from the footer where they are
+    exact (comment above: 1.), the others computed from the rows, column by column."""
+    at, total = leaves
+    if md.num_columns != total:  # not the file of these columns: no footer bound can be trusted
+        return compute_stats(data)
+    out: dict[str, list[Any]] = {}
+    for name, col, j in zip(data.column_names, data.columns, at):
         nulls = col.null_count
-        lo = hi = None
-        t = col.type
-        if len(col) > nulls and not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t)):
-            try:
-                mm = pc.min_max(col)
-                lo, hi = encode_value(mm["min"].as_py()), encode_value(mm["max"].as_py())
-            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError, ValueError):
-                lo = hi = None
-        out[name] = [lo, hi, nulls]
+        if j is None or len(col) == nulls:
+            out[name] = column_stats(col)
+            continue
+        try:
+            lo, hi, _, exact = footer_bounds(md, j, col.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):  # a bound pyarrow cannot convert
+            exact = False
+        if not exact or lo is None or hi is None or isinstance(lo, float) and (lo == 0 or hi == 0):
+            out[name] = column_stats(col)
+            continue
+        out[name] = [encode_value(lo), encode_value(hi), nulls]
     return out
 
 

@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InternalError, StorageError
-from .columns import ColumnIds, renamed, stored_names, to_stored, with_ids
-from .files import NewFile, compute_stats, partition_key
+from .columns import ColumnIds, as_schema, renamed, schema_with_ids, stored_names, stored_schema
+from .files import NewFile, footer_leaves, leaf_count, partition_key, written_stats
 from .storage import Storage, is_object_store, storage_error
 
 
@@ -60,18 +60,14 @@ def split_by_partition(data: pa.Table, partition_by: list[str]) -> list[tuple[di
 
 #: Rows whose distinct count decides whether a column is dictionary-encoded (FileWriter).
 DICTIONARY_SAMPLE_ROWS = 8192
-
-
-def leaf_count(t: pa.DataType) -> int:
-    """How many Parquet leaf columns a column of Arrow type ``t`` is written as."""
-    if pa.types.is_struct(t):
-        return sum(leaf_count(t.field(i).type) for i in range(t.num_fields))
-    if pa.types.is_map(t):
-        return leaf_count(t.key_type) + leaf_count(t.item_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) \
-            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
-        return leaf_count(t.value_type)
-    return 1
+#: Up to this many rows, the distinct strings or bytes of a sample are counted in a Python set
+#: (cheaper than a pyarrow.compute call below a few hundred values; dearer above).
+_SMALL_TEXT = 256
+#: memoryview formats of the fixed widths whose values' bits a Python set can count.
+_BITS = {1: "B", 2: "H", 4: "I", 8: "Q"}
+#: The same for float and double (Python floats: cheaper than the bits as integers), and the
+#: formats of their bits.
+_FLOAT_BITS = {"f": "I", "d": "Q"}
 
 
 @functools.lru_cache(maxsize=64)
@@ -90,6 +86,80 @@ def _leaf_paths(schema_ipc: bytes) -> list[list[str]]:
     if i != len(leaves):  # a type whose leaves are counted differently: the paths cannot be split
         raise InternalError(f"{len(leaves)} Parquet leaf columns for {schema}, counted {i}")
     return out
+
+
+def _counting(t: pa.DataType) -> str | None:
+    """How :func:`distinct_count` counts the distinct values of a column of type ``t``; None when
+    no count is needed: the column is dictionary-encoded whatever its values (nested, dictionary
+    and null columns; booleans, which Parquet never dictionary-encodes; types count_distinct
+    refuses)."""
+    T = pa.types
+    if T.is_nested(t) or T.is_dictionary(t) or T.is_null(t) or T.is_boolean(t):
+        return None
+    try:
+        pc.count_distinct(pa.array([], t), mode="all")
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        return None
+    if T.is_float32(t) or T.is_float64(t):
+        return "f" if T.is_float32(t) else "d"
+    if T.is_integer(t) or T.is_floating(t) or T.is_temporal(t) and not T.is_interval(t):
+        return _BITS.get(t.bit_width // 8, "compute")
+    if T.is_string(t) or T.is_large_string(t) or T.is_binary(t) or T.is_large_binary(t) or T.is_fixed_size_binary(t):
+        return "text"
+    return "compute"
+
+
+def distinct_count(col: pa.ChunkedArray, how: str) -> int:
+    """``pc.count_distinct(col, mode="all")`` (a null counts as a value; fixed-width values compare
+    bit by bit: -0.0 is not 0.0, NaNs of other payloads differ), counted in Python where that is
+    cheaper: the values of a fixed-width column without nulls (floats as Python floats, which
+    compare as their bits do unless a zero or a NaN is among them; then by their bits), those
+    of a short string or binary column. ``how``: :func:`_counting` of the column's type."""
+    if col.num_chunks == 1:
+        a = col.chunk(0)
+        if how == "text" and len(a) <= _SMALL_TEXT:
+            return len(set(a.to_pylist()))
+        if len(how) == 1 and a.null_count == 0:
+            try:
+                buf = memoryview(a.buffers()[1])
+                values = set(buf.cast(how)[a.offset:a.offset + len(a)])  # type: ignore[call-overload]
+                if how in _FLOAT_BITS and (0.0 in values or any(v != v for v in values)):
+                    values = set(buf.cast(_FLOAT_BITS[how])[a.offset:a.offset + len(a)])  # type: ignore[call-overload]
+                return len(values)
+            except (TypeError, ValueError):  # a buffer whose length is no multiple of the width
+                pass
+    return int(pc.count_distinct(col, mode="all").as_py())
+
+
+class _Layout:
+    """What writing rows of one schema takes that depends on that schema alone, worked out once
+    (a FileWriter keeps the last one): the schema written (column ids, rule 4 of columns.py;
+    stored names, rule 6), how each column's distinct values are counted (:func:`_counting`), its
+    Parquet leaf columns, which footer bounds are exact (files.footer_leaves)."""
+
+    def __init__(self, schema: pa.Schema, column_ids: ColumnIds | None, names: pa.Schema | None) -> None:
+        self.schema = schema  # as given, metadata included
+        self.ids = schema_with_ids(schema, column_ids) if column_ids is not None else None
+        plain = self.ids if self.ids is not None else schema
+        self.stored = stored_schema(plain, names) if names is not None else None
+        self.written = self.stored if self.stored is not None else plain
+        self.counting = tuple(_counting(f.type) for f in self.written)
+        self.footer = footer_leaves(self.written)
+        self._paths: list[list[str]] | None = None
+
+    def apply(self, data: pa.Table) -> pa.Table:
+        """``data`` (of :attr:`schema`) as written: with_ids, then to_stored (columns.py), zero copy."""
+        if self.ids is not None:
+            data = pa.Table.from_arrays(data.columns, schema=self.ids)
+        if self.stored is not None:
+            data = as_schema(data, self.stored)
+        return data
+
+    def paths(self) -> list[list[str]]:
+        """Per column, the dotted paths of its Parquet leaf columns."""
+        if self._paths is None:
+            self._paths = _leaf_paths(self.written.serialize().to_pybytes())
+        return self._paths
 
 
 class FileWriter:
@@ -117,6 +187,14 @@ class FileWriter:
         self.compression = compression
         self.row_group_size = row_group_size
         self._made_dirs: set[str] = set()
+        self._layout: _Layout | None = None  # of the last schema written
+
+    def layout(self, schema: pa.Schema) -> _Layout:
+        """The :class:`_Layout` of rows of ``schema`` (the last one again while the schema is the same)."""
+        last = self._layout
+        if last is None or not last.schema.equals(schema, check_metadata=True):
+            self._layout = last = _Layout(schema, self.column_ids, self.names)
+        return last
 
     def full_path(self, rel: str) -> str:
         return posixpath.join(self.root, rel) if "://" in self.location else os.path.join(self.root, rel)
@@ -134,11 +212,10 @@ class FileWriter:
         sub = partition_path(part)
         rel = "/".join(p for p in ("data", sub, f"{prefix}{uuid.uuid4().hex}.parquet") if p)
         full = self.full_path(rel)
-        data = with_ids(data, self.column_ids)
-        if self.names is not None:
-            data = to_stored(data, self.names)
+        layout = self.layout(data.schema)
+        data = layout.apply(data)
         try:
-            size = self._write_file(data, full)
+            size, md = self._write_file(data, full, layout)
         except OSError as e:  # disk full, read-only, no permission: the partial file must not stay
             self._delete_quietly(full)
             raise storage_error(e, full, "writing a data file") from e
@@ -147,18 +224,19 @@ class FileWriter:
             record_count=data.num_rows,
             file_size=size,
             partition_json=partition_key(part),
-            stats_json=json.dumps(compute_stats(data), separators=(",", ":")),
+            stats_json=json.dumps(written_stats(md, data, layout.footer), separators=(",", ":")),
             source_ids=list(source_ids),
             seq=seq,
         )
 
-    def _write_file(self, data: pa.Table, full: str) -> int:
+    def _write_file(self, data: pa.Table, full: str, layout: _Layout) -> tuple[int, Any]:
         """One file, written under its final name: nothing is renamed (object stores have no
-        atomic rename; an S3 object becomes visible whole when its upload completes)."""
+        atomic rename; an S3 object becomes visible whole when its upload completes). Returns its
+        size and its footer (``pyarrow.parquet.FileMetaData``)."""
         if self.remote:  # object stores have no directories to make
             with self.fs.open_output_stream(full) as sink:
-                pq.write_table(data, sink, **self._parquet_options(data))
-                return int(sink.tell())
+                md = self._write_parquet(data, sink, layout)
+                return int(sink.tell()), md
         parent = os.path.dirname(full)
         if parent not in self._made_dirs:
             self.fs.create_dir(parent, recursive=True)
@@ -169,14 +247,19 @@ class FileWriter:
             self.fs.create_dir(parent, recursive=True)
             sink = self.fs.open_output_stream(full)
         with sink:
-            pq.write_table(data, sink, **self._parquet_options(data))
-            return int(sink.tell())
+            md = self._write_parquet(data, sink, layout)
+            return int(sink.tell()), md
 
-    def _parquet_options(self, data: pa.Table) -> dict[str, Any]:
-        return {"compression": self.compression, "row_group_size": self.row_group_size,
-                "write_statistics": True, "use_dictionary": self._dictionary_columns(data)}
+    def _write_parquet(self, data: pa.Table, sink: Any, layout: _Layout) -> Any:
+        """``pq.write_table(data, sink, ...)``, returning the footer it wrote. (Not its
+        ``metadata_collector``: when a write fails, the collector's own error, that the writer
+        has no footer, hides the OSError.)"""
+        with pq.ParquetWriter(sink, data.schema, compression=self.compression, write_statistics=True,
+                              use_dictionary=self._dictionary_columns(data, layout)) as w:
+            w.write_table(data, row_group_size=self.row_group_size)
+        return w.writer.metadata
 
-    def _dictionary_columns(self, data: pa.Table) -> "list[str] | bool":
+    def _dictionary_columns(self, data: pa.Table, layout: _Layout) -> "list[str] | bool":
         """The Parquet leaf columns to dictionary-encode: all but those of top-level primitive
         columns whose first :data:`DICTIONARY_SAMPLE_ROWS` values are mostly distinct.
 
@@ -188,22 +271,12 @@ class FileWriter:
         """
         if data.num_rows < 2:
             return True
-        sample = data.slice(0, DICTIONARY_SAMPLE_ROWS)
-        plain = set()
-        for name, col in zip(sample.column_names, sample.columns):
-            t = col.type
-            if pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
-                continue
-            try:
-                distinct = pc.count_distinct(col, mode="all").as_py()
-            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
-                continue
-            if distinct * 2 > len(col):
-                plain.add(name)
+        sample = data.slice(0, DICTIONARY_SAMPLE_ROWS) if data.num_rows > DICTIONARY_SAMPLE_ROWS else data
+        plain = {i for i, how in enumerate(layout.counting)
+                 if how is not None and distinct_count(sample.column(i), how) * 2 > sample.num_rows}
         if not plain:
             return True
-        per_column = _leaf_paths(data.schema.serialize().to_pybytes())
-        return [p for name, paths in zip(data.column_names, per_column) if name not in plain for p in paths]
+        return [p for i, paths in enumerate(layout.paths()) if i not in plain for p in paths]
 
     def _delete_quietly(self, full: str) -> None:
         try:

@@ -62,9 +62,8 @@ import pyarrow.parquet as pq
 
 from .. import _failpoints
 from ..catalog.columns import renamed, stored_name, stored_names, stored_schema
-from ..catalog.files import NewFile, encode_value, partition_key
+from ..catalog.files import NewFile, footer_stats, partition_key
 from ..catalog.storage import is_object_store
-from ..catalog.writer import leaf_count
 from ..catalog.writes import conform
 from ..errors import SchemaMismatchError, StreamingJobError
 from .sink import ERROR_COL, FilesWritten, SinkTarget
@@ -324,55 +323,6 @@ def _json(stats: dict[str, list[Any]]) -> str:
     import json
 
     return json.dumps(stats, separators=(",", ":"))
-
-
-_BOUNDED = (pa.types.is_integer, pa.types.is_boolean, pa.types.is_floating, pa.types.is_string,
-            pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary, pa.types.is_date32,
-            pa.types.is_timestamp, pa.types.is_decimal)
-
-
-def footer_stats(md: Any, schema: pa.Schema) -> dict[str, list[Any]]:
-    """Per top-level primitive column ``[min, max, null_count]`` of a file, from its footer, in
-    :func:`~lakestep.catalog.files.compute_stats`'s form; bounds None where the footer does not
-    know them exactly; nested columns (and columns whose null count is not in the footer) left out."""
-    arrow = md.schema.to_arrow_schema()
-    leaf, at = {}, 0
-    for f in arrow:
-        leaf[f.name] = at if not pa.types.is_nested(f.type) else None
-        at += leaf_count(f.type)
-    out: dict[str, list[Any]] = {}
-    for f in schema:
-        j = leaf.get(stored_name(f))
-        if j is None or pa.types.is_nested(f.type):
-            continue
-        lo = hi = None
-        nulls, exact = 0, any(is_(f.type) for is_ in _BOUNDED)
-        known = True
-        for r in range(md.num_row_groups):
-            cc = md.row_group(r).column(j)
-            st = cc.statistics
-            if st is None or not st.has_null_count:
-                known = False
-                break
-            nulls += st.null_count
-            if cc.num_values - st.null_count <= 0:
-                continue
-            if not st.has_min_max:
-                exact = False
-                continue
-            a, b = st.min, st.max
-            if isinstance(a, float) and (a != a or b != b):  # parquet-mr counts NaN into a bound
-                exact = False
-                continue
-            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
-                a, b = (v.decode() if isinstance(v, bytes) else v for v in (a, b))
-            lo = a if lo is None or a < lo else lo
-            hi = b if hi is None or b > hi else hi
-        if not known:
-            continue
-        out[stored_name(f)] = ([encode_value(lo), encode_value(hi), nulls] if exact and lo is not None
-                               else [None, None, nulls])
-    return out
 
 
 def _partition(store: Any, path: str, md: Any, stats: dict[str, list[Any]], shape: Any) -> dict[str, Any]:

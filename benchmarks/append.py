@@ -44,7 +44,7 @@ DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 # Runs in a process of its own, with PYTHONPATH naming the lakestep to measure.
 _CHILD = r'''
-import datetime as dt, json, sys, tempfile, time, uuid
+import datetime as dt, json, shutil, sys, tempfile, time, uuid
 import pyarrow as pa
 import sqlalchemy as sa
 import lakestep
@@ -93,6 +93,7 @@ try:
     cat.close() if hasattr(cat, "close") else None
     print(json.dumps({"lakestep": lakestep.__file__, "latencies": out, "profile": top}))
 finally:
+    shutil.rmtree(work, ignore_errors=True)
     if db is not None:
         with admin.connect() as c:
             c.execute(sa.text(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"))

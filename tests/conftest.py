@@ -112,10 +112,12 @@ _LANE_DB_PREFIX = "lst_lane_"
 _STALE_LANE_DB_S = 6 * 3600  # a lane database this old is a killed run's: dropped by the next session
 
 
+def _psycopg2(url: sa.URL) -> sa.URL:
+    return url.set(drivername="postgresql+psycopg2") if url.drivername == "postgresql" else url
+
+
 def _pg_engine(url: sa.URL) -> sa.Engine:
-    if url.drivername == "postgresql":
-        url = url.set(drivername="postgresql+psycopg2")
-    return sa.create_engine(url, isolation_level="AUTOCOMMIT", pool_size=2)
+    return sa.create_engine(_psycopg2(url), isolation_level="AUTOCOMMIT", pool_size=2)
 
 
 @pytest.fixture(scope="session")
@@ -155,9 +157,7 @@ def _drop_database_later(name: str) -> None:
               "e = sa.create_engine(sys.argv[1], isolation_level='AUTOCOMMIT')\n"
               "with e.connect() as c:\n"
               "    c.execute(sa.text('DROP DATABASE IF EXISTS \"' + sys.argv[2] + '\" WITH (FORCE)'))\n")
-    url = sa.make_url(PG_URL)
-    if url.drivername == "postgresql":
-        url = url.set(drivername="postgresql+psycopg2")
+    url = _psycopg2(sa.make_url(PG_URL))
     subprocess.Popen([sys.executable, "-c", script, url.render_as_string(hide_password=False), name],
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True)

@@ -11,6 +11,9 @@ Actions:
     ``exit@N``      the same at the N-th time the failpoint is reached (1 is the first)
     ``raise``       :class:`FailpointError` is raised
     ``sleep:SECS``  the step waits, widening a race window
+    ``stop@N``      the process stops itself (SIGSTOP, as a pause of the machine or
+                    a debugger would) the N-th time the failpoint is reached, and
+                    only then; it goes on when sent SIGCONT
     ``disconnect``  :class:`~lakestep.errors.CatalogUnavailableError` is raised, as
                     when the connection to the catalog database breaks at that step
     a callable      (in-process only) called with the failpoint's name
@@ -21,6 +24,7 @@ Disarmed, a failpoint costs one dictionary lookup.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Callable, Union
 
@@ -66,6 +70,10 @@ def hit(name: str) -> None:
         _hits[name] = _hits.get(name, 0) + 1
         if _hits[name] >= int(action.split("@", 1)[1]):
             os._exit(137)
+    elif action.startswith("stop@"):
+        _hits[name] = _hits.get(name, 0) + 1
+        if _hits[name] == int(action.split("@", 1)[1]):
+            os.kill(os.getpid(), signal.SIGSTOP)
     elif action == "raise":
         raise FailpointError(f"failpoint {name!r}")
     elif action == "disconnect":

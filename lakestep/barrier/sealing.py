@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from .. import _failpoints
 from ..catalog import epoch, retention
 from ..catalog import schema as S
 from ..clock import database_now
@@ -213,6 +214,7 @@ def seal_and_snapshot(
     wall = catalog.clock.now()
     with catalog.backend.write() as conn:
         now, cur = _fence(catalog, conn, lease)
+        _failpoints.hit("seal.locked")  # the lease row locked (a pause here must not block the standby forever)
         made = _snapshot_in(conn, topology, policy, wall, cur.snapshot_barrier) if (policy and topology) else []
         row = conn.execute(epoch.LOCK_FOR_SEAL).one()
         e, opened_at = int(row[0]), float(row[1])

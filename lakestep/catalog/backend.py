@@ -44,7 +44,12 @@ connections); a server-side ``statement_timeout``; and a client-side
 watchdog: a statement with no answer ``statement_timeout + grace`` seconds
 after it was sent (a server or proxy that stopped answering) has its socket
 shut down, so the call fails with :class:`CatalogUnavailableError` instead of
-hanging.
+hanging. Optionally ``idle_in_transaction_session_timeout``: the server ends
+a session that sat inside a transaction that long without sending anything
+(a client process paused or stalled mid-transaction), which releases the
+row locks it held; the coordinator sets it to its lease. Not guaranteed: on
+SQLite nothing ends a paused writer's transaction; its write lock is held
+until the process resumes or dies.
 """
 
 from __future__ import annotations
@@ -84,7 +89,11 @@ class DatabaseTimeouts:
     :class:`CatalogUnavailableError`. The others are PostgreSQL's:
     ``connect``; ``pool``: how long a call waits for a free pooled
     connection; ``keepalive_idle``: idle seconds before TCP keepalive probes
-    start.
+    start; ``idle_in_transaction`` (None: never): the server ends a session
+    that waited this long inside a transaction for its client, releasing its
+    locks (the client's next statement then fails with
+    :class:`CatalogUnavailableError`). Only for clients whose transactions
+    never wait on their own work, such as the coordinator.
     """
 
     connect: float = 10.0
@@ -92,10 +101,13 @@ class DatabaseTimeouts:
     grace: float = 10.0
     pool: float = 30.0
     keepalive_idle: int = 30
+    idle_in_transaction: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("connect", "statement", "grace", "pool", "keepalive_idle"):
+        for name in ("connect", "statement", "grace", "pool", "keepalive_idle", "idle_in_transaction"):
             value = getattr(self, name)
+            if value is None and name == "idle_in_transaction":
+                continue
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise InvalidArgumentError(f"timeout {name} must be a positive number of seconds, got {value!r}",
                                            argument=name, value=value)
@@ -540,7 +552,10 @@ def create_backend(url: str, *, echo: bool = False, pool_size: int = 5,
             parsed = parsed.set(drivername="postgresql+psycopg2")
         # The server-side statement timeout rides on libpq's ``options``, with the URL's own.
         options = " ".join(filter(None, [str(parsed.query.get("options", "")),
-                                         f"-c statement_timeout={int(timeouts.statement * 1000)}"]))
+                                         f"-c statement_timeout={int(timeouts.statement * 1000)}"]
+                                        + ([] if timeouts.idle_in_transaction is None else
+                                           [f"-c idle_in_transaction_session_timeout="
+                                            f"{max(1, int(timeouts.idle_in_transaction * 1000))}"])))
         engine = sa.create_engine(
             parsed,
             echo=echo,

@@ -11,6 +11,7 @@ import click
 import sqlalchemy as sa
 
 from ..catalog import Catalog
+from ..catalog.backend import DatabaseTimeouts
 from ..errors import CatalogError
 from ..secrets import mask_url
 from .output import Output
@@ -52,7 +53,7 @@ def catalog_url(value: str) -> str:
 
 
 @contextlib.contextmanager
-def open_catalog(value: str) -> Iterator[Catalog]:
+def open_catalog(value: str, *, timeouts: DatabaseTimeouts | None = None) -> Iterator[Catalog]:
     """Open an existing catalog (never create one: a mistyped URL must not make a new catalog)."""
     url = catalog_url(value)
     try:
@@ -64,7 +65,7 @@ def open_catalog(value: str) -> Iterator[Catalog]:
         if not path or path == ":memory:" or not os.path.isfile(path):
             raise CatalogError(f"no lakestep catalog at {mask_url(url)}: {path or '(no file)'} does not exist")
     try:
-        cat = Catalog(url, create=False)
+        cat = Catalog(url, create=False, timeouts=timeouts)
     except sa.exc.SQLAlchemyError as e:
         first = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
         raise CatalogError(f"cannot open the catalog at {mask_url(url)}: {mask_url(first)}") from None

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 import click
 from rich.table import Table as RichTable
 
+from ..catalog.backend import DatabaseTimeouts
 from ..secrets import mask_url
 from ..services.coordinator import Coordinator
 from ..services.maintenance import MaintenanceLoop, RoundReport
@@ -93,7 +94,10 @@ def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, l
       lakestep coordinator --catalog postgresql://lake@db/lake --interval 5
     """
     log_to_stderr(log_level)
-    with open_catalog(catalog_url) as cat:
+    # on PostgreSQL the server ends this process's session if it stalls inside a transaction longer than
+    # its lease (paused, swapped out): the lease row and the epoch row it holds are then free for a standby
+    # and for root commits; its lease is lost by then anyway
+    with open_catalog(catalog_url, timeouts=DatabaseTimeouts(idle_in_transaction=lease)) as cat:
         coord = Coordinator(cat, interval=interval, seal=seal, lease_seconds=lease, poll=poll,  # type: ignore[arg-type]
                             snapshot_every=snapshot_every or None, retain_count=retain_count or None,
                             retain_seconds=retain_seconds, holder=holder)

@@ -24,6 +24,14 @@ cleanly and releases it). The loop is a :class:`~lakestep.services.base.Service`
 
 A :class:`NotCoordinatorError` (the lease was lost, e.g. after a long pause)
 turns the coordinator into a standby; it never seals with a stale lease.
+**A coordinator paused inside its transaction** (step 3 holds the lease row
+and the epoch row locked) would block the standby and every root commit
+until it resumed: ``lakestep coordinator`` opens its catalog with
+``DatabaseTimeouts(idle_in_transaction=lease)``, so on PostgreSQL the server
+ends its session once it has waited that long, and the standby takes over
+when the lease expires. Open a catalog the same way for a coordinator you run
+yourself. Not guaranteed on SQLite: a paused holder of its write lock stops
+every writer until it resumes or dies.
 While the catalog database is unavailable the loop waits through
 :func:`lakestep.retry.retrying` (``retry``: bounded exponential backoff, one
 log line when the wait starts and one when it ends; by default it waits as
@@ -47,6 +55,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import _failpoints
 from .. import retry as _retry
 from ..barrier import sealing
 from ..barrier.errors import NotCoordinatorError
@@ -205,6 +214,7 @@ class Coordinator(Service):
 
     def tick(self) -> Tick:
         """One step of the loop (module docstring). Safe to call by hand, e.g. in tests."""
+        _failpoints.hit("coordinator.tick")  # between transactions: nothing of the database held
         try:
             if not self._hold():
                 return Tick(False, next_in=min(self.lease_seconds / 4, 1.0))

@@ -2,8 +2,11 @@
 
 Two coordinators run; one holds the lease and seals every 50 ms. Then:
 
-1. the leader is paused (SIGSTOP) past its lease: the standby takes over,
-   never before that lease expired (database clock); resumed (SIGCONT), the old leader is fenced out and
+1. the leader is paused (it stops itself with SIGSTOP at a failpoint) past its lease: on PostgreSQL
+   inside its seal, holding the lease and epoch rows locked (the server ends its idle session, the
+   coordinator's ``idle_in_transaction`` timeout); on SQLite between two ticks (a paused holder of
+   SQLite's write lock blocks every writer: not guaranteed there). The standby takes over, never
+   before that lease expired (database clock); resumed (SIGCONT), the old leader is fenced out and
    never seals again while the other lives;
 2. the new leader is killed (SIGKILL): the old one, now a standby, takes
    over once the lease has expired;
@@ -35,12 +38,19 @@ LEASE = 1.0
 INTERVAL = 0.05
 
 
-def start(spec: Any, holder: str) -> subprocess.Popen[bytes]:
+def start(spec: Any, holder: str, failpoints: str = "") -> subprocess.Popen[bytes]:
+    env = {**os.environ, "LAKESTEP_FAILPOINTS": failpoints}
     return subprocess.Popen(
         [sys.executable, "-m", "lakestep", "coordinator", "--url", spec.url, "--interval", str(INTERVAL),
          "--lease", str(LEASE), "--holder", holder, "--snapshot-every", "0", "--log-level", "WARNING"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
     )
+
+
+def stopped(proc: subprocess.Popen[bytes]) -> bool:
+    """Has the process stopped itself (state T in /proc)?"""
+    with open(f"/proc/{proc.pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def seals_where(p: Pipeline, pred: Callable[[list[Seal]], bool]) -> Callable[[], list[Seal] | None]:
@@ -66,18 +76,24 @@ def test_failover(catalog_spec: Any, catalog: Catalog) -> None:
             committed.append(int(t.append(kv((1, 1)), barrier=OPEN_EPOCH).barrier))  # type: ignore[arg-type]
             stop.wait(0.01)  # paced, and ends as soon as the test stops it
 
-    procs = {h: start(catalog_spec, h) for h in ("A", "B")}
+    # A leads (started first) and stops itself at its 8th seal, holding the rows it locked (PostgreSQL),
+    # or at its 16th tick, between transactions (SQLite)
+    pause = "seal.locked=stop@8" if catalog_spec.backend == "postgres" else "coordinator.tick=stop@16"
+    first, second = "A", "B"
     wait = functools.partial(wait_until, timeout=30.0, interval=0.02,
                              detail=lambda: f"seals {[(s.barrier, s.holder) for s in p.seals()][-10:]}")
+    procs = {first: start(catalog_spec, first, pause)}
     feeder = threading.Thread(target=ingest, daemon=True)
     feeder.start()
     try:
-        seals = wait(seals_where(p, lambda s: len(s) >= 5), "five seals")
-        first, second = seals[-1].holder, ("B" if seals[-1].holder == "A" else "A")
+        wait(seals_where(p, lambda s: len(s) >= 1), f"a seal by {first}")
+        procs[second] = start(catalog_spec, second)
 
-        # 1. pause the leader past its lease
-        procs[first].send_signal(signal.SIGSTOP)
+        # 1. the leader pauses past its lease
+        wait(lambda: stopped(procs[first]), f"{first} stopped at {pause}")
         paused_at = time.time()
+        seals = p.seals()
+        assert len(seals) >= 5 and all(s.holder == first for s in seals), seals
         seals = wait(seals_where(p, lambda s: s[-1].holder == second), f"a seal by {second}")
         took_over = next(s for s in seals if s.holder == second)
         last_of_first = max(s.sealed_at for s in seals if s.holder == first)

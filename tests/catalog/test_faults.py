@@ -197,6 +197,41 @@ def test_killed_connections_never_duplicate_or_leak(pg_spec, pg_admin) -> None: 
         cat.close()
 
 
+# ------------------------------------------------------------- a client stalled inside its transaction
+def test_a_client_stalled_in_its_transaction_loses_its_session_and_blocks_no_one(pg_spec) -> None:  # type: ignore[no-untyped-def]
+    """DatabaseTimeouts(idle_in_transaction=): a client that holds the epoch row locked and sends
+    nothing more (a paused coordinator) has its session ended by the server; a root commit waiting
+    for that lock then lands, and the stalled client's next statement is a typed error; nothing of
+    its transaction is visible."""
+    from lakestep.catalog import schema as S
+
+    stalled = pg_spec.open(timeouts=DatabaseTimeouts(idle_in_transaction=0.5))
+    other = pg_spec.open()
+    try:
+        other.create_namespace("s")
+        t = other.create_table("s.t", SCHEMA)
+        with pytest.raises(errors.CatalogUnavailableError):
+            with stalled.backend.write() as conn:
+                conn.execute(sa.update(S.epoch).where(S.epoch.c.id == 1).values(opened_at=-1.0))  # locks the row
+                # a root commit reads the open epoch FOR SHARE: it waits until the server ends the stalled session
+                t.append({"id": [1], "v": ["x"]}, barrier=OPEN_EPOCH)
+                conn.execute(sa.select(1))
+        assert ids(other, "s.t") == [1]
+        with other.backend.read() as conn:
+            assert conn.execute(sa.select(S.epoch.c.opened_at)).scalar_one() != -1.0
+        with stalled.backend.read() as conn:  # the stalled catalog works again on a new connection
+            assert conn.execute(sa.select(S.epoch.c.id)).scalar_one() == 1
+    finally:
+        stalled.close()
+        other.close()
+
+
+def test_the_idle_in_transaction_timeout_is_checked() -> None:
+    with pytest.raises(errors.InvalidArgumentError, match="idle_in_transaction"):
+        DatabaseTimeouts(idle_in_transaction=0)
+    assert DatabaseTimeouts().idle_in_transaction is None
+
+
 # ------------------------------------------------------------- silent and gone servers
 def test_a_server_that_stops_answering_gives_a_typed_error(pg_proxied) -> None:  # type: ignore[no-untyped-def]
     spec, proxy = pg_proxied

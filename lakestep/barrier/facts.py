@@ -16,7 +16,8 @@ the rule.
   seeks in the newest era and only falls back to older eras (the era loop,
   a short loop) when ``e`` is older than the last restore's barrier.
   :func:`versions_spans` also gives the barriers over which each answer
-  holds (the kept answers of facts_cache.py).
+  holds (the kept answers of facts_cache.py); :func:`versions_and_changes`
+  the first data change after each (a derived batch's plan).
 
 Rollback (rollback.py) writes RESTORE commits tagged with the target barrier
 ``r``, so that "newest version with barrier <= e" is right across a rollback:
@@ -96,6 +97,13 @@ _VERSIONS_SPAN = Query("versions_span", _VERSIONS_SQL.format(span=""",
        (SELECT min(h.barrier) FROM ls_commit h
          WHERE h.table_id = x.table_id AND h.barrier > :e AND h.version >= COALESCE(x.restore_v, 0)) AS hi"""),
                         {"ids": "bigint[]", "e": "bigint"})
+# The same, with the first barrier after the answer whose data differs (first_change), for a
+# derived batch's plan: its start versions and the change that bounds it in one statement.
+_VERSIONS_CHANGE = Query("versions_change", _VERSIONS_SQL.format(span=""",
+       (SELECT c.barrier FROM ls_commit c
+         WHERE c.table_id = x.table_id AND c.version > x.m AND c.barrier IS NOT NULL
+           AND c.data_version > d.data_version
+         ORDER BY c.version LIMIT 1) AS chg"""), {"ids": "bigint[]", "e": "bigint"})
 
 # The whole read_committed choice in ONE statement (one round trip, one
 # snapshot): facts of the scope tables, kinds and joined barriers from the
@@ -311,6 +319,19 @@ def versions_spans(conn: Connection, ids: list[int], barrier: int
             lo = 0 if r[7] is None or int(r[7]) > barrier else int(r[7])  # (m = 0: no commit at or below)
             spans[tid] = (lo, None if r[8] is None else int(r[8]), at)
     return out, spans
+
+
+def versions_and_changes(conn: Connection, ids: Iterable[int], barrier: int
+                         ) -> tuple[dict[int, At], dict[int, int | None]]:
+    """:func:`versions_at`, and :func:`first_change` of each answer, in one statement (plus
+    the same rare fallbacks; an answer of the era loop asks first_change on its own)."""
+    at: dict[int, At] = {}
+    chg: dict[int, int | None] = {}
+    for tid, a, r in _answers(conn, _VERSIONS_CHANGE, ids, barrier):
+        at[tid] = a
+        # versions in (m, a.version] hold m's data version, so "after m" is "after the answer"
+        chg[tid] = first_change(conn, tid, a) if r is None else (None if r[7] is None else int(r[7]))
+    return at, chg
 
 
 def version_at(conn: Connection, table_id: int, barrier: int) -> At:

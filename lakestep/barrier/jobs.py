@@ -52,7 +52,7 @@ from ..catalog.changes import CommitResult, FilesMode, Isolation
 from ..errors import InvalidArgumentError
 from . import rules
 from .errors import JobNotFoundError, StaleBatchError
-from .facts import facts, first_change, heads, versions_at
+from .facts import facts, facts_ex, heads, versions_and_changes, versions_at
 from .graph import Graph, Job, TableKind
 from .progress import frontier, job_frontier, tag_frontier
 from .sealing import open_epoch
@@ -116,17 +116,29 @@ def _job(graph: Graph, job_id: str) -> Job:
     return job
 
 
-def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int | None = None) -> BatchPlan | None:
-    """Step 1 of the protocol, in ``conn``'s read transaction; None when nothing is ready."""
+def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int | None = None,
+               refresh: "Callable[[Connection], Graph] | None" = None) -> BatchPlan | None:
+    """Step 1 of the protocol, in ``conn``'s read transaction; None when nothing is ready.
+    ``graph`` may be a cached one: ``refresh`` reads the current one when the generation read
+    with the facts differs (without it, ``graph`` is taken as read in this transaction)."""
+    if refresh is not None and job_id not in graph.jobs:  # registered since the graph was read?
+        graph = refresh(conn)
     job = _job(graph, job_id)
     if job.external_input:
         raise InvalidArgumentError(f"job {job_id!r} has external input: its commits carry barrier=OPEN_EPOCH, "
                                    "it does not plan barriers", argument="job_id", value=job_id)
     if max_barriers is not None and max_barriers < 1:
         raise InvalidArgumentError("max_barriers must be >= 1", argument="max_barriers", value=max_barriers)
-    open_ = open_epoch(conn)
+    # the facts with the generation and the open epoch in one statement; a graph that is not the
+    # generation read there is read again (the caller's may be the cached one)
+    gen, open_, fx = facts_ex(conn, set(job.sink_ids) | set(job.source_ids))
+    if refresh is not None and gen is not None and gen != graph.generation:
+        graph = refresh(conn)
+        job = _job(graph, job_id)
+        fx.update(facts(conn, (set(job.sink_ids) | set(job.source_ids)) - set(fx)))
+    if open_ is None:  # no tables: a job whose sources and sinks were all dropped
+        open_ = open_epoch(conn)
     managed = [s for s in job.source_ids if graph.kind(s) != "unmanaged"]
-    fx = facts(conn, set(job.sink_ids) | set(job.source_ids))
     sink_fr = {t: tag_frontier(fx[t], open_) for t in job.sink_ids}
     processed = job_frontier(graph, fx, job, open_)
     lo = processed + 1
@@ -134,9 +146,9 @@ def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int
     if lo > ready:
         return None
     hi = ready if max_barriers is None else min(ready, lo + max_barriers - 1)
-    start = versions_at(conn, managed, lo - 1)
+    start, changes = versions_and_changes(conn, managed, lo - 1)
     for s in managed:
-        b = first_change(conn, s, start[s])
+        b = changes[s]
         if b is not None:
             hi = max(lo, min(hi, b))
     end = versions_at(conn, managed, hi)
@@ -253,16 +265,18 @@ class JobBatch:
 
     def _guard(self, conn: Connection) -> list[CommitResult] | None:
         plan = self.plan
-        read_generation(conn, lock="share")
+        gen = read_generation(conn, lock="share")
         if self.catalog.backend.row_locks:
             conn.execute(_LOCK_TABLES, {"ids": sorted(plan.sink_ids)})
-        graph = self.topology.graph(conn)
+        cached = self.topology.cached  # the generation is locked: a graph of it is the current one
+        graph = cached if cached is not None and cached.generation == gen else self.topology.graph(conn)
         job = graph.jobs.get(plan.job_id)
         if job is None:
             raise StaleBatchError(job_id=plan.job_id, barrier=plan.hi, table="-", reason="the job is retired")
-        open_ = open_epoch(conn)
         src_ids = [s.table_id for s in plan.sources.values()]
-        fx = facts(conn, set(plan.sink_ids) | set(src_ids))
+        _, open_, fx = facts_ex(conn, set(plan.sink_ids) | set(src_ids))
+        if open_ is None:  # every table of the batch was dropped
+            open_ = open_epoch(conn)
         fr = {t: tag_frontier(fx[t], open_) for t in plan.sink_ids}
         if all(f >= plan.hi for f in fr.values()):
             log.info("job %s: barriers %d..%d were committed before: replay", plan.job_id, plan.lo, plan.hi)

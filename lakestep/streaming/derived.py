@@ -98,7 +98,7 @@ from ..barrier.jobs import BatchPlan, BatchResult, SourceRange
 from ..catalog.storage import Storage, is_object_store
 from ..errors import CatalogUnavailableError, InvalidArgumentError, SchemaMismatchError
 from . import compat
-from .catalog_cache import open_catalog
+from .catalog_cache import open_catalog, pipeline_of
 from .scan import native_frame, plan_frame, python_frame, python_reason, spark_scan
 
 if TYPE_CHECKING:
@@ -232,6 +232,10 @@ class DerivedJob:
     # ----------------------------------------------------------------- setup
     def _catalog(self) -> "Catalog":
         return open_catalog(self.url, self.storage)
+
+    def _pipeline(self) -> Pipeline:
+        """The process's pipeline on the job's catalog (its graph and table ids cached)."""
+        return pipeline_of(self.url, self.storage)
 
     def _register(self) -> None:
         p = Pipeline(self._catalog())
@@ -368,7 +372,7 @@ class DerivedJob:
 
     # ----------------------------------------------------------------- one batch
     def _plan(self) -> BatchPlan | None:
-        return _retry.retrying(lambda: Pipeline(self._catalog()).next_batch(self.job, max_barriers=self.max_barriers),
+        return _retry.retrying(lambda: self._pipeline().next_batch(self.job, max_barriers=self.max_barriers),
                                policy=self.retry, what=f"job {self.job} (plan)")
 
     def run_once(self, *, force: bool = False) -> BatchResult | None:
@@ -420,8 +424,7 @@ class DerivedJob:
     def _commit(self, plan: BatchPlan, written: "dict[str, FilesWritten]") -> BatchResult:
         """Step 5. Waits out an unavailable database before the commit starts; a commit whose
         outcome became unknown raises (the caller plans again: module docstring)."""
-        cat = self._catalog()
-        p = Pipeline(cat)
+        p = self._pipeline()
 
         def commit() -> BatchResult:
             with p.batch(plan) as b:
@@ -475,7 +478,7 @@ class DerivedJob:
                 if every and time.monotonic() < next_run:
                     stop.wait(min(poll, next_run - time.monotonic()))
                     continue
-                token = Pipeline(self._catalog()).change_token(watched)
+                token = self._pipeline().change_token(watched)
                 if token == idle and time.monotonic() - idle_since < replan:
                     seen = signals.wait(seen, poll)  # a write of this process wakes it at once
                     continue
@@ -498,7 +501,7 @@ class DerivedJob:
     def run_available(self) -> int:
         """Process every barrier ready now (all the job's sources have precommitted it), then return
         the job's frontier (Structured Streaming's ``Trigger.AvailableNow``)."""
-        p = Pipeline(self._catalog())
+        p = self._pipeline()
         target = _retry.retrying(lambda: p.ready_barrier(self.job), policy=self.retry, what=f"job {self.job}")
         self.run(until=lambda: p.job_frontier(self.job) >= target, force=True)
         return p.job_frontier(self.job)

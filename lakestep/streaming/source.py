@@ -52,11 +52,11 @@ from typing import Any, Iterator, Sequence, cast
 import pyarrow as pa
 
 from .. import retry as _retry
-from ..barrier import Pipeline, triggers
+from ..barrier import triggers
 from ..catalog import reader
 from ..catalog.columns import stored_name
 from ..errors import CatalogUnavailableError, InvalidArgumentError, StreamingJobError
-from .catalog_cache import open_catalog, required, storage_of
+from .catalog_cache import open_catalog, pipeline_of, required, storage_of
 from .compat import DataSourceStreamReader, InputPartition, SupportsTriggerAvailableNow
 from .executors import freeze_worker_heap
 from .microbatch import ensure_source_registered
@@ -142,20 +142,19 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _retry.retrying(fn, policy=self.retry, what=f"source {self.table} of job {self.job} ({step})")
 
     def _offset(self, barrier: int) -> dict[str, int]:
-        cat = open_catalog(self.url, self.storage)
-        dv = Pipeline(cat).at(self.table, barrier).data_version if barrier > 0 else 0
+        dv = pipeline_of(self.url, self.storage).at(self.table, barrier).data_version if barrier > 0 else 0
         return {"barrier": barrier, "dv": dv}
 
     def initialOffset(self) -> dict[str, int]:
         return self._waiting(lambda: self._offset(
-            Pipeline(open_catalog(self.url, self.storage)).job_frontier(self.job)), "initialOffset")
+            pipeline_of(self.url, self.storage).job_frontier(self.job)), "initialOffset")
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the barrier an availableNow query reads up to: the newest one
         every source of the job has precommitted now. The query then runs its
         batches (one barrier each, or ``maxBarriersPerTrigger``) up to it and stops."""
         self._target = self._waiting(
-            lambda: Pipeline(open_catalog(self.url, self.storage)).ready_barrier(self.job),
+            lambda: pipeline_of(self.url, self.storage).ready_barrier(self.job),
             "prepareForTriggerAvailableNow")
         log.info("job %s: availableNow reads %s up to barrier %d", self.job, self.table, self._target)
 
@@ -168,7 +167,7 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def plan() -> int:
             if most < 1:
                 return s
-            nxt = Pipeline(open_catalog(self.url, self.storage)).next_batch(self.job, max_barriers=most)
+            nxt = pipeline_of(self.url, self.storage).next_batch(self.job, max_barriers=most)
             return nxt.hi if nxt is not None and nxt.lo == s + 1 else s
 
         def decided() -> dict[str, int]:
@@ -215,7 +214,7 @@ class LakestepStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         release_locks(cat, locker)
         try:
             b = int(end["barrier"])
-            v = Pipeline(cat).version_at(self.table, b) if b > 0 else 0
+            v = pipeline_of(self.url, self.storage).version_at(self.table, b) if b > 0 else 0
             t.lock(locker=locker, version=v, lease_seconds=3600)
         except CatalogUnavailableError:  # waited out by commit()
             raise

@@ -12,7 +12,9 @@ topology, are compared with what each fast path answers:
   ``FactsCache.look``;
 * the version at every barrier (rule 9): ``facts.versions_at`` (one
   statement), the era loop, ``FactsCache.versions_at`` (kept spans, asked
-  twice) and the versions ``facts.choice_rows`` returns;
+  twice) and the versions ``facts.choice_rows`` returns; with
+  ``facts.versions_and_changes``, the first data change after each (what
+  bounds a derived batch);
 * e* (rule 8) at every scope, for several queried sets: the one statement
   of ``facts.choice_rows``, the ``FrontierIndex`` of ``FactsCache`` and
   ``Pipeline.choose`` (barrier, versions, catching-up flags);
@@ -208,11 +210,17 @@ class World:
             for e in range(0, open_ + 1):
                 want = {t: rules.version_at(hist[t], e) for t in ids}
                 got = F.versions_at(conn, ids, e)
+                with_changes, changes = F.versions_and_changes(conn, ids, e)  # a derived batch's plan
                 kept = self.cache.versions_at(conn, known, ids, e)
                 again = self.cache.versions_at(conn, known, ids, e)
                 for t in ids:
                     w = want[t]
                     assert (got[t].version, got[t].data_version) == w, ("versions_at", t, e, hist[t])
+                    assert with_changes[t] == got[t], ("versions_and_changes", t, e, hist[t])
+                    # the first barriered commit after the answer whose data differs
+                    after = [c.barrier for c in hist[t] if c.version > w[0] and c.barrier is not None
+                             and c.data_version > w[1]]
+                    assert changes[t] == (after[0] if after else None), ("first change", t, e, hist[t])
                     if e == open_ or any(c.restore for c in hist[t]):  # the era loop where it differs
                         slow = F._version_at_slow(conn, t, e)
                         assert (slow.version, slow.data_version) == w, ("era loop", t, e, hist[t])

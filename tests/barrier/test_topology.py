@@ -98,3 +98,47 @@ def test_bad_job_ids_and_tables(catalog: Catalog, pipeline: Pipeline) -> None:
 
     with pytest.raises(TableNotFoundError):
         pipeline.register_job("j", sources=["s.nope"], sinks=["s.a"])
+
+
+def test_a_cached_graph_follows_topology_changes_made_elsewhere(catalog_spec, catalog: Catalog,  # type: ignore[no-untyped-def]
+                                                                 pipeline: Pipeline) -> None:
+    """A pipeline plans and commits batches with the graph it read before (checked against the
+    topology's generation in the same statement as the facts): a job registered, re-pointed or
+    retired through another catalog (another process) is seen by its next plan and commit."""
+    from lakestep.barrier import OPEN_EPOCH, StaleBatchError
+    from lakestep.services import Coordinator
+
+    from .conftest import kv
+
+    make_tables(catalog, "a", "b", "d")
+    pipeline.register_job("ingest", sinks=["s.a", "s.b"], external_input=True)
+    coord = Coordinator(catalog, interval=3600)
+    for t in ("s.a", "s.b"):
+        catalog.load_table(t).append(kv((1, 1)), barrier=OPEN_EPOCH)
+    coord.seal()
+    assert pipeline.topology.graph().generation >= 1  # cached now
+    elsewhere = catalog_spec.open()
+    try:
+        other = Pipeline(elsewhere)
+        other.register_job("copy", sources=["s.a"], sinks=["s.d"])  # unknown to the cached graph
+        plan = pipeline.next_batch("copy")
+        assert plan is not None and list(plan.sources) == ["s.a"] and (plan.lo, plan.hi) == (1, 1)
+        other.register_job("copy", sources=["s.b"], sinks=["s.d"])  # re-pointed
+        plan = pipeline.next_batch("copy")
+        assert plan is not None and list(plan.sources) == ["s.b"]
+        with pipeline.batch(plan) as b:
+            b.append("s.d", kv((2, 2)))
+        assert b.result is not None and not b.result.replayed
+        catalog.load_table("s.b").append(kv((3, 3)), barrier=OPEN_EPOCH)
+        coord.seal()
+        plan = pipeline.next_batch("copy")
+        assert plan is not None and plan.lo == 2
+        other.retire_job("copy")  # between the plan and the commit: the guard sees it
+        with pytest.raises(StaleBatchError, match="retired"):
+            with pipeline.batch(plan) as b:
+                b.append("s.d", kv((4, 4)))
+        with pytest.raises(JobNotFoundError):
+            pipeline.next_batch("copy")
+    finally:
+        elsewhere.close()
+        coord.stop()

@@ -97,6 +97,30 @@ _VERSIONS_SPAN = Query("versions_span", _VERSIONS_SQL.format(span=""",
        (SELECT min(h.barrier) FROM ls_commit h
          WHERE h.table_id = x.table_id AND h.barrier > :e AND h.version >= COALESCE(x.restore_v, 0)) AS hi"""),
                         {"ids": "bigint[]", "e": "bigint"})
+# The same at two barriers :e and :f in one statement (a derived batch's guard: its sources
+# at lo-1 and at hi); the barrier of each row last.
+_VERSIONS_TWO = Query("versions_two", """
+WITH w AS MATERIALIZED (
+    SELECT t.table_id, t.version AS head,
+           (SELECT max(r.version) FROM ls_commit r
+             WHERE r.table_id = t.table_id AND r.operation = 'RESTORE') AS restore_v
+      FROM ls_table t WHERE t.table_id IN :ids),
+x AS MATERIALIZED (
+    SELECT w.table_id, w.head, w.restore_v, es.e,
+           COALESCE((SELECT c.version FROM ls_commit c
+                      WHERE c.table_id = w.table_id AND c.barrier <= es.e AND c.version >= COALESCE(w.restore_v, 0)
+                      ORDER BY c.barrier DESC, c.version DESC LIMIT 1),
+                    CASE WHEN w.restore_v IS NULL THEN 0 END) AS m
+      FROM w CROSS JOIN (SELECT :e AS e UNION ALL SELECT :f AS e) es)
+SELECT x.table_id, x.head, x.restore_v, x.m, d.data_version AS dv,
+       (SELECT n.version FROM ls_commit n
+         WHERE n.table_id = x.table_id AND n.version > x.m AND n.data_version > d.data_version
+         ORDER BY n.version LIMIT 1) AS nxt,
+       s.version AS succ, x.e
+  FROM x
+  LEFT JOIN ls_commit d ON d.table_id = x.table_id AND d.version = x.m
+  LEFT JOIN ls_commit s ON s.table_id = x.table_id AND s.version = x.m + 1
+""", {"ids": "bigint[]", "e": "bigint", "f": "bigint"})
 # The same, with the first barrier after the answer whose data differs (first_change), for a
 # derived batch's plan: its start versions and the change that bounds it in one statement.
 _VERSIONS_CHANGE = Query("versions_change", _VERSIONS_SQL.format(span=""",
@@ -291,13 +315,19 @@ def _answers(conn: Connection, query: Query, ids: Iterable[int], barrier: int
     _VERSIONS_SPAN) it was read from (None: an answer of the era loop)."""
     for chunk in chunks(list(ids)):
         for r in query(conn, ids=chunk, e=barrier):
-            tid, head, m, dv, nxt = int(r[0]), int(r[1]), r[3], r[4], r[5]
-            if m is None or dv is None:  # older era, or pruned records
-                yield tid, _version_at_slow(conn, tid, barrier), None
-                continue
-            if int(m) < head and r[6] is None:
-                raise BarrierNotRetainedError(str(tid), barrier, None)
-            yield tid, At(int(head) if nxt is None else int(nxt) - 1, int(dv)), r
+            at = _answer(conn, r, barrier)
+            yield int(r[0]), at, (None if r[3] is None or r[4] is None else r)
+
+
+def _answer(conn: Connection, r: Sequence[Any], barrier: int) -> At:
+    """The version at ``barrier`` from a row of the _VERSIONS statements (the era loop when
+    the row's era has no answer)."""
+    tid, head, m, dv, nxt = int(r[0]), int(r[1]), r[3], r[4], r[5]
+    if m is None or dv is None:  # older era, or pruned records
+        return _version_at_slow(conn, tid, barrier)
+    if int(m) < head and r[6] is None:
+        raise BarrierNotRetainedError(str(tid), barrier, None)
+    return At(int(head) if nxt is None else int(nxt) - 1, int(dv))
 
 
 def versions_at(conn: Connection, ids: Iterable[int], barrier: int) -> dict[int, At]:
@@ -319,6 +349,20 @@ def versions_spans(conn: Connection, ids: list[int], barrier: int
             lo = 0 if r[7] is None or int(r[7]) > barrier else int(r[7])  # (m = 0: no commit at or below)
             spans[tid] = (lo, None if r[8] is None else int(r[8]), at)
     return out, spans
+
+
+def versions_at_both(conn: Connection, ids: Iterable[int], first: int, second: int
+                     ) -> tuple[dict[int, At], dict[int, At]]:
+    """:func:`versions_at` at two barriers, in one statement (plus the same rare fallbacks)."""
+    out: dict[int, dict[int, At]] = {first: {}, second: {}}
+    if first == second:
+        at = versions_at(conn, ids, first)
+        return at, dict(at)
+    for chunk in chunks(list(ids)):
+        for r in _VERSIONS_TWO(conn, ids=chunk, e=first, f=second):
+            e = int(r[7])
+            out[e][int(r[0])] = _answer(conn, r, e)
+    return out[first], out[second]
 
 
 def versions_and_changes(conn: Connection, ids: Iterable[int], barrier: int

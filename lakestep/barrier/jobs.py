@@ -52,7 +52,7 @@ from ..catalog.changes import CommitResult, FilesMode, Isolation
 from ..errors import InvalidArgumentError
 from . import rules
 from .errors import JobNotFoundError, StaleBatchError
-from .facts import facts, facts_ex, heads, versions_and_changes, versions_at
+from .facts import facts, facts_ex, heads, versions_and_changes, versions_at, versions_at_both
 from .graph import Graph, Job, TableKind
 from .progress import frontier, job_frontier, tag_frontier
 from .sealing import open_epoch
@@ -289,8 +289,7 @@ class JobBatch:
                 raise StaleBatchError(job_id=plan.job_id, barrier=plan.hi, table=fx[t].ident,
                                       reason=f"its frontier is {f}, the batch starts at {plan.lo}")
         managed = [s for s in plan.sources.values() if s.kind != "unmanaged"]
-        now_lo = versions_at(conn, [s.table_id for s in managed], plan.lo - 1)
-        now_hi = versions_at(conn, [s.table_id for s in managed], plan.hi)
+        now_lo, now_hi = versions_at_both(conn, [s.table_id for s in managed], plan.lo - 1, plan.hi)
         for s in managed:
             sf = frontier(graph, fx[s.table_id], open_)
             if sf is None or sf < plan.hi:

@@ -211,12 +211,15 @@ class World:
                 want = {t: rules.version_at(hist[t], e) for t in ids}
                 got = F.versions_at(conn, ids, e)
                 with_changes, changes = F.versions_and_changes(conn, ids, e)  # a derived batch's plan
+                below, here = F.versions_at_both(conn, ids, max(e - 1, 0), e)  # a derived batch's guard
                 kept = self.cache.versions_at(conn, known, ids, e)
                 again = self.cache.versions_at(conn, known, ids, e)
                 for t in ids:
                     w = want[t]
                     assert (got[t].version, got[t].data_version) == w, ("versions_at", t, e, hist[t])
-                    assert with_changes[t] == got[t], ("versions_and_changes", t, e, hist[t])
+                    assert with_changes[t] == got[t] == here[t], ("versions_and_changes, both", t, e, hist[t])
+                    wb = rules.version_at(hist[t], max(e - 1, 0))
+                    assert (below[t].version, below[t].data_version) == wb, ("versions_at_both", t, e, hist[t])
                     # the first barriered commit after the answer whose data differs
                     after = [c.barrier for c in hist[t] if c.version > w[0] and c.barrier is not None
                              and c.data_version > w[1]]

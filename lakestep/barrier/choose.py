@@ -161,7 +161,8 @@ class Choice:
 
 
 class TableIds:
-    """Table names -> ids, cached; a renamed table is noticed and looked up again."""
+    """Table names -> ids, cached; a renamed table is noticed and looked up again. Shared by the
+    threads of one pipeline (streaming.catalog_cache.pipeline_of): each call reads its own answers."""
 
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
@@ -171,16 +172,19 @@ class TableIds:
 
         missing = [i for i in idents if i not in self.ids]
         t = S.tables.c
+        found: dict[str, int] = {}  # kept here too: a thread of the same pipeline may forget them meanwhile
         for k in range(0, len(missing), 100):  # SQLite caps the depth of an expression (1000)
             pairs = [parse_ident(i) for i in missing[k:k + 100]]
             cond = sa.or_(*[sa.and_(t.namespace == ns, t.name == n) for ns, n in pairs])
             for r in conn.execute(sa.select(t.table_id, t.namespace, t.name).where(cond)):
-                self.ids[f"{r[1]}.{r[2]}"] = int(r[0])
+                found[f"{r[1]}.{r[2]}"] = int(r[0])
+        self.ids.update(found)
         out = {}
         for i in idents:
-            if i not in self.ids:
+            tid = found.get(i, self.ids.get(i))
+            if tid is None:
                 raise TableNotFoundError(i)
-            out[i] = self.ids[i]
+            out[i] = tid
         return out
 
     def forget(self, idents: Sequence[str]) -> None:

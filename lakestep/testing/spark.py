@@ -82,17 +82,20 @@ def class_archive_path(folder: "str | Path") -> Path:
 
 
 _ARCHIVE_WORKLOAD = """
-import sys, tempfile
+import shutil, sys, tempfile
 from lakestep.testing.spark import local_session
 work = tempfile.mkdtemp(prefix="lakestep-cds-")
-spark = local_session("lakestep-class-archive", work, jvm_options=sys.argv[1])
-df = spark.range(1000).selectExpr("id", "id % 7 AS k", "CAST(id AS STRING) AS s")
-df.write.parquet(work + "/p")
-back = spark.read.parquet(work + "/p")
-back.groupBy("k").agg({"id": "sum"}).join(back.select("k").distinct(), "k").collect()
-spark.sql("SELECT k, count(*) FROM parquet.`" + work + "/p` GROUP BY k ORDER BY k").collect()
-back.limit(5).collect()
-spark.stop()
+try:
+    spark = local_session("lakestep-class-archive", work, jvm_options=sys.argv[1])
+    df = spark.range(1000).selectExpr("id", "id % 7 AS k", "CAST(id AS STRING) AS s")
+    df.write.parquet(work + "/p")
+    back = spark.read.parquet(work + "/p")
+    back.groupBy("k").agg({"id": "sum"}).join(back.select("k").distinct(), "k").collect()
+    spark.sql("SELECT k, count(*) FROM parquet.`" + work + "/p` GROUP BY k ORDER BY k").collect()
+    back.limit(5).collect()
+    spark.stop()
+finally:
+    shutil.rmtree(work, ignore_errors=True)
 """
 
 

@@ -65,7 +65,7 @@ from ..catalog import schema as S
 from ..clock import database_now
 from ..errors import InternalError, InvalidArgumentError
 from .errors import NotCoordinatorError
-from .facts import facts, versions_at
+from .facts import facts, facts_ex, versions_at
 from .graph import Graph
 from .progress import commit_set, committed_barrier, committed_from
 from .snapshots import SNAPSHOT_PREFIX
@@ -84,6 +84,9 @@ class GraphSource(Protocol):
     """Where the snapshots read the topology from (a :class:`~lakestep.barrier.Topology`)."""
 
     def graph(self, conn: Connection) -> Graph: ...
+
+    @property
+    def cached(self) -> Graph | None: ...
 
 
 open_epoch = epoch.open_epoch  # the open epoch O (catalog/epoch.py)
@@ -266,9 +269,15 @@ def _snapshot_in(conn: Connection, topology: GraphSource, policy: SnapshotPolicy
     """Inside a fenced write transaction: snapshot every multiple of ``policy.every``
     committed since ``last`` (the lease row's progress), in every table of the
     COMMIT set; retention."""
-    graph = topology.graph(conn)
-    open_ = open_epoch(conn)
-    fx = facts(conn, graph.derived)
+    # the generation, the open epoch and the facts in one statement; the cached graph is used
+    # when that generation is its own
+    graph = topology.cached or topology.graph(conn)
+    gen, open_, fx = facts_ex(conn, graph.derived)
+    if gen is None or gen != graph.generation:  # no derived table to check it by, or another generation
+        graph = topology.graph(conn)
+        open_ = open_epoch(conn)
+        fx = facts(conn, graph.derived)
+    assert open_ is not None
     committed = committed_from(graph, fx, open_)
     if committed <= last:
         return []

@@ -204,13 +204,18 @@ class Coordinator(Service):
 
     def _due(self) -> tuple[bool, float, int]:
         """(is the open epoch due, seconds until it is, the open epoch)."""
+        if self.mode == "interval":
+            # two statements, each its own snapshot (PostgreSQL: no BEGIN / ROLLBACK round trips): they
+            # need no common one, as a seal between them only makes the epoch read stale, and the seal,
+            # fenced by the epoch it expects, then does nothing
+            with self.catalog.backend.statement() as conn:
+                open_, opened_at = epoch_row(conn)
+                wait = opened_at + self.interval - self.catalog.clock.shared_now(conn)
+            return wait <= 0, max(wait, 0.0), open_
         with self.catalog.backend.read() as conn:
             open_, opened_at = epoch_row(conn)
-            if self.mode == "per_batch":
-                roots = self.topology.graph(conn).roots
-                return sealing.root_batch_pending(conn, roots, open_), self.poll, open_
-            wait = opened_at + self.interval - self.catalog.clock.shared_now(conn)
-            return wait <= 0, max(wait, 0.0), open_
+            roots = self.topology.graph(conn).roots
+            return sealing.root_batch_pending(conn, roots, open_), self.poll, open_
 
     def tick(self) -> Tick:
         """One step of the loop (module docstring). Safe to call by hand, e.g. in tests."""

@@ -352,11 +352,10 @@ class PlainLoop(threading.Thread):
 
     def run(self) -> None:
         from lakestep.streaming.catalog_cache import open_catalog
+        from lakestep.streaming.derived import SWITCH_INTERVAL, lower_switch_interval
         from lakestep.streaming.native import write
         from lakestep.streaming.scan import spark_scan
         from lakestep.streaming.sink import SinkTarget
-
-        from lakestep.streaming.derived import SWITCH_INTERVAL, lower_switch_interval
 
         lower_switch_interval(SWITCH_INTERVAL)  # as a DerivedJob does: the same driver, the same settings
         try:

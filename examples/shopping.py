@@ -61,8 +61,8 @@ import pyarrow as pa
 
 from lakestep import Catalog
 from lakestep.barrier import Pipeline
-from lakestep.testing.spark import class_archive_option, log4j2_properties
 from lakestep.services import Coordinator
+from lakestep.testing.spark import class_archive_option, log4j2_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -429,8 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Every barrier of the run stays readable (retain_count=None): the check reads them all at the end.
         coord = Coordinator(p.catalog, interval=COORDINATOR_INTERVAL, retain_count=None)
         coord.start()
-        from lakestep.services import MaintenanceLoop
         from lakestep.iceberg import enable
+        from lakestep.services import MaintenanceLoop
 
         enable(cat)  # the maintenance loop publishes every table to Iceberg (lakestep.iceberg)
         upkeep = MaintenanceLoop(cat, interval=1.0)

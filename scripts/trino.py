@@ -44,7 +44,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 import jars  # noqa: E402  (scripts/jars.py: Maven with jars/settings.xml)
-
 from lakestep.testing.ports import free_port  # noqa: E402
 
 JARS = ROOT / ".jars"

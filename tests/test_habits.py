@@ -1,5 +1,6 @@
 """Habits checked on every landing: ``ruff check`` (pyflakes and import order, the settings
-in pyproject.toml's ``[tool.ruff]``) and ``mypy`` (``[tool.mypy]``) pass on lakestep/."""
+in pyproject.toml's ``[tool.ruff]``: lakestep/, the tests, benchmarks, scripts and examples) and
+``mypy`` (``[tool.mypy]``: lakestep/) pass."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_check_passes() -> None:
-    out = _run("ruff", "check", "--no-cache", "lakestep")
+    out = _run("ruff", "check", "--no-cache")  # what it checks: pyproject.toml's [tool.ruff] include
     assert out.returncode == 0, out.stdout + out.stderr
 
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH, NotCoordinatorError, Pipeline, sealing
 from lakestep.clock import ManualClock
 from lakestep.services import Coordinator
+from tests.waiting import wait_until
 
 from .conftest import kv, make_tables
-from tests.waiting import wait_until
 
 
 def test_lease_fences_a_stale_coordinator(clocked: Catalog, clock: ManualClock) -> None:

@@ -15,12 +15,11 @@ from typing import Any, Iterator
 import pytest
 
 from lakestep import Catalog, _failpoints
-from lakestep.errors import TableNotFoundError
-from lakestep.barrier import OPEN_EPOCH, Pipeline
+from lakestep.barrier import OPEN_EPOCH, Pipeline, facts, facts_cache
 from lakestep.barrier import choose as choose_mod
-from lakestep.barrier import facts, facts_cache
-from lakestep.barrier.errors import BarrierNotRetainedError, RollbackRefusedError
 from lakestep.barrier.choose import Choice
+from lakestep.barrier.errors import BarrierNotRetainedError, RollbackRefusedError
+from lakestep.errors import TableNotFoundError
 from lakestep.services import Coordinator
 
 from .conftest import KV, kv, rows

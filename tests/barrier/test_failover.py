@@ -31,8 +31,8 @@ from typing import Any, Callable
 from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH, Pipeline, Seal
 
-from .conftest import kv, make_tables
 from ..waiting import wait_until
+from .conftest import kv, make_tables
 
 LEASE = 1.0
 INTERVAL = 0.05

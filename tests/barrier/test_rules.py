@@ -45,9 +45,9 @@ from lakestep.barrier import facts as F
 from lakestep.barrier.facts_cache import FactsCache
 from lakestep.barrier.graph import Graph
 from lakestep.catalog import epoch
+from lakestep.services import Coordinator
 
 from ..conftest import _pg_spec
-from lakestep.services import Coordinator
 
 EXAMPLES = int(os.environ.get("LAKESTEP_RULES_EXAMPLES", "40"))
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lakestep import Catalog, errors
-from lakestep.barrier import OPEN_EPOCH, Pipeline, diagnose, sealing, lag_history
+from lakestep.barrier import OPEN_EPOCH, Pipeline, diagnose, lag_history, sealing
 from lakestep.catalog.pins import pinned_storage
 from lakestep.services import Coordinator
 

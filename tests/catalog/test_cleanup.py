@@ -15,8 +15,8 @@ import pytest
 
 from lakestep import Catalog, errors
 from lakestep.catalog.cleanup import IN_FLIGHT_FLOOR_SECONDS
-from lakestep.clock import ManualClock
 from lakestep.catalog.ttl import apply_ttl
+from lakestep.clock import ManualClock
 
 pytestmark = pytest.mark.s3("postgres")
 

@@ -21,7 +21,6 @@ No catalog: this is file writing alone, the same on every backend.
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
 import json
 import math

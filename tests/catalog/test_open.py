@@ -11,7 +11,6 @@ import sqlalchemy as sa
 
 from lakestep import Catalog, errors
 from lakestep.catalog import schema as S
-from lakestep.services import Coordinator
 
 SCHEMA = pa.schema([("id", pa.int64())])
 

@@ -38,10 +38,9 @@ import pytest
 from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog.backend import DatabaseTimeouts
-from lakestep.services import MaintenanceLoop
 from lakestep.errors import CatalogUnavailableError
 from lakestep.retry import RetryPolicy, retrying
-from lakestep.services import Coordinator
+from lakestep.services import Coordinator, MaintenanceLoop
 from tests.conftest import CatalogSpec
 from tests.waiting import in_thread, wait_until
 

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lakestep.catalog.files import DataFile, compute_stats
-from lakestep.errors import InvalidPredicateError
 from lakestep.catalog.predicates import Predicate, Verdict
+from lakestep.errors import InvalidPredicateError
 
 NONE, SOME, ALL = Verdict.NONE, Verdict.SOME, Verdict.ALL
 SCHEMA = pa.schema([("x", pa.int64())])

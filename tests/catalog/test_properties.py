@@ -13,9 +13,9 @@ import sqlalchemy as sa
 
 from lakestep import Catalog, errors
 from lakestep.catalog import schema as S
+from lakestep.catalog.properties import DEFAULT_RETENTION_SECONDS, KNOWN
 from lakestep.catalog.ttl import apply_ttl
 from lakestep.services import MaintenanceLoop
-from lakestep.catalog.properties import DEFAULT_RETENTION_SECONDS, KNOWN
 
 from ..waiting import wait_until
 

@@ -32,9 +32,9 @@ from lakestep import Catalog
 from lakestep.catalog import schema as S
 from lakestep.errors import CommitConflict, SchemaChangedConflict
 from lakestep.query import duckdb_query
+from tests.waiting import wait_until
 
 from .workers import Worker, WorkerError
-from tests.waiting import wait_until
 
 MODULE = __name__
 IDENT = "rr.t"

@@ -36,8 +36,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from lakestep import Catalog
-from lakestep import _failpoints
+from lakestep import Catalog, _failpoints
 from lakestep.catalog import stats_sql
 from tests.conftest import CatalogSpec
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import json
 from typing import Any
 
 import pyarrow as pa

@@ -14,12 +14,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pytest
 
 from lakestep import Catalog
+from tests.waiting import wait_until
 
 from .workers import Worker
-from tests.waiting import wait_until
 
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("part", pa.string()), ("bumpable", pa.bool_()), ("bumped", pa.int64())]

@@ -21,9 +21,9 @@ import pytest
 from examples.operator import ORPHAN, build  # noqa: F401 (ORPHAN: for the tests)
 from lakestep import Catalog
 from lakestep.barrier import Pipeline
+from lakestep.services import Coordinator
 
 from ..conftest import CatalogSpec
-from lakestep.services import Coordinator
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).parent / "lakestep"

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 
-
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 

@@ -61,10 +61,9 @@ def main(argv: list[str] | None = None) -> int:
 
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # run by spark-submit: its master, its --py-files
 
-    from lakestep.barrier import Pipeline
 
-    from lakestep.services import Coordinator
     from lakestep.catalog.storage import Storage
+    from lakestep.services import Coordinator
     from lakestep.streaming import register
     from lakestep.streaming.catalog_cache import open_catalog
     from lakestep.testing.spark import local_session

@@ -4,10 +4,10 @@ errors, and that the ranges pip installs and `make compat` tests say the same.""
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from lakestep.errors import LakestepError, SparkVersionError, StreamingJobError
 from lakestep.streaming import compat

@@ -19,8 +19,8 @@ import pytest
 from lakestep import errors
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.query import duckdb_query, spark_sql
-from lakestep.streaming import register, register_job
 from lakestep.services import Coordinator
+from lakestep.streaming import register, register_job
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.spark

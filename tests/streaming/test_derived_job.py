@@ -19,8 +19,8 @@ import pytest
 from lakestep import Catalog
 from lakestep.barrier import Pipeline
 from lakestep.errors import InvalidArgumentError, SchemaMismatchError
-from lakestep.streaming import DerivedJob
 from lakestep.services import Coordinator
+from lakestep.streaming import DerivedJob
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.spark

@@ -32,9 +32,8 @@ import pytest
 from lakestep.barrier import Pipeline
 from lakestep.streaming import register_job
 from tests.processes import kill_tree, wait_dead
-from tests.waiting import exited, wait_until
-
 from tests.sparkcluster import HOOK_DIR
+from tests.waiting import exited, wait_until
 
 if TYPE_CHECKING:
     from tests.sparkcluster import SparkCluster

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from lakestep.streaming.kafka.kafka_python import import_kafka_python
 from lakestep.streaming.kafka.errors import KafkaDecodeError
+from lakestep.streaming.kafka.kafka_python import import_kafka_python
 from lakestep.streaming.kafka.offsets import OffsetClient
 from lakestep.streaming.kafka.options import KafkaSourceOptions
 from lakestep.streaming.kafka.reader import read_partition_range

@@ -18,7 +18,7 @@ import pytest
 from lakestep.streaming.kafka.errors import KafkaDataLossError
 from lakestep.streaming.kafka.options import FORMAT_NAME, KafkaSourceOptions
 from lakestep.streaming.kafka.source import DATA_LOSS_KEY, KafkaStreamReader
-from tests.streaming.kafka_helpers import keyed, memory_query, produce_per_partition, stream
+from tests.streaming.kafka_helpers import keyed, produce_per_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -22,11 +22,10 @@ from lakestep.streaming.kafka import (
     kafka_consumer_config,
     kafka_schema,
     parse_starting_offsets,
-    register_kafka_source,
 )
+from lakestep.streaming.kafka.kafka_python import import_kafka_python
 from lakestep.streaming.kafka.offsets import OffsetClient, offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from lakestep.streaming.kafka.reader import read_partition_range
-from lakestep.streaming.kafka.kafka_python import import_kafka_python
 from tests.streaming.kafka_helpers import (
     await_end,
     batch_sizes,
@@ -38,7 +37,7 @@ from tests.streaming.kafka_helpers import (
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from lakestep.testing import TansuBroker

@@ -11,9 +11,9 @@ from pyspark.errors import StreamingQueryException
 
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog import schema as S
+from lakestep.services import Coordinator
 from lakestep.streaming import register, register_job
 from lakestep.testing.spark import root_and_derived
-from lakestep.services import Coordinator
 from tests.waiting import died, wait_until
 
 pytestmark = pytest.mark.spark
@@ -65,7 +65,7 @@ def test_join_of_two_sources_processes_matching_barriers(spark, catalog_spec, tm
     cat.create_namespace("s")
     schema = pa.schema([("id", pa.int64()), ("e", pa.int64())])
     a = cat.create_table("s.a", schema)
-    b = cat.create_table("s.b", schema)
+    cat.create_table("s.b", schema)
     j = cat.create_table("s.j", pa.schema([("id", pa.int64()), ("e", pa.int64()), ("e_b", pa.int64())]))
     p = Pipeline(cat)
     p.register_job("feed", sinks=["s.a"], external_input=True)

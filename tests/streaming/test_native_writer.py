@@ -24,9 +24,9 @@ from lakestep.barrier import JobNotFoundError, Pipeline
 from lakestep.catalog.columns import file_ids
 from lakestep.catalog.files import decode_value
 from lakestep.errors import InvalidArgumentError, SchemaMismatchError, StreamingJobError
+from lakestep.services import Coordinator
 from lakestep.streaming import foreach_batch, register
 from lakestep.streaming.native import local_master
-from lakestep.services import Coordinator
 
 pytestmark = pytest.mark.spark
 

@@ -18,11 +18,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakestep.barrier import OPEN_EPOCH, Pipeline
+from lakestep.barrier import Pipeline
 from lakestep.errors import StreamingJobError
 from lakestep.query import spark_sql
-from lakestep.streaming import foreach_batch, register, register_job
 from lakestep.services import Coordinator
+from lakestep.streaming import foreach_batch, register, register_job
 from tests.s3server import S3Server, summary
 
 pytestmark = pytest.mark.spark

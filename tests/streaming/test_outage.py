@@ -26,9 +26,9 @@ import time
 import pytest
 
 from lakestep.barrier import Pipeline
-from lakestep.services import MaintenanceLoop
 from lakestep.errors import CatalogUnavailableError
 from lakestep.retry import RetryPolicy
+from lakestep.services import MaintenanceLoop
 from tests.streaming.test_exactly_once import App, KeyedPipeline, agg_rows, check_exactly_once, transform
 from tests.waiting import wait_until
 

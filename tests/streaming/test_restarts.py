@@ -23,8 +23,8 @@ import sqlalchemy as sa
 
 from lakestep.barrier import OPEN_EPOCH, Pipeline
 from lakestep.catalog import schema as S
-from lakestep.streaming import register, register_job
 from lakestep.services import Coordinator
+from lakestep.streaming import register, register_job
 from tests.waiting import query_failure, wait_until
 
 pytestmark = pytest.mark.spark

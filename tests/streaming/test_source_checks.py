@@ -16,8 +16,8 @@ from lakestep.barrier import OPEN_EPOCH, Pipeline
 
 pytest.importorskip("pyspark")
 
-from lakestep.streaming.source import LakestepStreamReader  # noqa: E402
 from lakestep.services import Coordinator
+from lakestep.streaming.source import LakestepStreamReader  # noqa: E402
 
 KV = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 

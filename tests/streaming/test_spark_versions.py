@@ -12,13 +12,12 @@ from __future__ import annotations
 import collections
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 import pytest
 
 from lakestep import Catalog
-from lakestep.barrier import Pipeline
 from lakestep.errors import SparkVersionError
 from lakestep.query import spark_sql
 from lakestep.streaming import compat, foreach_batch

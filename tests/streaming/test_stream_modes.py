@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from lakestep.barrier import OPEN_EPOCH, Pipeline
-from lakestep.streaming import foreach_batch, register, register_job
 from lakestep.services import Coordinator
+from lakestep.streaming import foreach_batch, register, register_job
 
 pytestmark = pytest.mark.spark
 

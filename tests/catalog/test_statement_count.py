@@ -22,6 +22,20 @@ The expected numbers, per commit:
 * several tables in one transaction: SQLite ``2 + 1 + 4 per table``; PostgreSQL
   ``BEGIN``, one statement per table, ``COMMIT``.
 
+A derived job's batch (barrier/jobs.py; docs/design.md §3.3), once its pipeline has the
+topology graph cached: the plan is ``BEGIN``, the facts with the generation and the open
+epoch, the start versions with the first change after each, the versions at ``hi``, and
+``ROLLBACK``: 5 on both backends. The commit of one appended file: PostgreSQL ``BEGIN``,
+the generation locked, the sink rows locked, the facts, the sources' versions at ``lo-1``
+and ``hi`` (one statement), the commit statement, ``COMMIT``: 7; SQLite has no row locks
+(``BEGIN IMMEDIATE`` holds the file), and its commit is the append's five statements: 10.
+
+The coordinator's tick that seals (services/coordinator.py, barrier/sealing.py), its lease
+held: PostgreSQL the open epoch and the database's clock (two autocommit statements), then
+``BEGIN``, the lease row locked, the clock, the facts with the generation and the open epoch
+(its snapshots), the epoch row locked, the epoch moved, the seal row, the lease extended,
+``COMMIT``: 11; SQLite reads the first two inside ``BEGIN`` ... ``ROLLBACK``: 13.
+
 A test failing here prints the statements sent: if the new count is right, say why
 in the expected numbers.
 """
@@ -204,3 +218,69 @@ def test_column_set_recorded_for_a_table_recreated_elsewhere(catalog: Catalog, c
         n = conn.execute(sa.text("SELECT count(*) FROM ls_stats_columns WHERE table_id = :t"),
                          {"t": fresh.table_id}).scalar_one()
     assert n == 1
+
+
+DERIVED_PLAN = {"sqlite": 5, "postgres": 5}
+DERIVED_COMMIT = {"sqlite": 10, "postgres": 7}
+
+
+def test_derived_batch_statements(catalog: Catalog, catalog_spec: CatalogSpec) -> None:  # type: ignore[no-untyped-def]
+    """A derived batch's plan and commit, after the first (the graph and prepared statements
+    cached; the sink's column set recorded), one source and one sink."""
+    from lakestep.barrier import OPEN_EPOCH, Pipeline
+    from lakestep.services import Coordinator
+
+    b = catalog_spec.backend
+    catalog.create_namespace("s")
+    raw = catalog.create_table("s.raw", SCHEMA)
+    catalog.create_table("s.d1", SCHEMA)
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.raw"], external_input=True)
+    p.register_job("d1", sources=["s.raw"], sinks=["s.d1"])
+    coord = Coordinator(catalog, interval=3600)
+    for i in range(3):
+        raw.append(rows(10 * i), barrier=OPEN_EPOCH)
+        coord.seal()
+        with statements(catalog) as planned:
+            plan = p.next_batch("d1")
+        assert plan is not None and (plan.lo, plan.hi) == (i + 1, i + 1)
+        src = plan.sources["s.raw"]
+        data = raw.to_arrow(version=src.to_version)
+        with statements(catalog) as committed:
+            with p.batch(plan) as batch:
+                batch.append("s.d1", data.slice(0, 1))
+        assert batch.result is not None and not batch.result.replayed
+        if i > 0:
+            assert len(planned) == DERIVED_PLAN[b], f"plan #{i + 1}: " + sent(planned)
+            assert len(committed) == DERIVED_COMMIT[b], f"commit #{i + 1}: " + sent(committed)
+    assert catalog.load_table("s.d1").count() == 3
+
+
+SEAL_TICK = {"sqlite": 13, "postgres": 11}
+
+
+def test_coordinator_seal_statements(catalog: Catalog, catalog_spec: CatalogSpec) -> None:  # type: ignore[no-untyped-def]
+    """The coordinator's tick that seals, with a derived job in the topology (its snapshot
+    check), the lease held (a lease of an hour: not renewed during the test)."""
+    from lakestep.barrier import OPEN_EPOCH, Pipeline
+    from lakestep.services import Coordinator
+
+    catalog.create_namespace("s")
+    raw = catalog.create_table("s.raw", SCHEMA)
+    catalog.create_table("s.d1", SCHEMA)
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.raw"], external_input=True)
+    p.register_job("d1", sources=["s.raw"], sinks=["s.d1"])
+    coord = Coordinator(catalog, interval=0.001, lease_seconds=3600)
+    assert coord.acquire()
+    sealed = 0
+    while sealed < 3:
+        raw.append(rows(10 * sealed), barrier=OPEN_EPOCH)
+        with statements(catalog) as got:
+            tick = coord.tick()
+        if tick.sealed is None:  # not due yet (an interval of a millisecond): the next tick is
+            continue
+        sealed += 1
+        if sealed > 1:  # the first read the graph
+            assert len(got) == SEAL_TICK[catalog_spec.backend], f"seal #{sealed}: " + sent(got)
+    assert [s.barrier for s in p.seals()] == [1, 2, 3]

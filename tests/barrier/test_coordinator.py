@@ -42,6 +42,28 @@ def test_lease_fences_a_stale_coordinator(clocked: Catalog, clock: ManualClock) 
     c1.release()
 
 
+def test_a_seal_of_an_epoch_no_longer_open_writes_nothing(clocked: Catalog, clock: ManualClock) -> None:
+    """``seal(expected=e)`` seals only while ``e`` is open (a retried seal never seals twice):
+    otherwise nothing is written, not even the lease's extension."""
+    catalog = clocked
+    pipeline = Pipeline(catalog)
+    coord = Coordinator(catalog, lease_seconds=10, holder="c")
+    assert coord.seal(expected=1).barrier == 1  # type: ignore[union-attr]
+    with catalog.backend.read() as conn:
+        before = sealing.read_lease(conn).expires_at
+    clock.advance(1)
+    assert coord.seal(expected=1) is None  # 1 is sealed: the open epoch is 2
+    with catalog.backend.read() as conn:
+        assert sealing.read_lease(conn).expires_at == before
+        assert sealing.open_epoch(conn) == 2
+    assert [s.barrier for s in pipeline.seals()] == [1]
+    assert coord.seal(expected=2).barrier == 2  # type: ignore[union-attr]
+    with catalog.backend.read() as conn:
+        assert sealing.read_lease(conn).expires_at == clock.now() + 10
+    assert [(s.barrier, s.sealed_at) for s in pipeline.seals()][-1] == (2, clock.now())
+    coord.release()
+
+
 def test_a_coordinator_renews_its_lease_after_a_third(clocked: Catalog, clock: ManualClock) -> None:
     # per_batch with no root table: nothing is ever due, so no seal extends the lease
     c1 = Coordinator(clocked, seal="per_batch", lease_seconds=30, holder="c1")

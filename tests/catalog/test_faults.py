@@ -197,6 +197,41 @@ def test_killed_connections_never_duplicate_or_leak(pg_spec, pg_admin) -> None: 
         cat.close()
 
 
+# ------------------------------------------------------------- the watchdog
+def test_the_watchdog_sleeps_through_answered_statements_and_wakes_for_an_earlier_deadline() -> None:
+    """The watchdog thread is not woken by every statement (a thread switch each, on the
+    hot path of every PostgreSQL call): only by one due before what it sleeps until. Such a
+    statement's socket is shut down at its deadline; answered statements' sockets never are."""
+    import socket
+
+    from lakestep.catalog.backend import _Watchdog
+    from tests.waiting import wait_until
+
+    dog = _Watchdog()
+    answered, slow = socket.socketpair(), socket.socketpair()
+    try:
+        first = dog.arm(answered[0].fileno(), 3600)  # starts the thread
+        wait_until(lambda: dog.wakeups >= 1, "the watchdog thread started")
+        assert not dog.disarm(first)
+        woke = dog.wakeups
+        for _ in range(200):  # answered statements, each due in an hour, each a round trip
+            token = dog.arm(answered[0].fileno(), 3600)
+            answered[1].sendall(b"q")  # (the socket calls let the watchdog's thread run, if woken)
+            assert answered[0].recv(1) == b"q"
+            assert not dog.disarm(token)
+        assert dog.wakeups == woke  # none of them woke it
+        token = dog.arm(slow[0].fileno(), 0.05)  # due long before the hour: wakes it, then fires
+        wait_until(lambda: token in dog.fired, "the slow statement's socket shut down", timeout=30)
+        assert slow[0].recv(1) == b""  # shut down: the driver would see the connection drop
+        assert dog.disarm(token)  # the caller learns it timed out
+        answered[1].sendall(b"x")
+        assert answered[0].recv(1) == b"x"  # the answered statements' socket is untouched
+    finally:
+        for pair in (answered, slow):
+            for sock in pair:
+                sock.close()
+
+
 # ------------------------------------------------------------- a client stalled inside its transaction
 def test_a_client_stalled_in_its_transaction_loses_its_session_and_blocks_no_one(pg_spec) -> None:  # type: ignore[no-untyped-def]
     """DatabaseTimeouts(idle_in_transaction=): a client that holds the epoch row locked and sends

@@ -64,6 +64,9 @@ SELECT w.table_id, w.namespace, w.name, w.head, w.restore_v,
  WHERE g.id = 1 AND o.id = 1
 """, {"ids": "bigint[]"})
 
+_GENERATION_AND_EPOCH = sa.text("SELECT g.generation, o.open_epoch FROM ls_topology g CROSS JOIN ls_epoch o "
+                                "WHERE g.id = 1 AND o.id = 1")
+
 # Per table at barrier :e: m (newest era; NULL means "look in older eras"),
 # its data version, the first later version that changes data, and whether
 # the commit after m is still recorded. MATERIALIZED: each subquery runs once.
@@ -74,12 +77,12 @@ WITH w AS MATERIALIZED (
              WHERE r.table_id = t.table_id AND r.operation = 'RESTORE') AS restore_v
       FROM ls_table t WHERE t.table_id IN :ids),
 x AS MATERIALIZED (
-    SELECT w.table_id, w.head, w.restore_v,
+    SELECT w.table_id, w.head, w.restore_v{e_col},
            COALESCE((SELECT c.version FROM ls_commit c
-                      WHERE c.table_id = w.table_id AND c.barrier <= :e AND c.version >= COALESCE(w.restore_v, 0)
+                      WHERE c.table_id = w.table_id AND c.barrier <= {e} AND c.version >= COALESCE(w.restore_v, 0)
                       ORDER BY c.barrier DESC, c.version DESC LIMIT 1),
                     CASE WHEN w.restore_v IS NULL THEN 0 END) AS m
-      FROM w)
+      FROM w{across})
 SELECT x.table_id, x.head, x.restore_v, x.m, d.data_version AS dv,
        (SELECT n.version FROM ls_commit n
          WHERE n.table_id = x.table_id AND n.version > x.m AND n.data_version > d.data_version
@@ -89,41 +92,31 @@ SELECT x.table_id, x.head, x.restore_v, x.m, d.data_version AS dv,
   LEFT JOIN ls_commit d ON d.table_id = x.table_id AND d.version = x.m
   LEFT JOIN ls_commit s ON s.table_id = x.table_id AND s.version = x.m + 1
 """
-_VERSIONS = Query("versions", _VERSIONS_SQL.format(span=""), {"ids": "bigint[]", "e": "bigint"})
+
+
+def _versions_sql(span: str = "", *, two: bool = False) -> str:
+    """_VERSIONS_SQL at barrier :e, with ``span``'s columns after the others; ``two``: at :e
+    and at :f, a row each, the barrier of each row last (after ``span``)."""
+    if two:
+        return _VERSIONS_SQL.format(span=span + ", x.e", e="es.e", e_col=", es.e",
+                                    across=" CROSS JOIN (SELECT :e AS e UNION ALL SELECT :f AS e) es")
+    return _VERSIONS_SQL.format(span=span, e=":e", e_col="", across="")
+
+
+_VERSIONS = Query("versions", _versions_sql(), {"ids": "bigint[]", "e": "bigint"})
 # The same, with the barriers over which each answer holds (FactsCache.versions_at):
 # from the barrier of m (0 if none) up to the lowest barrier above :e of the newest era (NULL: none).
-_VERSIONS_SPAN = Query("versions_span", _VERSIONS_SQL.format(span=""",
+_VERSIONS_SPAN = Query("versions_span", _versions_sql(""",
        d.barrier AS lo,
        (SELECT min(h.barrier) FROM ls_commit h
          WHERE h.table_id = x.table_id AND h.barrier > :e AND h.version >= COALESCE(x.restore_v, 0)) AS hi"""),
                         {"ids": "bigint[]", "e": "bigint"})
 # The same at two barriers :e and :f in one statement (a derived batch's guard: its sources
 # at lo-1 and at hi); the barrier of each row last.
-_VERSIONS_TWO = Query("versions_two", """
-WITH w AS MATERIALIZED (
-    SELECT t.table_id, t.version AS head,
-           (SELECT max(r.version) FROM ls_commit r
-             WHERE r.table_id = t.table_id AND r.operation = 'RESTORE') AS restore_v
-      FROM ls_table t WHERE t.table_id IN :ids),
-x AS MATERIALIZED (
-    SELECT w.table_id, w.head, w.restore_v, es.e,
-           COALESCE((SELECT c.version FROM ls_commit c
-                      WHERE c.table_id = w.table_id AND c.barrier <= es.e AND c.version >= COALESCE(w.restore_v, 0)
-                      ORDER BY c.barrier DESC, c.version DESC LIMIT 1),
-                    CASE WHEN w.restore_v IS NULL THEN 0 END) AS m
-      FROM w CROSS JOIN (SELECT :e AS e UNION ALL SELECT :f AS e) es)
-SELECT x.table_id, x.head, x.restore_v, x.m, d.data_version AS dv,
-       (SELECT n.version FROM ls_commit n
-         WHERE n.table_id = x.table_id AND n.version > x.m AND n.data_version > d.data_version
-         ORDER BY n.version LIMIT 1) AS nxt,
-       s.version AS succ, x.e
-  FROM x
-  LEFT JOIN ls_commit d ON d.table_id = x.table_id AND d.version = x.m
-  LEFT JOIN ls_commit s ON s.table_id = x.table_id AND s.version = x.m + 1
-""", {"ids": "bigint[]", "e": "bigint", "f": "bigint"})
+_VERSIONS_TWO = Query("versions_two", _versions_sql(two=True), {"ids": "bigint[]", "e": "bigint", "f": "bigint"})
 # The same, with the first barrier after the answer whose data differs (first_change), for a
 # derived batch's plan: its start versions and the change that bounds it in one statement.
-_VERSIONS_CHANGE = Query("versions_change", _VERSIONS_SQL.format(span=""",
+_VERSIONS_CHANGE = Query("versions_change", _versions_sql(""",
        (SELECT c.barrier FROM ls_commit c
          WHERE c.table_id = x.table_id AND c.version > x.m AND c.barrier IS NOT NULL
            AND c.data_version > d.data_version
@@ -245,9 +238,9 @@ def facts(conn: Connection, ids: Iterable[int]) -> dict[int, Facts]:
     return facts_ex(conn, ids)[2]
 
 
-def facts_ex(conn: Connection, ids: Iterable[int]) -> tuple[int | None, int | None, dict[int, Facts]]:
-    """(topology generation, open epoch, :func:`facts`), in one statement; the first
-    two are None when ``ids`` is empty."""
+def facts_ex(conn: Connection, ids: Iterable[int]) -> tuple[int, int, dict[int, Facts]]:
+    """(topology generation, open epoch, :func:`facts`), in one statement (a second one reads
+    the first two when no table of ``ids`` exists)."""
     out: dict[int, Facts] = {}
     gen = open_ = None
     for chunk in chunks(list(ids)):
@@ -255,6 +248,9 @@ def facts_ex(conn: Connection, ids: Iterable[int]) -> tuple[int | None, int | No
             gen, open_ = int(r[6]), int(r[7])
             f = row_facts(conn, r[0:6])
             out[f.table_id] = f
+    if gen is None or open_ is None:
+        g, o = conn.execute(_GENERATION_AND_EPOCH).one()
+        gen, open_ = int(g), int(o)
     return gen, open_, out
 
 
@@ -354,10 +350,7 @@ def versions_spans(conn: Connection, ids: list[int], barrier: int
 def versions_at_both(conn: Connection, ids: Iterable[int], first: int, second: int
                      ) -> tuple[dict[int, At], dict[int, At]]:
     """:func:`versions_at` at two barriers, in one statement (plus the same rare fallbacks)."""
-    out: dict[int, dict[int, At]] = {first: {}, second: {}}
-    if first == second:
-        at = versions_at(conn, ids, first)
-        return at, dict(at)
+    out: dict[int, dict[int, At]] = {first: {}, second: {}}  # (first == second: the same rows twice)
     for chunk in chunks(list(ids)):
         for r in _VERSIONS_TWO(conn, ids=chunk, e=first, f=second):
             e = int(r[7])

@@ -55,7 +55,6 @@ from .errors import JobNotFoundError, StaleBatchError
 from .facts import facts, facts_ex, heads, versions_and_changes, versions_at, versions_at_both
 from .graph import Graph, Job, TableKind
 from .progress import frontier, job_frontier, tag_frontier
-from .sealing import open_epoch
 from .topology import Topology, read_generation
 
 if TYPE_CHECKING:
@@ -132,12 +131,10 @@ def plan_batch(conn: Connection, graph: Graph, job_id: str, *, max_barriers: int
     # the facts with the generation and the open epoch in one statement; a graph that is not the
     # generation read there is read again (the caller's may be the cached one)
     gen, open_, fx = facts_ex(conn, set(job.sink_ids) | set(job.source_ids))
-    if refresh is not None and gen is not None and gen != graph.generation:
+    if refresh is not None and gen != graph.generation:
         graph = refresh(conn)
         job = _job(graph, job_id)
         fx.update(facts(conn, (set(job.sink_ids) | set(job.source_ids)) - set(fx)))
-    if open_ is None:  # no tables: a job whose sources and sinks were all dropped
-        open_ = open_epoch(conn)
     managed = [s for s in job.source_ids if graph.kind(s) != "unmanaged"]
     sink_fr = {t: tag_frontier(fx[t], open_) for t in job.sink_ids}
     processed = job_frontier(graph, fx, job, open_)
@@ -268,15 +265,12 @@ class JobBatch:
         gen = read_generation(conn, lock="share")
         if self.catalog.backend.row_locks:
             conn.execute(_LOCK_TABLES, {"ids": sorted(plan.sink_ids)})
-        cached = self.topology.cached  # the generation is locked: a graph of it is the current one
-        graph = cached if cached is not None and cached.generation == gen else self.topology.graph(conn)
+        graph = self.topology.graph_at(conn, gen)  # the generation is locked: a graph of it is current
         job = graph.jobs.get(plan.job_id)
         if job is None:
             raise StaleBatchError(job_id=plan.job_id, barrier=plan.hi, table="-", reason="the job is retired")
         src_ids = [s.table_id for s in plan.sources.values()]
         _, open_, fx = facts_ex(conn, set(plan.sink_ids) | set(src_ids))
-        if open_ is None:  # every table of the batch was dropped
-            open_ = open_epoch(conn)
         fr = {t: tag_frontier(fx[t], open_) for t in plan.sink_ids}
         if all(f >= plan.hi for f in fr.values()):
             log.info("job %s: barriers %d..%d were committed before: replay", plan.job_id, plan.lo, plan.hi)

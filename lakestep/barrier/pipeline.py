@@ -211,10 +211,8 @@ class Pipeline:
         """What the derived job may process now (jobs.py); None when nothing is ready."""
         with self.catalog.backend.read() as conn:
             # the cached graph, checked against the generation plan_batch reads with the facts
-            graph = self.topology.cached
-            if graph is None:
-                return plan_batch(conn, self.topology.graph(conn), job_id, max_barriers=max_barriers)
-            return plan_batch(conn, graph, job_id, max_barriers=max_barriers, refresh=self.topology.graph)
+            return plan_batch(conn, self.topology.cached or self.topology.graph(conn), job_id,
+                              max_barriers=max_barriers, refresh=self.topology.graph)
 
     def next_barrier(self, job_id: str) -> int | None:
         """The lowest barrier the job has not processed that all its sources have precommitted."""

@@ -86,6 +86,8 @@ class GraphSource(Protocol):
 
     def graph(self, conn: Connection) -> Graph: ...
 
+    def graph_at(self, conn: Connection, generation: int) -> Graph: ...
+
     @property
     def cached(self) -> Graph | None: ...
 
@@ -304,11 +306,9 @@ def _snapshot_in(conn: Connection, topology: GraphSource, policy: SnapshotPolicy
     # when that generation is its own
     graph = topology.cached or topology.graph(conn)
     gen, open_, fx = facts_ex(conn, graph.derived)
-    if gen is None or gen != graph.generation:  # no derived table to check it by, or another generation
-        graph = topology.graph(conn)
-        open_ = open_epoch(conn)
+    if gen != graph.generation:
+        graph = topology.graph_at(conn, gen)
         fx = facts(conn, graph.derived)
-    assert open_ is not None
     committed = committed_from(graph, fx, open_)
     if committed <= last:
         return []

@@ -176,12 +176,16 @@ class Topology:
         if conn is None:
             with self.catalog.backend.read() as c:
                 return self.graph(c)
-        gen = read_generation(conn)
+        return self.graph_at(conn, read_generation(conn))
+
+    def graph_at(self, conn: Connection, generation: int) -> Graph:
+        """The topology of ``generation``, which ``conn``'s transaction read: the cached graph
+        if it is of that generation, else read in that transaction."""
         g = self._graph
-        if g is not None and g.generation == gen:
+        if g is not None and g.generation == generation:
             return g
         jobs, names = load_jobs(conn)
-        g = Graph.build(gen, jobs, names)
+        g = Graph.build(generation, jobs, names)
         self._graph = g
         return g
 

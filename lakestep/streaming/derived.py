@@ -238,7 +238,7 @@ class DerivedJob:
         return pipeline_of(self.url, self.storage)
 
     def _register(self) -> None:
-        p = Pipeline(self._catalog())
+        p = self._pipeline()
         from ..barrier import JobNotFoundError
 
         try:

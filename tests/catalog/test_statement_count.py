@@ -44,7 +44,7 @@ in the expected numbers.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
 import pytest
@@ -54,6 +54,10 @@ from sqlalchemy import event
 from lakestep import Catalog, _failpoints
 from lakestep.catalog import stats_sql
 from tests.conftest import CatalogSpec
+
+if TYPE_CHECKING:
+    from lakestep import Table
+    from lakestep.barrier import Pipeline
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.date32())])
 
@@ -221,6 +225,19 @@ def test_column_set_recorded_for_a_table_recreated_elsewhere(catalog: Catalog, c
     assert n == 1
 
 
+def _root_and_derived(catalog: Catalog) -> tuple[Table, Pipeline]:
+    """s.raw, written by the root job ``ingest``, and s.d1, made from it by the job ``d1``."""
+    from lakestep.barrier import Pipeline
+
+    catalog.create_namespace("s")
+    raw = catalog.create_table("s.raw", SCHEMA)
+    catalog.create_table("s.d1", SCHEMA)
+    p = Pipeline(catalog)
+    p.register_job("ingest", sinks=["s.raw"], external_input=True)
+    p.register_job("d1", sources=["s.raw"], sinks=["s.d1"])
+    return raw, p
+
+
 DERIVED_PLAN = {"sqlite": 5, "postgres": 5}
 DERIVED_COMMIT = {"sqlite": 10, "postgres": 7}
 
@@ -228,16 +245,11 @@ DERIVED_COMMIT = {"sqlite": 10, "postgres": 7}
 def test_derived_batch_statements(catalog: Catalog, catalog_spec: CatalogSpec) -> None:  # type: ignore[no-untyped-def]
     """A derived batch's plan and commit, after the first (the graph and prepared statements
     cached; the sink's column set recorded), one source and one sink."""
-    from lakestep.barrier import OPEN_EPOCH, Pipeline
+    from lakestep.barrier import OPEN_EPOCH
     from lakestep.services import Coordinator
 
     b = catalog_spec.backend
-    catalog.create_namespace("s")
-    raw = catalog.create_table("s.raw", SCHEMA)
-    catalog.create_table("s.d1", SCHEMA)
-    p = Pipeline(catalog)
-    p.register_job("ingest", sinks=["s.raw"], external_input=True)
-    p.register_job("d1", sources=["s.raw"], sinks=["s.d1"])
+    raw, p = _root_and_derived(catalog)
     coord = Coordinator(catalog, interval=3600)
     for i in range(3):
         raw.append(rows(10 * i), barrier=OPEN_EPOCH)
@@ -263,15 +275,10 @@ SEAL_TICK = {"sqlite": 13, "postgres": 8}
 def test_coordinator_seal_statements(catalog: Catalog, catalog_spec: CatalogSpec) -> None:  # type: ignore[no-untyped-def]
     """The coordinator's tick that seals, with a derived job in the topology (its snapshot
     check), the lease held (a lease of an hour: not renewed during the test)."""
-    from lakestep.barrier import OPEN_EPOCH, Pipeline
+    from lakestep.barrier import OPEN_EPOCH
     from lakestep.services import Coordinator
 
-    catalog.create_namespace("s")
-    raw = catalog.create_table("s.raw", SCHEMA)
-    catalog.create_table("s.d1", SCHEMA)
-    p = Pipeline(catalog)
-    p.register_job("ingest", sinks=["s.raw"], external_input=True)
-    p.register_job("d1", sources=["s.raw"], sinks=["s.d1"])
+    raw, p = _root_and_derived(catalog)
     coord = Coordinator(catalog, interval=0.001, lease_seconds=3600)
     assert coord.acquire()
     sealed = 0

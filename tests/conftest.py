@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
     from tests.catalog.workers import Worker
-    from tests.pgcluster import PgCluster
-    from tests.pgproxy import PgProxy
+    from lakestep.testing.pgcluster import PgCluster
+    from lakestep.testing.pgproxy import PgProxy
     from tests.s3server import S3Server
     from tests.sparkcluster import SparkCluster
 
@@ -263,9 +263,9 @@ def pg_spec(pg_admin: sa.Engine, tmp_path) -> Iterator[CatalogSpec]:  # type: ig
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator["PgCluster"]:
-    """A PostgreSQL server of the suite's own (tests/pgcluster.py: initdb into a temporary
+    """A PostgreSQL server of the suite's own (lakestep/testing/pgcluster.py: initdb into a temporary
     directory, a free port), for tests that stop and start the database."""
-    from tests.pgcluster import PgCluster
+    from lakestep.testing.pgcluster import PgCluster
 
     with PgCluster() as cluster:
         yield cluster
@@ -284,8 +284,8 @@ def own_pg(pg_cluster: "PgCluster", tmp_path) -> Iterator[CatalogSpec]:  # type:
 
 @pytest.fixture
 def pg_proxied(pg_spec: CatalogSpec) -> Iterator[tuple[CatalogSpec, "PgProxy"]]:
-    """The PostgreSQL catalog of ``pg_spec`` reached through a fault-injecting TCP proxy (tests/pgproxy.py)."""
-    from tests.pgproxy import pg_proxy
+    """The PostgreSQL catalog of ``pg_spec`` reached through a fault-injecting TCP proxy (lakestep/testing/pgproxy.py)."""
+    from lakestep.testing.pgproxy import pg_proxy
 
     with pg_proxy(pg_spec.url) as proxy:
         yield CatalogSpec("postgres", proxy.url_for(pg_spec.url), pg_spec.warehouse), proxy

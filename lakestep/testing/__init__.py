@@ -10,6 +10,11 @@
         broker.create_topic("orders", partitions=3)
         broker.produce("orders", [b"a", b"b"], partition=0)
 
+For fault runs (the suite, ``benchmarks.soak``): :class:`~lakestep.testing.pgcluster.PgCluster`,
+a PostgreSQL server of one's own to stop and start, and
+:class:`~lakestep.testing.pgproxy.PgProxy`, a TCP proxy that stalls, cuts or refuses the
+connections to one (import them from their modules).
+
 Nothing in the library imports this package. Importing it loads neither pyspark
 nor kafka-python.
 """

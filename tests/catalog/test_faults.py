@@ -3,7 +3,7 @@ refusing servers, vanished lock files. Every failure is a typed error, nothing i
 committed twice, and the connection pool never leaks.
 
 The PostgreSQL faults are real: connections killed with ``pg_terminate_backend``,
-and a TCP proxy (tests/pgproxy.py) that cuts, stalls or refuses connections.
+and a TCP proxy (lakestep/testing/pgproxy.py) that cuts, stalls or refuses connections.
 """
 
 from __future__ import annotations

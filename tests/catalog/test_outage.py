@@ -6,7 +6,7 @@ and a reader of consistent (``read_committed``) answers run in threads, each
 with a catalog of its own, as separate processes would. Then the database
 goes away for ``OUTAGE_SECONDS``:
 
-* PostgreSQL: the suite's own server (tests/pgcluster.py) is stopped with
+* PostgreSQL: the suite's own server (lakestep/testing/pgcluster.py) is stopped with
   ``pg_ctl stop -m fast`` (connections cut, new ones refused) and started
   again;
 * SQLite: another process holds the catalog file's exclusive lock

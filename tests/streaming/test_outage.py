@@ -2,7 +2,7 @@
 
 The pipeline of the exactly-once test (``pipeline_app.py``: Kafka -> ``s.raw``
 (root job) -> ``s.agg`` (derived job), a coordinator in the driver) runs on
-the suite's own PostgreSQL server (tests/pgcluster.py), which is stopped for
+the suite's own PostgreSQL server (lakestep/testing/pgcluster.py), which is stopped for
 ``OUTAGE_SECONDS`` while records keep arriving in Kafka, then started again.
 Meanwhile this process runs ``read_committed`` queries of both tables and a
 maintenance loop (compaction and cleanup beside the streams).

@@ -55,7 +55,7 @@
 
 The summary is printed as tables and written as JSON (``--out``; the samples, each
 process's log, the reader's answers and the faults sit in a folder beside it), with PNG
-plots (matplotlib, the ``bench`` extra) of memory, descriptors, catalog size, files
+plots (matplotlib, the ``plots`` extra) of memory, descriptors, catalog size, files
 and freshness over time. Exit status 0 when every check passes.
 
 Not measured here: throughput (the producer's rate is fixed) and Spark's own restart
@@ -1038,7 +1038,7 @@ def report(res: dict[str, Any]) -> str:
 
 
 def plots(samples: list[dict[str, Any]], res: dict[str, Any], folder: Path) -> list[str]:
-    """PNG plots beside the JSON (matplotlib, the ``bench`` extra); [] without matplotlib."""
+    """PNG plots beside the JSON (matplotlib, the ``plots`` extra); [] without matplotlib."""
     try:
         import matplotlib
 

@@ -513,6 +513,8 @@ class Supervisor:
         cat.create_table(REGIONS, pa.schema([("region", pa.int64()), ("revenue_cents", pa.int64()),
                                              ("orders", pa.int64()), ("customers", pa.int64()),
                                              ("last_ms", pa.int64())]))
+        for t in (ORDERS, CUSTOMERS, REGIONS):  # cleanup prunes within the run: growth is judged within retention
+            cat.load_table(t).set_properties({"lakestep.retention-seconds": self.args.retention})
         from lakestep.barrier import Pipeline
         from lakestep.iceberg import enable
 
@@ -1116,6 +1118,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="each derived job's batch interval, s (default 0: a batch as soon as one is ready)")
     ap.add_argument("--maintenance-every", type=float, default=10.0, help="seconds between maintenance rounds")
     ap.add_argument("--retain", type=int, default=100, help="barrier snapshots the coordinator keeps")
+    ap.add_argument("--retention", type=float, default=300.0,
+                    help="the tables' retention window, s (lakestep.retention-seconds; default 300: cleanup prunes "
+                         "within the run)")
     ap.add_argument("--warmup", type=float, default=None, help="minutes not judged for growth")
     ap.add_argument("--drain", type=float, default=180.0, help="max seconds for the pipeline to drain at the end")
     ap.add_argument("--disk-mb", type=int, default=1024, help="size of the warehouse's tmpfs (--faults)")
@@ -1142,9 +1147,12 @@ def main(argv: list[str] | None = None) -> int:
     sup = Supervisor(args, work)
 
     def interrupt(*_: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the clean-up below must not be interrupted
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)  # a stopped run still stops its processes and unmounts
+    signal.signal(signal.SIGINT, interrupt)
     try:
         res = sup.run()
     finally:

@@ -176,11 +176,18 @@ def release(catalog: "Catalog", lease: Lease) -> bool:
 @dataclass(frozen=True)
 class SnapshotPolicy:
     """Snapshot every ``every``-th committed barrier; keep the newest ``retain_count``
-    barriers (None: all) and expire each after ``retain_seconds`` (None: never)."""
+    barriers (None: all) and expire each after ``retain_seconds`` (None: never).
+
+    Seal rows (``ls_seal``, one per barrier) go with retention too, but later: a seal is
+    deleted once its barrier is older than every barrier snapshot retained, than the
+    barrier after the one Iceberg publishing has completed (while publishing is on), and
+    than the newest ``seal_history`` seals; checked every ``seal_history // 10`` barriers
+    (one statement). None keeps every seal, as does a policy that keeps every snapshot."""
 
     every: int = 1
     retain_count: int | None = 100
     retain_seconds: float | None = None
+    seal_history: int | None = 10_000
 
     def __post_init__(self) -> None:
         if self.every < 1:
@@ -189,6 +196,13 @@ class SnapshotPolicy:
         if self.retain_count is not None and self.retain_count < 1:
             raise InvalidArgumentError("retain_count is None (keep all) or >= 1", argument="retain_count",
                                        value=self.retain_count)
+        if self.seal_history is not None and self.seal_history < 1:
+            raise InvalidArgumentError("seal_history is None (keep every seal) or >= 1", argument="seal_history",
+                                       value=self.seal_history)
+
+    @property
+    def prunes_seals(self) -> bool:
+        return self.seal_history is not None and (self.retain_count is not None or self.retain_seconds is not None)
 
 
 def seal(catalog: "Catalog", lease: Lease, lease_seconds: float, *, expected: int | None = None) -> Seal | None:
@@ -286,9 +300,11 @@ def take_snapshots(
     every: int = 1,
     retain_count: int | None = 100,
     retain_seconds: float | None = None,
+    seal_history: int | None = 10_000,
 ) -> list[int]:
-    """Snapshot the committed barriers not snapshotted yet; apply retention. Returns the barriers."""
-    policy = SnapshotPolicy(every, retain_count, retain_seconds)
+    """Snapshot the committed barriers not snapshotted yet; apply retention (SnapshotPolicy).
+    Returns the barriers."""
+    policy = SnapshotPolicy(every, retain_count, retain_seconds, seal_history)
     with catalog.backend.read() as conn:  # most calls have nothing to do: take no write lock for them
         graph = topology.graph(conn)
         if committed_barrier(conn, graph, open_epoch(conn)) <= read_lease(conn).snapshot_barrier:
@@ -322,7 +338,25 @@ def _snapshot_in(conn: Connection, topology: GraphSource, policy: SnapshotPolicy
     conn.execute(sa.update(S.coordinator).where(S.coordinator.c.id == 1).values(snapshot_barrier=committed))
     if targets:
         _retention(conn, policy.retain_count, wall)
+        if policy.prunes_seals:
+            assert policy.seal_history is not None
+            every = max(1, policy.seal_history // 10)
+            if targets[-1] // every > (targets[0] - 1) // every:  # a multiple of ``every`` among the targets
+                _prune_seals(conn, open_ - policy.seal_history)
     return targets
+
+
+def _prune_seals(conn: Connection, below: int) -> int:
+    """Delete the seals of barriers below ``below``, below every retained barrier snapshot
+    and, while publishing is on, above none Iceberg publishing still needs (SnapshotPolicy)."""
+    se, sc, pub = S.seals.c, S.snapshots.c, S.publisher.c
+    oldest = (sa.select(sa.func.min(sc.barrier)).where(sc.name.like(f"{SNAPSHOT_PREFIX}%"))
+              .scalar_subquery())
+    publishing_needs = sa.exists().where(pub.id == 1, pub.enabled.is_(True),
+                                         sa.or_(pub.complete_barrier.is_(None), se.barrier > pub.complete_barrier))
+    # no snapshot retained: min() is NULL, the comparison is not true, nothing is deleted
+    return conn.execute(sa.delete(S.seals).where(se.barrier < below, se.barrier < oldest,
+                                                 ~publishing_needs)).rowcount or 0
 
 
 def _insert_snapshots(conn: Connection, graph: Graph, ids: Sequence[int], barrier: int, wall: float,

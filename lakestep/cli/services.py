@@ -74,13 +74,16 @@ LOG_LEVEL = click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WAR
               help="barrier snapshots kept (0: all)")
 @click.option("--retain-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
               help="age after which a barrier snapshot expires (default: never)")
+@click.option("--seal-history", type=click.IntRange(min=0), default=10_000, show_default=True,
+              help="seal rows kept beyond the retained barriers (0: every seal)")
 @click.option("--holder", default=None, help="this coordinator's name (default host:pid:random)")
 @click.option("--duration", type=click.FloatRange(min=0), default=None, help="stop after this many seconds")
 @click.option("--max-seals", type=click.IntRange(min=1), default=None, help="stop after sealing this many epochs")
 @LOG_LEVEL
 @common(url_alias=True)
 def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, lease: float, poll: float,
-                    snapshot_every: int, retain_count: int, retain_seconds: float | None, holder: str | None,
+                    snapshot_every: int, retain_count: int, retain_seconds: float | None, seal_history: int,
+                    holder: str | None,
                     duration: float | None, max_seals: int | None, log_level: str) -> None:
     """Run the barrier coordinator: seal epochs and snapshot committed barriers.
 
@@ -100,7 +103,7 @@ def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, l
     with open_catalog(catalog_url, timeouts=DatabaseTimeouts(idle_in_transaction=lease)) as cat:
         coord = Coordinator(cat, interval=interval, seal=seal, lease_seconds=lease, poll=poll,  # type: ignore[arg-type]
                             snapshot_every=snapshot_every or None, retain_count=retain_count or None,
-                            retain_seconds=retain_seconds, holder=holder)
+                            retain_seconds=retain_seconds, seal_history=seal_history or None, holder=holder)
         logging.getLogger("lakestep.cli").info("coordinator %s on %s (seal=%s, interval=%gs, lease=%gs)",
                                                coord.holder, cat.url, seal, interval, lease)
         try:

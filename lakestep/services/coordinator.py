@@ -19,8 +19,10 @@ cleanly and releases it). The loop is a :class:`~lakestep.services.base.Service`
    in it (after every root micro-batch);
 3. in one transaction (sealing.seal_and_snapshot), fenced by the lease
    token: snapshot the barriers committed so far (every
-   ``snapshot_every``-th; retention), then seal the open epoch (waits for
-   the root commits in flight).
+   ``snapshot_every``-th; retention: ``retain_count``, ``retain_seconds``,
+   and the seal rows of barriers no longer retained, keeping the newest
+   ``seal_history``: :class:`~lakestep.barrier.sealing.SnapshotPolicy`), then
+   seal the open epoch (waits for the root commits in flight).
 
 A :class:`NotCoordinatorError` (the lease was lost, e.g. after a long pause)
 turns the coordinator into a standby; it never seals with a stale lease.
@@ -105,6 +107,7 @@ class Coordinator(Service):
         snapshot_every: int | None = 1,
         retain_count: int | None = 100,
         retain_seconds: float | None = None,
+        seal_history: int | None = 10_000,
         poll: float = 0.05,
         holder: str | None = None,
         retry: "_retry.RetryPolicy | None" = None,
@@ -116,7 +119,7 @@ class Coordinator(Service):
             raise InvalidArgumentError("interval, lease_seconds and poll must be positive", argument="interval",
                                        value=(interval, lease_seconds, poll))
         self.policy = None if snapshot_every is None else sealing.SnapshotPolicy(
-            snapshot_every, retain_count, retain_seconds)  # checks the values
+            snapshot_every, retain_count, retain_seconds, seal_history)  # checks the values
         self.holder = holder or default_holder()
         # waiting out the database: backoff up to a quarter of the lease, no deadline by default
         super().__init__(f"coordinator {self.holder}", interval=interval,
@@ -192,8 +195,10 @@ class Coordinator(Service):
         if self.snapshot_every is None or self.lease is None:
             return []
         try:
+            assert self.policy is not None
             return sealing.take_snapshots(self.catalog, self.lease, self.topology, every=self.snapshot_every,
-                                         retain_count=self.retain_count, retain_seconds=self.retain_seconds)
+                                         retain_count=self.retain_count, retain_seconds=self.retain_seconds,
+                                         seal_history=self.policy.seal_history)
         except NotCoordinatorError:
             self.lease = None
             raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 import pytest
+import sqlalchemy as sa
 
 from lakestep import Catalog, errors
 from lakestep.barrier import (
@@ -15,6 +16,7 @@ from lakestep.barrier import (
     Pipeline,
     RollbackRefusedError,
 )
+from lakestep.catalog import schema as S
 from lakestep.catalog.lifecycle import live_locks
 from lakestep.clock import ManualClock
 from lakestep.errors import VersionNotFoundError
@@ -525,3 +527,47 @@ def test_writes_signal_this_process(catalog: Catalog, pipeline: Pipeline, coordi
         at = signals.sequence()
         write()
         assert signals.wait(at, 600) > at
+
+
+def test_seals_go_with_retention_but_never_one_still_needed(clocked: Catalog, clock: ManualClock) -> None:
+    """Seal rows of barriers no snapshot retains any more are deleted, keeping the newest
+    ``seal_history`` and, while Iceberg publishing is on, every one it has not completed yet."""
+    from lakestep.iceberg import enable
+
+    catalog = clocked
+    catalog.create_namespace("s")
+    p = Pipeline(catalog)
+    a = root_and_copy(catalog, p)
+    enable(catalog)  # publishing on, nothing published: no seal may go
+
+    def run(coord: Coordinator, barriers: int) -> None:
+        for i in range(barriers):
+            a.append(kv((i, i)), barrier=OPEN_EPOCH)
+            coord.seal()
+            clock.advance(1)
+            process(p, "copy", copy_of("s.a"), catalog)
+            coord.snapshot()
+
+    coord = Coordinator(catalog, snapshot_every=1, retain_count=2, seal_history=4)
+    run(coord, 12)
+    assert [s.barrier for s in p.seals()] == list(range(1, 13))
+    with catalog.backend.write() as conn:  # as if the publisher had completed barrier 5
+        conn.execute(sa.update(S.publisher).where(S.publisher.c.id == 1).values(complete_barrier=5))
+    run(coord, 4)
+    # barriers 1..5 are published (the rest waits for the publisher), 15..16 retained: 1..5 go
+    assert [s.barrier for s in p.seals()] == list(range(6, 17))
+    enable(catalog, False)
+    run(coord, 4)
+    assert sorted(s.name for s in a.snapshots()) == ["lakestep-barrier-19", "lakestep-barrier-20"]
+    assert [s.barrier for s in p.seals()] == list(range(17, 21))  # the newest 4 (the retained ones among them)
+    coord.release()
+    wide = Coordinator(catalog, snapshot_every=1, retain_count=6, seal_history=2)
+    run(wide, 3)  # snapshots of 19..23 retained: their seals stay, beyond the newest 2
+    assert [s.barrier for s in p.seals()] == list(range(19, 24))
+    wide.release()
+    keep = Coordinator(catalog, snapshot_every=1, retain_count=None, seal_history=1)  # keeps every snapshot
+    run(keep, 4)
+    assert [s.barrier for s in p.seals()] == list(range(19, 28))  # so every seal too
+    keep.release()
+    with pytest.raises(errors.InvalidArgumentError):
+        Coordinator(catalog, seal_history=0)

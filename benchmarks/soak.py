@@ -493,6 +493,10 @@ class Supervisor:
             from lakestep.testing.pgproxy import PgProxy
 
             self.pg = PgCluster()
+            self.pg.stop()  # room for every process's pool and Spark's Python workers (the suite's 60 is not)
+            with open(self.pg.data / "postgresql.conf", "a") as conf:
+                conf.write("\nmax_connections = 300\n")
+            self.pg.start()
             direct = self.pg.create_database("soak")
             self.proxy = PgProxy(("127.0.0.1", self.pg.port))
             url = self.proxy.url_for(direct)

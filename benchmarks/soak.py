@@ -713,7 +713,8 @@ class Supervisor:
         s: dict[str, Any] = {"t": round(time.time() - t0, 1), "processes": {}}
         for kind, p in self.procs.items():
             pids = tree(p.pid) if p.pid is not None else set()
-            s["processes"][kind] = {"rss_bytes": rss_bytes(pids), "fds": open_fds(pids), "pids": len(pids)}
+            s["processes"][kind] = {"rss_bytes": rss_bytes(pids), "fds": open_fds(pids), "pids": len(pids),
+                                    "up_s": round(time.time() - p.started_at, 1) if pids else 0.0}
         s["rss_bytes"] = sum(v["rss_bytes"] for k, v in s["processes"].items() if k in FAULTABLE)
         s["fds"] = sum(v["fds"] for k, v in s["processes"].items() if k in FAULTABLE)
         eng = self.cat.backend.engine
@@ -988,6 +989,34 @@ def growth(samples: list[dict[str, Any]], minutes: float, warmup: float | None) 
         out["figures"][name] = {"first": pts[0][1], "last": pts[-1][1], "mean": round(mean, 1),
                                 "slope_per_hour": round(per_hour, 1), "limit_per_hour": round(limit, 1),
                                 "flat": per_hour < limit}
+    out["per_process"] = {kind: lives(kept, kind) for kind in KINDS}
+    return out
+
+
+def lives(samples: list[dict[str, Any]], kind: str, settle: float = 120.0) -> dict[str, Any]:
+    """One process kind's RSS and descriptor slopes per hour within each of its lives (restart to
+    kill; the first ``settle`` seconds of each left out: a JVM grows its heap as it starts), averaged
+    weighted by each life's length. Reported, not judged: under faults a life is a few minutes."""
+    segments: list[list[dict[str, Any]]] = []
+    last_up = None
+    for s in samples:
+        p = s["processes"].get(kind)
+        if p is None or "up_s" not in p:
+            continue
+        if last_up is None or p["up_s"] < last_up:
+            segments.append([])
+        last_up = p["up_s"]
+        if p["up_s"] >= settle:
+            segments[-1].append(p)
+    out: dict[str, Any] = {"lives": len(segments)}
+    for key in ("rss_bytes", "fds"):
+        num = den = 0.0
+        for seg in segments:
+            if len(seg) >= 5:
+                span = seg[-1]["up_s"] - seg[0]["up_s"]
+                num += _slope([(p["up_s"], float(p[key])) for p in seg]) * 3600 * span
+                den += span
+        out[f"{key}_slope_per_hour"] = round(num / den, 1) if den else None
     return out
 
 
@@ -1034,9 +1063,18 @@ def report(res: dict[str, Any]) -> str:
                             ["figure", "first", "last", "mean", "slope/h", "limit/h", "flat"],
                             [[k, f["first"], f["last"], f["mean"], f["slope_per_hour"], f["limit_per_hour"], f["flat"]]
                              for k, f in g["figures"].items()]))
-    parts.append(text_table("\nProcesses", ["process", "restarts", "exits (s: code)"],
-                            [[k, v["restarts"], ", ".join(f"{e['at_s']}: {e['code']}" + (" kill" if e["killed"] else "")
-                                                          for e in v["exits"])[:80]]
+    per = g.get("per_process", {})
+
+    def mib(v: float | None) -> str:
+        return "-" if v is None else f"{v / (1 << 20):.1f}"
+
+    parts.append(text_table("\nProcesses (RSS and descriptor slopes per hour within each life, after its first 2 min)",
+                            ["process", "restarts", "lives", "RSS MiB/h", "fds/h", "exits (s: code)"],
+                            [[k, v["restarts"], per.get(k, {}).get("lives", "-"),
+                              mib(per.get(k, {}).get("rss_bytes_slope_per_hour")),
+                              per.get(k, {}).get("fds_slope_per_hour", "-"),
+                              ", ".join(f"{e['at_s']}: {e['code']}" + (" kill" if e["killed"] else "")
+                                        for e in v["exits"])[:60]]
                              for k, v in res["processes"].items()]))
     n = sum(c["pass"] for c in res["checks"])
     parts.append(f"\n{n}/{len(res['checks'])} checks passed")

@@ -105,3 +105,18 @@ def test_growth_is_judged_by_its_slope_after_the_warmup() -> None:
     early = soak.growth(samples(lambda t: (1 << 30) + max(0, 600 - t) * 1_000_000), 60, None)  # warm-up only
     assert early["warmup_min"] == 10 and early["figures"]["rss_bytes"]["flat"], early
     assert not soak.growth(samples(lambda t: 1), 3, None)["judged"]
+
+
+def test_each_process_is_judged_within_its_lives() -> None:
+    """A process killed twice, leaking 1 MiB a minute in each life: the slope within its lives is
+    ~60 MiB an hour whatever the restarts do to the sum; the first 2 min of each life left out."""
+    samples, up, t = [], 0.0, 0.0
+    for life in range(3):
+        up = 0.0
+        for _ in range(60):  # 10 min a life, a sample every 10 s
+            rss = (500 << 20) + (0 if up < 120 else int(up / 60 * (1 << 20)))
+            samples.append({"t": t, "processes": {"root": {"rss_bytes": rss, "fds": 300, "up_s": up}}})
+            up, t = up + 10, t + 10
+    got = soak.lives(samples, "root")
+    assert got["lives"] == 3 and got["fds_slope_per_hour"] == 0
+    assert abs(got["rss_bytes_slope_per_hour"] - (60 << 20)) < (1 << 20), got

@@ -1000,7 +1000,7 @@ def lives(samples: list[dict[str, Any]], kind: str, settle: float = 120.0) -> di
     segments: list[list[dict[str, Any]]] = []
     last_up = None
     for s in samples:
-        p = s["processes"].get(kind)
+        p = s.get("processes", {}).get(kind)
         if p is None or "up_s" not in p:
             continue
         if last_up is None or p["up_s"] < last_up:

@@ -93,7 +93,7 @@ N_CUSTOMERS, N_REGIONS = 1000, 8
 #: the kinds of process the supervisor runs; FAULTABLE ones are killed in turn under --faults
 KINDS = ("producer", "root", "customers", "regions", "coordinator", "maintenance", "serve", "reader")
 FAULTABLE = ("root", "customers", "regions", "coordinator", "maintenance", "serve")
-#: a killed process must be back within this many seconds
+#: a killed process must be back within this many seconds (--back-within)
 BACK_WITHIN = 30.0
 RESTART_DELAY = 1.0
 SAMPLE_EVERY = 10.0
@@ -902,6 +902,7 @@ class Supervisor:
                             for k, p in self.procs.items()}
         # 5. growth
         res["growth"] = growth(self.samples, self.args.minutes, self.args.warmup)
+        res["back_within"] = self.args.back_within
         res["samples"] = len(self.samples)
         res["checks"] = verdict(res)
         return res
@@ -1034,9 +1035,10 @@ def verdict(res: dict[str, Any]) -> list[dict[str, Any]]:
     if not res["answers"]:
         checks.append(("reader answers", False, "none"))
     kills = [f for f in res["faults"] if f["kind"].startswith("kill:")]
-    slow = [f for f in kills if f["back_s"] is None or f["back_s"] > BACK_WITHIN]
+    within = res.get("back_within", BACK_WITHIN)
+    slow = [f for f in kills if f["back_s"] is None or f["back_s"] > within]
     if kills:
-        checks.append((f"killed processes back within {BACK_WITHIN:g} s", not slow,
+        checks.append((f"killed processes back within {within:g} s", not slow,
                        f"{len(kills) - len(slow)} of {len(kills)}; max "
                        f"{max((f['back_s'] for f in kills if f['back_s'] is not None), default=None)} s"))
     g = res["growth"]
@@ -1164,6 +1166,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the tables' retention window, s (lakestep.retention-seconds; default 300: cleanup prunes "
                          "within the run)")
     ap.add_argument("--warmup", type=float, default=None, help="minutes not judged for growth")
+    ap.add_argument("--back-within", type=float, default=BACK_WITHIN,
+                    help=f"seconds a killed process has to be back (default {BACK_WITHIN:g}; the suite, sharing the "
+                         "machine with its other lane, gives it more: no wall-clock threshold in a test)")
     ap.add_argument("--drain", type=float, default=180.0, help="max seconds for the pipeline to drain at the end")
     ap.add_argument("--disk-mb", type=int, default=1024, help="size of the warehouse's tmpfs (--faults)")
     ap.add_argument("--out", default="benchmarks/results/soak.json")
@@ -1178,8 +1183,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.fault_start is None:
         args.fault_start = min(120.0, args.minutes * 6)
     if args.fault_every is None:  # 90 s; a short run fits every kind of fault once
-        kinds = len(FAULTABLE) + 2 + (args.backend == "postgres")
-        window = args.minutes * 60 - args.fault_start - BACK_WITHIN - 15
+        held = 2 + (args.backend == "postgres")  # the stall, the full disk (, the restart): up to 20 s each
+        kinds = len(FAULTABLE) + held
+        window = args.minutes * 60 - args.fault_start - BACK_WITHIN - 15 - 20 * held
         args.fault_every = max(5.0, min(90.0, window / kinds))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,11 @@ def test_a_three_minute_run_with_faults_passes(tmp_path: Path) -> None:
     (where a tmpfs can be mounted): no order lost or duplicated, every answer and every readable
     barrier exact, samples and plots written."""
     out = tmp_path / "soak.json"
+    # no wall-clock threshold here: a killed process must come back, not within 30 s (the other lane
+    # shares the machine); the drain may take as long as the machine needs
     r = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--minutes", "3", "--faults", "--rate", "30",
-                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                        "--back-within", "600", "--drain", "600", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=1500)
     assert out.exists(), r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(out.read_text())
     failed = [c for c in res["checks"] if not c["pass"]]

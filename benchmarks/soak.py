@@ -36,7 +36,7 @@
    started); a full disk under the warehouse (a tmpfs mounted for the run, filled for
    10-20 s; where mounting is not possible the fault is skipped and the summary says so).
    A killed process is **back** when its work moves again after its restart: the
-   root table gets a version, a derived table's frontier passes its value at the kill,
+   root table gets new rows (a data version; a compaction adds none), a derived table's frontier passes its value at the kill,
    the open epoch moves, a publishing round ends, the server answers ``/health``.
 
 3. **Figures**: every 10 s a sample (JSON lines): per process RSS and open descriptors
@@ -599,7 +599,7 @@ class Supervisor:
         from lakestep.iceberg import status
 
         p = Pipeline(self.cat)
-        out: dict[str, Any] = {"coordinator": p.open_epoch(), "root": self.cat.load_table(ORDERS).version,
+        out: dict[str, Any] = {"coordinator": p.open_epoch(), "root": self.cat.load_table(ORDERS).data_version,
                                "customers": p.frontier(CUSTOMERS), "regions": p.frontier(REGIONS),
                                "maintenance": status(self.cat).round_at}
         try:

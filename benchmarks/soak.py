@@ -36,8 +36,9 @@
    started); a full disk under the warehouse (a tmpfs mounted for the run, filled for
    10-20 s; where mounting is not possible the fault is skipped and the summary says so).
    A killed process is **back** when its work moves again after its restart: the
-   root table gets new rows (a data version; a compaction adds none), a derived table's frontier passes its value at the kill,
-   the open epoch moves, a publishing round ends, the server answers ``/health``.
+   root table gets new rows (a data version; a compaction adds none), a derived
+   table's frontier passes its value at the kill, the open epoch moves, a publishing
+   round ends, the server answers ``/health``.
 
 3. **Figures**: every 10 s a sample (JSON lines): per process RSS and open descriptors
    (the process tree), the catalog database's size and each ``ls_`` table's rows, live

@@ -474,7 +474,8 @@ class Supervisor:
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = os.pathsep.join([str(REPO), *[p for p in self.env.get("PYTHONPATH", "").split(
             os.pathsep) if p]])
-        self.env.setdefault("LAKESTEP_SPARK_CLASS_ARCHIVE", _class_archive())
+        if not self.env.get("LAKESTEP_SPARK_CLASS_ARCHIVE"):
+            self.env["LAKESTEP_SPARK_CLASS_ARCHIVE"] = _class_archive()
         self.env.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
         self.mount: Path | None = None
         self.pg: Any = None
@@ -939,11 +940,19 @@ def _iceberg_metadata(folder: Path) -> dict[str, Any]:
 
 
 def _class_archive() -> str:
-    from lakestep.testing.spark import class_archive_path
+    """The class-data archive the Spark processes' JVMs map (lakestep/testing/spark.py; as `make test`
+    makes it, under the virtualenv): made first when missing (about a minute, once), so that a killed
+    Spark process restarts in about half the time. "" when it cannot be made."""
+    from lakestep.testing.spark import class_archive_path, make_class_archive
 
-    with contextlib.suppress(Exception):
-        return str(class_archive_path(REPO / ".venv" / "spark-class-archive"))
-    return ""
+    try:
+        path = class_archive_path(Path(sys.prefix) / "spark-class-archive")
+    except Exception:  # noqa: BLE001 - no java or pyspark: the processes say so themselves
+        return ""
+    if not path.is_file():
+        _log(f"making the Spark class-data archive {path.name} (once per virtualenv)")
+        make_class_archive(path)
+    return str(path) if path.is_file() else ""
 
 
 def _pct(values: list[int], q: float) -> int | None:

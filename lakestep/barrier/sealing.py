@@ -142,9 +142,53 @@ def _fence(catalog: "Catalog", conn: Connection, lease: Lease) -> tuple[float, L
 
 
 def default_holder() -> str:
-    """A lease holder's name, unique per process: ``host:pid:random`` (the coordinator's and the
-    Iceberg publisher's leases, when no name is given)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """A lease holder's name, unique per process: ``host:pid:random:where`` (the coordinator's and
+    the Iceberg publisher's leases, when no name is given); ``where`` names the machine's boot and
+    the process's PID namespace (:func:`_where`), so that :func:`holder_gone` can tell a process of
+    its own host and namespace from one elsewhere."""
+    where = _where()
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}" + (f":{where}" if where else "")
+
+
+def _where() -> str:
+    """This boot of this machine and this process's PID namespace ("" where /proc does not say)."""
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip().replace("-", "")[:12]
+        return f"{boot}.{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def holder_gone(holder: str | None) -> bool:
+    """Whether ``holder`` is a :func:`default_holder` name of a process that has exited: one of this
+    host, boot and PID namespace (the same ``where``) whose PID no live process has. A lease such a
+    holder still has is taken over at once instead of when it expires: a supervisor that restarts a
+    killed coordinator or publisher gets its work going again in a second, not a lease later.
+
+    Never true for a name given by the user, one from another machine, boot or namespace, one
+    without ``where`` (an older lakestep), this process's own PID, or a PID some process has now
+    (even a new process that reused it: then the lease expires as it always did). A wrong answer
+    would cost no correctness, only liveness: every lease is fenced by its token."""
+    parts = (holder or "").split(":")
+    if len(parts) != 4 or not parts[1].isdigit():
+        return False
+    host, pid, _, where = parts
+    if host != socket.gethostname() or not where or where != _where() or int(pid) == os.getpid():
+        return False
+    return not _alive(int(pid))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    try:  # a zombie (exited, not reaped yet) is gone
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def acquire(catalog: "Catalog", holder: str, lease_seconds: float, *, held: Lease | None = None) -> Lease | None:
@@ -156,7 +200,7 @@ def acquire(catalog: "Catalog", holder: str, lease_seconds: float, *, held: Leas
         if held is not None and cur.holder == holder and cur.token == held.token and cur.expires_at > now:
             conn.execute(sa.update(S.coordinator).where(c.id == 1).values(expires_at=now + lease_seconds))
             return Lease(holder, cur.token, cur.acquired_at, now + lease_seconds, cur.snapshot_barrier)
-        if cur.holder is not None and cur.expires_at > now:
+        if cur.holder is not None and cur.expires_at > now and not holder_gone(cur.holder):
             return None
         token = cur.token + 1
         conn.execute(sa.update(S.coordinator).where(c.id == 1, c.token == cur.token).values(

@@ -78,7 +78,7 @@ import sqlalchemy as sa
 
 from .. import _failpoints
 from .. import retry as _retry
-from ..barrier.sealing import default_holder
+from ..barrier.sealing import default_holder, holder_gone
 from ..barrier.topology import Topology
 from ..catalog import schema as S
 from ..errors import CatalogUnavailableError, LakestepError
@@ -177,8 +177,10 @@ class Publisher:
             row = conn.execute(sa.select(S.publisher).where(p.id == 1).with_for_update()).mappings().one()
             now = self.catalog.clock.shared_now(conn)
             mine = row["holder"] == self.holder and row["token"] == self._token
-            # a publisher restarted under the same name (--holder) takes its own lease back at once
-            if not mine and row["holder"] not in (None, self.holder) and row["expires_at"] > now:
+            # a publisher restarted under the same name (--holder) takes its own lease back at once, as
+            # any does from a holder whose process has exited (sealing.holder_gone)
+            if not mine and row["holder"] not in (None, self.holder) and row["expires_at"] > now \
+                    and not holder_gone(row["holder"]):
                 self._token = None
                 return False, row["holder"]
             token = int(row["token"]) if mine else int(row["token"]) + 1

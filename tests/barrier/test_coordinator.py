@@ -129,3 +129,70 @@ def test_thread_seals_and_releases(catalog: Catalog, pipeline: Pipeline) -> None
     assert [s.barrier for s in seals] == list(range(1, n))  # none skipped, none twice
     assert all(b.sealed_at - a.sealed_at >= 0.015 for a, b in zip(seals, seals[1:]))  # the interval holds
     assert not coord.is_leader and Coordinator(catalog).acquire()  # released on stop
+
+
+_HOLD = r'''
+import sys, time
+from lakestep import Catalog
+cat = Catalog(sys.argv[1])
+if sys.argv[2] == "coordinator":
+    from lakestep.barrier import sealing
+    lease = sealing.acquire(cat, sealing.default_holder(), 600.0)
+    print(lease.holder, flush=True)
+else:
+    from lakestep.iceberg import Publisher
+    pub = Publisher(cat, lease_seconds=600.0)
+    assert pub._acquire()[0]
+    print(pub.holder, flush=True)
+time.sleep(600)
+'''
+
+
+@pytest.mark.parametrize("lease", ["coordinator", "publisher"])
+def test_a_lease_whose_holder_process_is_gone_is_taken_over_at_once(catalog: Catalog, lease: str) -> None:
+    """A holder process that exited (SIGKILL) leaves its lease to the next taker at once, not a
+    lease later; while it lives (even idle) the lease is its own."""
+    import subprocess
+    import sys
+
+    if lease == "publisher":
+        pytest.importorskip("pyiceberg")
+        from lakestep.iceberg import Publisher
+
+        mine = Publisher(catalog, lease_seconds=10.0)
+
+        def take() -> bool:
+            return mine._acquire()[0]
+    else:
+        def take() -> bool:
+            return sealing.acquire(catalog, sealing.default_holder(), 10.0) is not None
+
+    child = subprocess.Popen([sys.executable, "-c", _HOLD, catalog.connection_url(), lease], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        holder = child.stdout.readline().strip()  # type: ignore[union-attr]
+        assert holder.split(":")[1] == str(child.pid) and sealing.holder_gone(holder) is False
+        assert not take()  # alive (sleeping): its lease, 600 s of it left
+        child.kill()
+        child.wait()
+        assert sealing.holder_gone(holder)
+        assert take()  # gone: taken at once
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_only_a_default_name_of_this_host_and_namespace_is_ever_judged_gone() -> None:
+    import os
+    import socket
+
+    me = sealing.default_holder()
+    host, pid, rand, where = me.split(":")
+    assert host == socket.gethostname() and pid == str(os.getpid()) and where
+    assert not sealing.holder_gone(me)  # this process
+    dead = 2 ** 22 + 7  # above the PID limit of a default kernel: no process has it
+    assert sealing.holder_gone(f"{host}:{dead}:{rand}:{where}")
+    for name in (None, "c1", f"{host}:{dead}:{rand}", f"other-host:{dead}:{rand}:{where}",
+                 f"{host}:{dead}:{rand}:{where}x", f"{host}:x{dead}:{rand}:{where}"):
+        assert not sealing.holder_gone(name), name

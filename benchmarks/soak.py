@@ -558,10 +558,14 @@ class Supervisor:
     def _mount(self, wh: Path) -> Path | None:
         """A tmpfs of ``--disk-mb`` under the warehouse (the disk-full fault fills it); None where
         this machine cannot mount one (not root, no CAP_SYS_ADMIN)."""
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.args.disk_mb}m", "tmpfs", str(wh)],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            _log(f"no tmpfs for the warehouse ({r.stderr.strip() or r.returncode}): the disk-full fault is skipped")
+        try:
+            r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.args.disk_mb}m", "tmpfs", str(wh)],
+                               capture_output=True, text=True, timeout=60)
+            why = r.stderr.strip() or f"status {r.returncode}"
+        except (OSError, subprocess.TimeoutExpired) as e:  # no mount command
+            r, why = None, str(e)
+        if r is None or r.returncode != 0:
+            _log(f"no tmpfs for the warehouse ({why}): the disk-full fault is skipped")
             return None
         return wh
 

@@ -44,9 +44,9 @@ class PgProxy:
         proxy finds its markers in the statements' text, which a TLS session would hide (a server
         installed by apt has ``ssl = on``, and libpq's default ``sslmode=prefer`` takes it)."""
         parts = urlsplit(url)
-        netloc = parts.netloc.rsplit("@", 1)
+        user = parts.netloc.rsplit("@", 1)
         host = f"127.0.0.1:{self.port}"
-        netloc = f"{netloc[0]}@{host}" if len(netloc) == 2 else host
+        netloc = f"{user[0]}@{host}" if len(user) == 2 else host
         query = "&".join([q for q in parts.query.split("&") if q and not q.startswith("sslmode=")] + ["sslmode=disable"])
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 

@@ -45,9 +45,9 @@ from lakestep.clock import ManualClock
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-    from tests.catalog.workers import Worker
     from lakestep.testing.pgcluster import PgCluster
     from lakestep.testing.pgproxy import PgProxy
+    from tests.catalog.workers import Worker
     from tests.s3server import S3Server
     from tests.sparkcluster import SparkCluster
 

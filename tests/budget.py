@@ -56,6 +56,9 @@ ALLOWED: dict[str, str] = {
         "every curve of benchmarks.scale on both backends: fixed costs (processes, peers) dominate, not sizes",
     "tests/test_benchmarks.py::test_publish_benchmark_runs":
         "benchmarks.publish --quick on both backends: publisher rounds and readers, measured 48 s here",
+    "tests/test_soak.py::test_a_three_minute_run_with_faults_passes":
+        "benchmarks.soak's 3-minute run with faults (issue 46): eight processes, three Spark applications, "
+        "every kind of fault once; measured 188 s in a fresh clone's make test",
     "tests/test_benchmarks.py::test_jvm_peers_benchmark_runs":
         "two Spark applications (lakestep's and the JVM peers' Spark 4.1 with Delta and Iceberg), five ingest runs",
     "tests/test_docs.py::test_readme_python_blocks_run":

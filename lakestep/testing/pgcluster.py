@@ -29,7 +29,12 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from lakestep.errors import LakestepError
 from lakestep.testing.ports import free_port
+
+
+class PgClusterError(LakestepError, RuntimeError):
+    """The server's binaries are missing, or one of its commands (initdb, pg_ctl) failed."""
 
 
 def server_bindir() -> str:
@@ -44,7 +49,7 @@ def server_bindir() -> str:
     initdb = shutil.which("initdb")
     if initdb:
         return str(Path(initdb).parent)
-    raise RuntimeError("no PostgreSQL server binaries (initdb, pg_ctl): run scripts/ensure-services.sh, or set "
+    raise PgClusterError("no PostgreSQL server binaries (initdb, pg_ctl): run scripts/ensure-services.sh, or set "
                        "LAKESTEP_TEST_PG_BIN")
 
 
@@ -78,7 +83,7 @@ class PgCluster:
         cmd = [*self._as, os.path.join(self.bindir, tool), *args]
         out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=self.root)
         if out.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}")
+            raise PgClusterError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}")
 
     @property
     def running(self) -> bool:

@@ -314,12 +314,19 @@ def role_derived(cfg: dict[str, Any], job: str) -> int:
     running = dj.start(every=every or None)
     stop = _stop_event()
     _log(f"derived job {job} started")
-    shown = time.monotonic()
+    shown, began, first = time.monotonic(), time.time(), False
     while not stop.is_set():
         if not running.is_active:
             _log(f"derived job {job} stopped: {running.error!r}")
             return 1
         stop.wait(0.5)
+        if not first and running.stats.timings:  # what a restart costs before the first commit
+            first, t = True, running.stats.timings[0]
+            _log(f"{job}: first batch (barrier {t['barrier']}) committed {t['committed'] - began:.1f} s after "
+                 f"the start; plan {round((t['planned'] - t['start']) * 1000)} ms, read+write "
+                 f"{round((t['written'] - t['planned']) * 1000)} ms, commit "
+                 f"{round((t['committed'] - t['written']) * 1000)} ms, waited "
+                 f"{max(0.0, t['start'] - began):.1f} s for it")
         if time.monotonic() - shown >= 30:
             shown = time.monotonic()
             st = running.stats

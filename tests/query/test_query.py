@@ -265,3 +265,38 @@ def test_duckdb_checks_file_sizes_on_its_own_scan(catalog: Catalog) -> None:
     with pytest.raises(errors.DataFileCorruptError) as ei:
         duckdb_query(catalog, "SELECT sum(k) AS s FROM c.t")
     assert ei.value.path == t.read_plan().files[0].path
+
+
+def test_duckdb_query_keeps_no_file_contents_between_queries(catalog: Catalog) -> None:
+    """The per-process database of duckdb_query lives as long as the process: a reader that
+    queries a table for days reads ever new files, and DuckDB's external file cache kept every
+    one of them (evicted only near its memory limit). It is off: after queries over a
+    hundred files, the database holds none of their bytes."""
+    import duckdb
+
+    from lakestep.query import duck
+
+    catalog.create_namespace("m")
+    t = catalog.create_table("m.t", pa.schema([("k", pa.int64()), ("v", pa.string())]))
+    for i in range(100):
+        t.append({"k": list(range(i * 100, i * 100 + 100)), "v": [f"v{j}" for j in range(100)]})
+        assert duckdb_query(catalog, "SELECT count(*) AS n FROM m.t").table.column("n").to_pylist() == [i * 100 + 100]
+    assert t.read_plan().native_paths() is not None  # DuckDB scanned the files itself
+
+    def cached(con: object) -> int:
+        rows = con.sql("SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'EXTERNAL_FILE_CACHE'")  # type: ignore[attr-defined]
+        return int(rows.fetchall()[0][0])
+
+    con = duck._cursor()
+    try:
+        assert cached(con) == 0
+    finally:
+        con.close()
+    # the setting is what keeps it so: a database with DuckDB's default cached those files
+    (path, *_) = t.read_plan().native_paths() or []
+    plain = duckdb.connect()
+    try:
+        plain.sql(f"SELECT count(*) FROM read_parquet('{path}')").fetchall()
+        assert cached(plain) > 0
+    finally:
+        plain.close()

@@ -484,6 +484,9 @@ class Supervisor:
         if not self.env.get("LAKESTEP_SPARK_CLASS_ARCHIVE"):
             self.env["LAKESTEP_SPARK_CLASS_ARCHIVE"] = _class_archive()
         self.env.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+        # what docs/operations.md tells operators to give long-running drivers and readers (the
+        # lakestep command sets it itself: lakestep/_memory.py)
+        self.env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
         self.mount: Path | None = None
         self.pg: Any = None
         self.proxy: Any = None

@@ -20,6 +20,9 @@ INSTALL_HINT = "pip install 'lakestep[cli]'"
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The console script ``lakestep``."""
+    from .._memory import prefer_returning_pool
+
+    prefer_returning_pool()  # before anything imports pyarrow (lakestep/_memory.py)
     try:
         import click  # noqa: F401
         import rich  # noqa: F401

@@ -678,13 +678,21 @@ class Supervisor:
         _log(f"fault: {kind}" + ("" if kind.startswith("kill:") else f" for {hold:.0f} s"))
         if kind.startswith("kill:"):
             target = kind.split(":", 1)[1]
-            try:
-                base = self.progress().get(target)
-            except Exception:  # noqa: BLE001
-                base = None
-            f = Fault(kind, time.time(), baseline=base)
+            f = Fault(kind, time.time())
             self.kill(target)
             f.ended_at = time.time()
+            # The baseline is read once the process is dead, so that no commit of its own lands
+            # after it (read before the kill, a batch committing meanwhile made a kill "back" in
+            # 1.2 s). Nothing else moves a killed process's probe, and its restart commits
+            # nothing for seconds: a few tries outlast a slow catalog.
+            for _ in range(10):
+                try:
+                    f.baseline = self.progress().get(target)
+                    break
+                except Exception:  # noqa: BLE001 - retried
+                    self.stopping.wait(0.3)
+            else:
+                f.note = "no baseline could be read after the kill"
             with self.lock:
                 self.faults.append(f)
             return

@@ -46,11 +46,16 @@ def probe(tmp_path: Path, *, env: dict[str, str] | None = None, before: str = ""
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def pyarrow_default() -> str:
+    """pyarrow's own default pool in a fresh interpreter (the variable unset)."""
+    return subprocess.run([sys.executable, "-c", "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"],
+                          env={k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"},
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_the_lakestep_command_runs_on_jemalloc(tmp_path: Path) -> None:
     """``plain``: pyarrow's own default here (mimalloc on Linux), shown when the test fails."""
-    plain = subprocess.run([sys.executable, "-c", "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"],
-                           env={k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"},
-                           capture_output=True, text=True, check=True).stdout.strip()
+    plain = pyarrow_default()
     got = probe(tmp_path)
     assert got == {"pool": "jemalloc", "rows": 1000, "env": "jemalloc"}, (plain, got)
 
@@ -64,7 +69,5 @@ def test_a_process_that_imported_pyarrow_first_is_left_alone(tmp_path: Path) -> 
     """pyarrow chose its pool when it was imported: the variable set later would say what is not
     so (and leak into child processes), so it is not set."""
     got = probe(tmp_path, before="import os, pyarrow; first = pyarrow.default_memory_pool().backend_name")
-    plain = subprocess.run([sys.executable, "-c", "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"],
-                           env={k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"},
-                           capture_output=True, text=True, check=True).stdout.strip()
+    plain = pyarrow_default()
     assert got["pool"] == plain and got["env"] is None

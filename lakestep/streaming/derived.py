@@ -298,14 +298,15 @@ class DerivedJob:
         t = self._catalog().load_table(s.table)
         why = python_reason(t.location, t.physical_schema if t.primary_key else t.schema, self.native,
                             merged=bool(t.primary_key))
+        plan = t.read_plan(version=s.to_version)
         if why is None:
             batch.paths[f"table {s.table}"] = "native"
-            return native_frame(self.spark, t.read_plan(version=s.to_version))
+            return native_frame(self.spark, plan)
         batch.paths[f"table {s.table}"] = f"python ({why})"
         # The plan made here, its pieces read by mapInArrow (no Python data source, on any Spark):
         # a restarted job's first read of a merged primary-key table took 3.7-3.8 s through the
         # data source (its planner worker started first), 1.8-1.9 s this way; later reads the same.
-        return plan_frame(self.spark, t.read_plan(version=s.to_version))
+        return plan_frame(self.spark, plan)
 
     # ----------------------------------------------------------------- writes
     def _outputs(self, out: Any, plan: BatchPlan) -> dict[str, Any]:

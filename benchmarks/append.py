@@ -40,7 +40,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 1.05
-DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_PG_DSN = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 
 # Runs in a process of its own, with PYTHONPATH naming the lakestep to measure.
 _CHILD = r'''

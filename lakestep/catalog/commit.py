@@ -254,7 +254,7 @@ _PATH = FILE_ROW_FIELDS.index("path")
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_files_sql(n: int, mark: str) -> str:
+def insert_files_sql(n: int, mark: str) -> str:
     """The INSERT of ``n`` file rows, ``mark`` the driver's positional parameter."""
     row = f"({', '.join([mark] * len(FILE_ROW_FIELDS))})"
     return (f"INSERT INTO ls_file ({', '.join(FILE_ROW_FIELDS)}) VALUES {', '.join([row] * n)} "
@@ -275,12 +275,12 @@ def insert_file_rows(conn: Connection, values: Sequence[tuple[Any, ...]]) -> lis
     for i in range(0, len(values), FILE_CHUNK):
         chunk = values[i:i + FILE_CHUNK]
         params = chunk[0] if len(chunk) == 1 else tuple([v for row in chunk for v in row])
-        got = conn.exec_driver_sql(_insert_files_sql(len(chunk), mark), params).all()
-        ids.extend(_ids_in_order([row[_PATH] for row in chunk], got))
+        got = conn.exec_driver_sql(insert_files_sql(len(chunk), mark), params).all()
+        ids.extend(ids_in_order([row[_PATH] for row in chunk], got))
     return ids
 
 
-def _ids_in_order(paths: Sequence[str], got: Sequence[Any]) -> list[int]:
+def ids_in_order(paths: Sequence[str], got: Sequence[Any]) -> list[int]:
     """The ids of RETURNING rows (file_id, path), in the order of ``paths``."""
     if len(got) != len(paths):
         raise InternalError(f"inserted {len(paths)} file rows, the database returned {len(got)} ids")

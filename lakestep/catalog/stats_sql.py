@@ -53,8 +53,15 @@ stats_rows = S.stats_rows
 Copied = list[tuple[str, int, int | None, int | None, int | None]]
 #: The columns of an ``ls_file_stats`` row, in the order of the tuples of :func:`rows_of`.
 STATS_COLS = ("file_id", "column_name", "table_id", "null_count", "min_value", "max_value", "width")
-_INSERT_STATS_SQLITE = (f"INSERT INTO ls_file_stats ({', '.join(STATS_COLS)}) "
-                        f"VALUES ({', '.join('?' * len(STATS_COLS))})")
+#: Rows of one multi-row insert (:func:`insert_rows_sql`): 7,000 parameters, within SQLite's 32,766.
+STATS_CHUNK = 1000
+
+
+@functools.lru_cache(maxsize=64)
+def insert_rows_sql(n: int) -> str:
+    """The insert of ``n`` ``ls_file_stats`` rows in one statement (SQLite's parameter style)."""
+    row = f"({', '.join('?' * len(STATS_COLS))})"
+    return f"INSERT INTO ls_file_stats ({', '.join(STATS_COLS)}) VALUES {', '.join([row] * n)}"
 
 
 def copied_type(t: pa.DataType) -> bool:
@@ -228,11 +235,13 @@ def rows_of(table_id: int, file_ids: Sequence[int], per_file: Sequence[Copied]) 
 
 def insert_rows(conn: sa.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert ``ls_file_stats`` rows (:func:`rows_of`) in the caller's transaction: one
-    statement, none when there are no rows."""
+    statement (a :data:`STATS_CHUNK` of rows each), none when there are no rows."""
     if not rows:
         return
-    if conn.dialect.name == "sqlite":  # in-process: the driver's executemany is cheapest
-        conn.exec_driver_sql(_INSERT_STATS_SQLITE, rows)
+    if conn.dialect.name == "sqlite":  # one multi-row statement (cheaper than executemany's one per row)
+        for i in range(0, len(rows), STATS_CHUNK):
+            chunk = rows[i:i + STATS_CHUNK]
+            conn.exec_driver_sql(insert_rows_sql(len(chunk)), tuple([v for row in chunk for v in row]))
     else:  # one multi-row statement (SQLAlchemy's insertmanyvalues), not a round trip a row
         conn.execute(sa.insert(S.file_stats), [dict(zip(STATS_COLS, r)) for r in rows])
 

@@ -358,3 +358,48 @@ def test_a_vanished_catalog_directory_is_a_typed_error(tmp_path) -> None:  # typ
             cat.create_namespace("s")
     finally:
         cat.close()
+
+
+def _counts(cat: Catalog, table_id: int) -> dict[str, int]:
+    """What the catalog holds of a table (and its transaction records)."""
+    queries = {
+        "version": "SELECT version FROM ls_table WHERE table_id = :tid",
+        "files": "SELECT count(*) FROM ls_file WHERE table_id = :tid",
+        "stats rows": "SELECT count(*) FROM ls_file_stats WHERE table_id = :tid",
+        "commits": "SELECT count(*) FROM ls_commit WHERE table_id = :tid",
+        "transactions": "SELECT count(*) FROM ls_txn",
+    }
+    with cat.backend.read() as conn:
+        return {name: int(conn.execute(sa.text(q), {"tid": table_id}).scalar_one()) for name, q in queries.items()}
+
+
+def test_a_statement_refused_mid_append_commits_nothing(catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    """The blind append's last statement (the commit row) refused by the database, here by a
+    trigger, after the head, the transaction, the file and its statistics rows were written in
+    the same transaction (on SQLite straight on the driver's cursor, appends.py): a typed error,
+    and none of it is visible; the next append, unrefused, commits one version."""
+    catalog.create_namespace("s")
+    t = catalog.create_table("s.t", SCHEMA)
+    t.append({"id": [1, 2], "v": ["a", "b"]})
+    before = _counts(catalog, t.table_id)
+    sqlite = catalog.backend.name == "sqlite"
+    with catalog.backend.engine.begin() as conn:
+        if sqlite:
+            conn.exec_driver_sql("CREATE TRIGGER ls_test_refuse BEFORE INSERT ON ls_commit "
+                                 "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+        else:
+            conn.exec_driver_sql("CREATE FUNCTION ls_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                                 "RAISE EXCEPTION 'refused by the test' USING ERRCODE = '23514'; END $$")
+            conn.exec_driver_sql("CREATE TRIGGER ls_test_refuse BEFORE INSERT ON ls_commit "
+                                 "FOR EACH ROW EXECUTE FUNCTION ls_test_refuse()")
+    with pytest.raises(errors.CatalogError, match="refused by the test"):
+        t.append({"id": [3], "v": ["c"]})
+    assert _counts(catalog, t.table_id) == before
+    assert ids(catalog, "s.t") == [1, 2]
+    with catalog.backend.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER ls_test_refuse" + ("" if sqlite else " ON ls_commit"))
+    t.append({"id": [3], "v": ["c"]})
+    after = _counts(catalog, t.table_id)
+    assert after["version"] == before["version"] + 1 and after["files"] == before["files"] + 1
+    assert after["stats rows"] > before["stats rows"] and after["commits"] == before["commits"] + 1
+    assert ids(catalog, "s.t") == [1, 2, 3]

@@ -1,7 +1,7 @@
 """How a data file is written (catalog/writer.py): its statistics taken from the footer pyarrow
-wrote (catalog/files.py, ``written_stats``), the cheaper count that decides its dictionary
-encoding, what a FileWriter works out once per schema: nothing a file holds or records
-changes, only how it is worked out.
+wrote (catalog/files.py, ``written_stats``), the count that decides its dictionary encoding,
+what a FileWriter works out once per schema: nothing a file holds or records changes, only
+how it is worked out.
 
 The reference is the former code, which the catalog keeps: :func:`compute_stats` over the
 rows as written (column ids on, stored names), min_max for every column; and for the
@@ -12,9 +12,10 @@ encoding, ``pc.count_distinct`` of each primitive column's first rows. The prope
    column before the others), :meth:`FileWriter.write` records the statistics JSON text
    :func:`compute_stats` gives, byte for byte (``-0.0`` is not ``0.0`` in the text);
 2. the file is the one the former code wrote, byte for byte: pq.write_table with the former
-   dictionary decision (booleans, which are no longer counted, included);
-3. :func:`~lakestep.catalog.writer.distinct_count` is ``pc.count_distinct(mode="all")``:
-   nulls, bit patterns (-0.0 and 0.0, NaN payloads), sliced and chunked columns.
+   dictionary decision (booleans, which are no longer counted, included), the count made for
+   every file of 2 rows or more (``DICTIONARY_ALL_ROWS`` set to 1 for the property);
+3. a file of at most ``DICTIONARY_ALL_ROWS`` rows is dictionary-encoded whole (pyarrow's
+   default), and one row more brings the count back.
 
 No catalog: this is file writing alone, the same on every backend.
 """
@@ -35,9 +36,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from lakestep.catalog import writer as writer_module
 from lakestep.catalog.columns import STORED, assign, to_stored, with_ids
 from lakestep.catalog.files import compute_stats
-from lakestep.catalog.writer import DICTIONARY_SAMPLE_ROWS, FileWriter, distinct_count
+from lakestep.catalog.writer import DICTIONARY_ALL_ROWS, DICTIONARY_SAMPLE_ROWS, FileWriter
 
 I64 = 2 ** 63
 NAN2 = struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000001))[0]  # a NaN of another payload
@@ -173,7 +175,9 @@ def test_written_statistics_are_computed_statistics(where: Path, case: tuple[pa.
     schema, data, row_group_size = case
     ids = assign(schema)
     writer = FileWriter(str(where), column_ids=ids, schema=schema, row_group_size=row_group_size)
-    f = writer.write(data)
+    with pytest.MonkeyPatch.context() as mp:  # count for every file, as the former code did
+        mp.setattr(writer_module, "DICTIONARY_ALL_ROWS", 1)
+        f = writer.write(data)
     written = to_stored(with_ids(data, ids), schema)  # the rows as the former code wrote them
     assert f.stats_json == json.dumps(compute_stats(written), separators=(",", ":"))
     former = pa.BufferOutputStream()
@@ -206,35 +210,21 @@ def test_writer_keeps_the_layout_of_one_schema(where: Path) -> None:
     assert back.metadata[b"k"] == b"v" and back.field("a").metadata[b"PARQUET:field_id"] == b"1"
 
 
-def _count_cases() -> list[pa.ChunkedArray]:
-    f64 = pa.array([0.0, -0.0, math.nan, NAN2, 1.0, 1.0])
-    ints = pa.array(range(20), pa.int64())
-    return [
-        pa.chunked_array([f64]), pa.chunked_array([f64.slice(1, 3)]), pa.chunked_array([f64, f64]),
-        pa.chunked_array([pa.array([0.0, -0.0, None], pa.float32())]),
-        pa.chunked_array([pa.array([1.5, 2.5, 1.5, -1e300])]), pa.chunked_array([pa.array([1.5, 1.5], pa.float32())]),
-        pa.chunked_array([pa.array([math.nan, 3.0, math.nan])]), pa.chunked_array([pa.array([math.nan, NAN2, 3.0])]),
-        pa.chunked_array([pa.array([1.0, 2.0, 3.0], pa.float16())]),
-        pa.chunked_array([ints.slice(5, 7)]), pa.chunked_array([pa.array([1, 1, 2, None], pa.int8())]),
-        pa.chunked_array([pa.array([3, 3, 3], pa.uint16())]), pa.chunked_array([ints.cast(pa.timestamp("ms"))]),
-        pa.chunked_array([pa.array([1, 2, 1], pa.int32()).cast(pa.date32())]),
-        pa.chunked_array([pa.array(["a", None, "a", None, "b"])]), pa.chunked_array([pa.array(["a", "b"]).slice(1)]),
-        pa.chunked_array([pa.array([b"a", b"a", None], pa.large_binary())]),
-        pa.chunked_array([pa.array([b"ab", b"ab"], pa.binary(2))]),
-        pa.chunked_array([pa.array([str(i % 300) for i in range(1000)])]),  # past the Python set's size
-        pa.chunked_array([pa.array([decimal.Decimal("1.5"), decimal.Decimal("1.5")], pa.decimal128(5, 2))]),
-        pa.chunked_array([], pa.int64()), pa.chunked_array([pa.array([], pa.string())]),
-    ]
+def test_small_files_are_dictionary_encoded_whole(where: Path) -> None:
+    """Property 3: up to DICTIONARY_ALL_ROWS rows no column is counted (a unique column is
+    dictionary-encoded, as pyarrow does by default); one row more, the unique columns are
+    plain and the repetitive one keeps its dictionary. The rows read back unchanged."""
+    def dictionary_encoded(n: int) -> dict[str, bool]:
+        data = pa.table({"id": pa.array(range(n), pa.int64()), "x": [i * 0.5 for i in range(n)],
+                         "kind": [f"k{i % 3}" for i in range(n)]})
+        f = FileWriter(str(where)).write(data)
+        md = pq.ParquetFile(where / f.path).metadata
+        assert pq.read_table(where / f.path).equals(data)
+        return {md.schema.column(j).path: "RLE_DICTIONARY" in md.row_group(0).column(j).encodings
+                for j in range(md.num_columns)}
 
-
-@pytest.mark.parametrize("col", _count_cases(), ids=lambda c: f"{c.type}-{len(c)}-{c.num_chunks}")
-def test_distinct_count_is_count_distinct(col: pa.ChunkedArray) -> None:
-    """Property 3."""
-    from lakestep.catalog.writer import FileWriter as W  # the layout knows how each type is counted
-
-    how = W(".").layout(pa.schema([("c", col.type)])).counting[0]
-    assert how is not None
-    assert distinct_count(col, how) == pc.count_distinct(col, mode="all").as_py()
+    assert dictionary_encoded(DICTIONARY_ALL_ROWS) == {"id": True, "x": True, "kind": True}
+    assert dictionary_encoded(DICTIONARY_ALL_ROWS + 1) == {"id": False, "x": False, "kind": True}
 
 
 def test_boolean_columns_are_never_dictionary_encoded() -> None:

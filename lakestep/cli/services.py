@@ -61,13 +61,16 @@ LOG_LEVEL = click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WAR
 
 @click.command("coordinator")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="seconds between seals (--seal interval)")
+              help="at least this many seconds between seals (--seal interval)")
+@click.option("--idle", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="seal an epoch without root commits after this many seconds (--seal interval; default 10 x "
+                   "--interval; = --interval: seal on the clock alone)")
 @click.option("--seal", type=click.Choice(["interval", "per_batch"]), default="interval", show_default=True,
               help="seal on an interval, or after every root micro-batch")
 @click.option("--lease", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="lease seconds: a standby takes over this long after the holder dies")
 @click.option("--poll", type=click.FloatRange(min=0, min_open=True), default=0.05, show_default=True,
-              help="seconds between checks (--seal per_batch)")
+              help="seconds between checks for root commits (past --interval; --seal per_batch)")
 @click.option("--snapshot-every", type=click.IntRange(min=0), default=1, show_default=True,
               help="snapshot every k-th committed barrier (0: never)")
 @click.option("--retain-count", type=click.IntRange(min=0), default=100, show_default=True,
@@ -81,7 +84,8 @@ LOG_LEVEL = click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WAR
 @click.option("--max-seals", type=click.IntRange(min=1), default=None, help="stop after sealing this many epochs")
 @LOG_LEVEL
 @common(url_alias=True)
-def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, lease: float, poll: float,
+def coordinator_cmd(out: Output, catalog_url: str, interval: float, idle: float | None, seal: str, lease: float,
+                    poll: float,
                     snapshot_every: int, retain_count: int, retain_seconds: float | None, seal_history: int,
                     holder: str | None,
                     duration: float | None, max_seals: int | None, log_level: str) -> None:
@@ -103,9 +107,10 @@ def coordinator_cmd(out: Output, catalog_url: str, interval: float, seal: str, l
     with open_catalog(catalog_url, timeouts=DatabaseTimeouts(idle_in_transaction=lease)) as cat:
         coord = Coordinator(cat, interval=interval, seal=seal, lease_seconds=lease, poll=poll,  # type: ignore[arg-type]
                             snapshot_every=snapshot_every or None, retain_count=retain_count or None,
-                            retain_seconds=retain_seconds, seal_history=seal_history or None, holder=holder)
-        logging.getLogger("lakestep.cli").info("coordinator %s on %s (seal=%s, interval=%gs, lease=%gs)",
-                                               coord.holder, cat.url, seal, interval, lease)
+                            retain_seconds=retain_seconds, seal_history=seal_history or None, holder=holder,
+                            idle=idle)
+        logging.getLogger("lakestep.cli").info("coordinator %s on %s (seal=%s, interval=%gs, idle=%gs, lease=%gs)",
+                                               coord.holder, cat.url, seal, interval, coord.idle, lease)
         try:
             with stopped_by_signals(coord.stop):  # run() is in this thread: stop() only tells it to return
                 coord.run(duration=duration, max_seals=max_seals)

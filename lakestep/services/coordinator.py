@@ -15,8 +15,10 @@ cleanly and releases it). The loop is a :class:`~lakestep.services.base.Service`
    it has passed; a standby returns here;
 2. decide whether the open epoch is due: ``seal="interval"`` when ``interval``
    seconds have passed since it opened (database clock, so the cadence
-   survives a takeover); ``seal="per_batch"`` when a root table has a commit
-   in it (after every root micro-batch);
+   survives a takeover) and a root table has a commit in it, or when ``idle``
+   seconds have passed (default ``10 * interval``; ``idle=interval`` seals on
+   the clock alone, as lakestep 0.1 did); ``seal="per_batch"`` when a root
+   table has a commit in it (after every root micro-batch);
 3. in one transaction (sealing.seal_and_snapshot), fenced by the lease
    token: snapshot the barriers committed so far (every
    ``snapshot_every``-th; retention: ``retain_count``, ``retain_seconds``,
@@ -46,9 +48,18 @@ lease when the old one's expires (database clock) and seals the epoch that is
 open, the one after the last sealed; root commits made while no coordinator
 ran are in that epoch.
 
+**Why an epoch waits for data.** Sealing on the clock alone made a root commit
+wait for the next tick (half an interval on average: 100 ms of a 0.2 s
+interval, the largest part of the cost of consistency in
+``benchmarks.freshness``), and every epoch without data still cost a seal, a
+snapshot and an empty commit per derived table. Past ``interval`` the
+coordinator checks every ``poll`` seconds (four indexed reads) and seals as
+soon as a root commit lands; an epoch without any is sealed after ``idle``, so
+an idle pipeline's barriers still move, and its derived jobs with them.
+
 Not guaranteed: the interval is a lower bound (a seal waits for root commits
-in flight, and a loaded database delays it); ``per_batch`` polls, so several
-root batches landing within one poll share an epoch.
+in flight, and a loaded database delays it); ``per_batch`` and ``interval``
+poll, so several root batches landing within one poll share an epoch.
 """
 
 from __future__ import annotations
@@ -62,7 +73,7 @@ from .. import retry as _retry
 from ..barrier import sealing
 from ..barrier.errors import NotCoordinatorError
 from ..barrier.sealing import Lease, Seal, default_holder, epoch_row
-from ..barrier.topology import Topology
+from ..barrier.topology import Topology, read_generation
 from ..errors import CatalogUnavailableError, InvalidArgumentError
 from .base import Service
 
@@ -89,7 +100,7 @@ class Coordinator(Service):
 
     Example::
 
-        coord = Coordinator(catalog, interval=1.0)    # or seal="per_batch"
+        coord = Coordinator(catalog, interval=1.0)    # at most a seal a second; or seal="per_batch"
         coord.start()                                 # a daemon thread
         ...
         coord.stop()                                  # releases the lease
@@ -111,6 +122,7 @@ class Coordinator(Service):
         poll: float = 0.05,
         holder: str | None = None,
         retry: "_retry.RetryPolicy | None" = None,
+        idle: float | None = None,
     ) -> None:
         if seal not in ("interval", "per_batch"):
             raise InvalidArgumentError(f"seal must be 'interval' or 'per_batch', not {seal!r}", argument="seal",
@@ -118,6 +130,10 @@ class Coordinator(Service):
         if interval <= 0 or lease_seconds <= 0 or poll <= 0:
             raise InvalidArgumentError("interval, lease_seconds and poll must be positive", argument="interval",
                                        value=(interval, lease_seconds, poll))
+        idle = 10.0 * interval if idle is None else idle
+        if not idle >= interval:
+            raise InvalidArgumentError(f"idle must be at least the interval ({interval:g} s), got {idle!r}",
+                                       argument="idle", value=idle)
         self.policy = None if snapshot_every is None else sealing.SnapshotPolicy(
             snapshot_every, retain_count, retain_seconds, seal_history)  # checks the values
         self.holder = holder or default_holder()
@@ -132,6 +148,7 @@ class Coordinator(Service):
         self.retain_count = retain_count
         self.retain_seconds = retain_seconds
         self.poll = float(poll)
+        self.idle = float(idle)
         self.topology = Topology(catalog)
         self.lease: Lease | None = None
         self._renewed_at = 0.0
@@ -210,13 +227,26 @@ class Coordinator(Service):
     def _due(self) -> tuple[bool, float, int]:
         """(is the open epoch due, seconds until it is, the open epoch)."""
         if self.mode == "interval":
-            # two statements, each its own snapshot (PostgreSQL: no BEGIN / ROLLBACK round trips): they
+            # statements each its own snapshot (PostgreSQL: no BEGIN / ROLLBACK round trips): they
             # need no common one, as a seal between them only makes the epoch read stale, and the seal,
             # fenced by the epoch it expects, then does nothing
             with self.catalog.backend.statement() as conn:
                 open_, opened_at = epoch_row(conn)
-                wait = opened_at + self.interval - self.catalog.clock.shared_now(conn)
-            return wait <= 0, max(wait, 0.0), open_
+                age = self.catalog.clock.shared_now(conn) - opened_at
+                if age < self.interval:
+                    return False, self.interval - age, open_
+                if age >= self.idle:
+                    return True, 0.0, open_
+                # the generation read on its own is enough to know the cached graph is current; a
+                # graph of another one is read in a transaction (load_jobs is several statements)
+                gen = read_generation(conn)
+            graph = self.topology.cached
+            if graph is None or graph.generation != gen:
+                with self.catalog.backend.read() as conn:
+                    graph = self.topology.graph(conn)
+            with self.catalog.backend.statement() as conn:
+                pending = sealing.root_batch_pending(conn, graph.roots, open_)
+            return pending, 0.0 if pending else min(self.poll, self.idle - age), open_
         with self.catalog.backend.read() as conn:
             open_, opened_at = epoch_row(conn)
             roots = self.topology.graph(conn).roots

@@ -7,6 +7,7 @@ import pytest
 from lakestep import Catalog
 from lakestep.barrier import OPEN_EPOCH, NotCoordinatorError, Pipeline, sealing
 from lakestep.clock import ManualClock
+from lakestep.errors import InvalidArgumentError
 from lakestep.services import Coordinator
 from tests.waiting import wait_until
 
@@ -98,24 +99,44 @@ def test_tick_per_batch_and_interval(clocked: Catalog, clock: ManualClock) -> No
     assert t.sealed is not None and t.sealed.barrier == 2 and t.snapshots == (1,)
     opened = t.sealed.sealed_at  # epoch 3 opened then
     per_batch.release()
-    interval = Coordinator(catalog, interval=5, lease_seconds=30)
+    interval = Coordinator(catalog, interval=5, idle=20, lease_seconds=30)
     first = interval.tick()
     assert first.leader and first.sealed is None and first.next_in == 5  # epoch 3 opened just now
     clock.advance(4.5)
     t = interval.tick()
     assert t.sealed is None and t.next_in == 0.5
+    catalog.load_table("s.a").append(kv((3, 3)), barrier=OPEN_EPOCH)  # a root commit within the interval
     clock.advance(0.5)
     t = interval.tick()  # exactly 5 s after epoch 3 opened
     assert t.sealed is not None and t.sealed.barrier == 3 and t.sealed.opened_at == opened
     assert t.sealed.sealed_at == opened + 5 and t.next_in == 5
-    t = interval.tick()
-    assert t.sealed is None and t.next_in == 5
+    opened = t.sealed.sealed_at  # epoch 4
     clock.advance(5)
-    assert interval.tick().sealed.barrier == 4  # type: ignore[union-attr]
+    t = interval.tick()  # the interval passed, no root commit: checked again every poll
+    assert t.sealed is None and t.next_in == interval.poll
+    clock.advance(2)
+    catalog.load_table("s.a").append(kv((4, 4)), barrier=OPEN_EPOCH)
+    t = interval.tick()  # sealed as soon as a root commit landed
+    assert t.sealed is not None and t.sealed.barrier == 4 and t.sealed.sealed_at == opened + 7
+    opened = t.sealed.sealed_at  # epoch 5: no root commit; sealed when idle
+    clock.advance(19.5)
+    t = interval.tick()
+    assert t.sealed is None and t.next_in == pytest.approx(interval.poll)
+    clock.advance(0.5)
+    t = interval.tick()
+    assert t.sealed is not None and t.sealed.barrier == 5 and t.sealed.sealed_at == opened + 20
     standby = Coordinator(catalog)
     t = standby.tick()
     assert not t.leader and t.sealed is None and t.next_in == 1.0
     interval.release()
+    clock_only = Coordinator(catalog, interval=5, idle=5, lease_seconds=30)  # lakestep 0.1's sealing
+    assert clock_only.tick().sealed is None
+    clock.advance(5)
+    assert clock_only.tick().sealed.barrier == 6  # type: ignore[union-attr]
+    clock_only.release()
+    assert Coordinator(catalog, interval=2).idle == 20  # the default: 10 intervals
+    with pytest.raises(InvalidArgumentError, match="idle must be at least the interval"):
+        Coordinator(catalog, interval=5, idle=4)
 
 
 def test_thread_seals_and_releases(catalog: Catalog, pipeline: Pipeline) -> None:

@@ -8,7 +8,15 @@ merged on read: one row per key) is timed after 1, 10 and 100 upserts since the
 last compaction. Finally a major compaction merges it all back, timed.
 For reference the same rows are read from a plain (non-key) table of one file.
 
-    python -m benchmarks.lifecycle [--rows N] [--batch N] [--repeat N] [--skip-postgres]
+The peer (issue 47), unless ``--skip-delta``: delta-rs on the same rows, the base
+written as one file, the same upsert batches as ``MERGE`` (update every column of a
+matched key, insert the others: copy-on-write, the files holding matched keys
+rewritten), its reads (``DeltaTable(path).to_pyarrow_table()``, the table opened
+each time as ``to_arrow`` looks its files up) after 1, 10 and 100 of them. Each
+upsert call is timed on both sides (median). Targets, per lakestep backend: the
+read after 100 upserts at most 1.2x delta-rs's, the upserts at least 20x faster.
+
+    python -m benchmarks.lifecycle [--rows N] [--batch N] [--repeat N] [--skip-postgres] [--skip-delta]
 
 Prints a table and writes benchmarks/results/lifecycle.json.
 """
@@ -67,13 +75,18 @@ def run_backend(name: str, url: str, wh: Path, n_rows: int, batch: int, repeat: 
     assert got.num_rows == n_rows
     rng = np.random.default_rng(1)
     done = 0
+    upserts = []
     for target in (1, 10, 100):
         while done < target:
             done += 1
-            t.upsert(rows(rng.choice(n_rows, size=batch, replace=False).astype(np.int64), done))
+            data = rows(rng.choice(n_rows, size=batch, replace=False).astype(np.int64), done)
+            t0 = time.perf_counter()
+            t.upsert(data)
+            upserts.append(time.perf_counter() - t0)
         res[f"read_pk_{target}_upserts_s"], got = timed(t.to_arrow, repeat)
         assert got.num_rows == n_rows, got.num_rows  # one row per key, always
         print(f"  [{name}] read after {target} upserts: {res[f'read_pk_{target}_upserts_s'] * 1000:.0f} ms", flush=True)
+    res["upsert_p50_s"] = statistics.median(upserts)
     t0 = time.perf_counter()
     r = t.compact(major=True)
     res["major_compaction_s"] = time.perf_counter() - t0
@@ -84,12 +97,45 @@ def run_backend(name: str, url: str, wh: Path, n_rows: int, batch: int, repeat: 
     return res
 
 
+def run_delta(wh: Path, n_rows: int, batch: int, repeat: int) -> dict[str, Any]:
+    """The peer: the same base rows and upsert batches (same seed) on delta-rs (module docstring)."""
+    from deltalake import DeltaTable, write_deltalake
+
+    path = str(wh / "delta")
+    write_deltalake(path, rows(np.arange(n_rows, dtype=np.int64), 0))
+
+    def read() -> pa.Table:
+        return DeltaTable(path).to_pyarrow_table()
+
+    res: dict[str, Any] = {"backend": "delta-rs", "rows": n_rows, "batch": batch}
+    res["read_pk_0_upserts_s"], got = timed(read, repeat)
+    assert got.num_rows == n_rows
+    rng = np.random.default_rng(1)
+    done = 0
+    upserts = []
+    for target in (1, 10, 100):
+        while done < target:
+            done += 1
+            data = rows(rng.choice(n_rows, size=batch, replace=False).astype(np.int64), done)
+            t0 = time.perf_counter()
+            (DeltaTable(path).merge(source=data, predicate="t.k = s.k", source_alias="s", target_alias="t")
+             .when_matched_update_all().when_not_matched_insert_all().execute())
+            upserts.append(time.perf_counter() - t0)
+        res[f"read_pk_{target}_upserts_s"], got = timed(read, repeat)
+        assert got.num_rows == n_rows, got.num_rows
+        print(f"  [delta-rs] read after {target} upserts: {res[f'read_pk_{target}_upserts_s'] * 1000:.0f} ms",
+              flush=True)
+    res["upsert_p50_s"] = statistics.median(upserts)
+    return res
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--batch", type=int, default=1_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--skip-postgres", action="store_true")
+    p.add_argument("--skip-delta", action="store_true", help="no delta-rs peer (and no targets)")
     p.add_argument("--out", default="benchmarks/results/lifecycle.json")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lakestep-lifecycle-"))
@@ -110,16 +156,33 @@ def main() -> None:
             finally:
                 admin.cursor().execute(f"DROP DATABASE {db} WITH (FORCE)")
                 admin.close()
+        delta = None if args.skip_delta else run_delta(work / "d", args.rows, args.batch, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    checks = []
+    if delta is not None:
+        for r in results:
+            read_ratio = r["read_pk_100_upserts_s"] / delta["read_pk_100_upserts_s"]
+            upsert_ratio = delta["upsert_p50_s"] / r["upsert_p50_s"]
+            checks += [{"check": f"{r['backend']}: read after 100 upserts / delta-rs", "value": round(read_ratio, 3),
+                        "target": "<= 1.2", "result": "PASS" if read_ratio <= 1.2 else "MISS"},
+                       {"check": f"{r['backend']}: delta-rs upsert / lakestep upsert (p50)",
+                        "value": round(upsert_ratio, 1), "target": ">= 20",
+                        "result": "PASS" if upsert_ratio >= 20 else "MISS"}]
     cols = ["read_plain_s", "read_pk_0_upserts_s", "read_pk_1_upserts_s", "read_pk_10_upserts_s",
             "read_pk_100_upserts_s", "major_compaction_s", "read_pk_after_major_s"]
     print(f"\n{'backend':<9}" + "".join(f"{c.replace('_s', ''):>24}" for c in cols))
     for r in results:
         print(f"{r['backend']:<9}" + "".join(f"{r[c] * 1000:>21.0f} ms" for c in cols))
+    for r in results + ([delta] if delta is not None else []):
+        reads = ", ".join(f"{n}: {r[f'read_pk_{n}_upserts_s'] * 1000:.0f} ms" for n in (0, 1, 10, 100))
+        print(f"{r['backend']:<9} upsert p50 {r['upsert_p50_s'] * 1000:.1f} ms; reads after upserts {reads}")
+    for c in checks:
+        print(f"{c['check']:<52} {c['value']:>8} {c['target']:>7}  {c['result']}")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     doc = {"benchmark": "lifecycle", "lakestep": lakestep.__version__, "python": platform.python_version(),
-           "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "results": results}
+           "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "results": results,
+           "delta_rs": delta, "checks": checks}
     with open(args.out, "w") as fh:
         json.dump(doc, fh, indent=2)
     print(json.dumps(doc))

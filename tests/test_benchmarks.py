@@ -53,6 +53,19 @@ def test_append_benchmark_compares_two_checkouts(tmp_path: Path) -> None:
     assert "ls-against-" not in worktrees  # the worktree went with the run
 
 
+def test_lifecycle_benchmark_runs_against_delta_rs(tmp_path: Path) -> None:
+    """``benchmarks.lifecycle``: both backends and the delta-rs peer on the same upserts, the
+    reads' row counts asserted inside (one row per key), the targets judged."""
+    out = tmp_path / "lifecycle.json"
+    r = subprocess.run([sys.executable, "-m", "benchmarks.lifecycle", "--rows", "2000", "--batch", "20",
+                        "--repeat", "1", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert [x["backend"] for x in got["results"]] == ["sqlite", "postgres"]
+    assert got["delta_rs"]["read_pk_100_upserts_s"] > 0 and got["delta_rs"]["upsert_p50_s"] > 0
+    assert len(got["checks"]) == 4 and all(c["result"] in ("PASS", "MISS") for c in got["checks"])
+
+
 def test_serve_benchmark_runs(tmp_path: Path) -> None:
     """``benchmarks.serve --quick``: every REST endpoint and /metrics answered 200 and was timed, on both backends."""
     out = tmp_path / "serve.json"

@@ -109,40 +109,56 @@ def merge(table: "KeyedTable", files: Sequence[DataFile], *, keep_tombstones: bo
 def merge_files(schema: pa.Schema, keys: list[str], ident: str, store: "FileWriter",
                 files: Sequence["reader.Recorded"], *, keep_tombstones: bool = False) -> pa.Table:
     """The merge itself, with no catalog access (read plans run it on Spark executors):
-    ``files`` (each with a ``seq``) under ``store``, read checked, ``schema`` the physical one."""
+    ``files`` (each with a ``seq``) under ``store``, read checked, ``schema`` the physical one.
+
+    The largest file (typically a compacted base) is read on its own and copied once: the
+    rows it keeps are those whose key no newer file has (a hash lookup of each of its keys in
+    the newer files' keys: the deletion vector, worked out at read time) and, unless
+    ``keep_tombstones``, that are not tombstones. The other files' rows (usually few) are
+    resolved by sorting; those older than the largest file then lose to it by key."""
     if not files:
         return schema.empty_table()
     files = sorted(files, key=lambda f: f.seq)  # type: ignore[attr-defined]
-    raw = reader.read(ident, store, files, schema, columns=list(schema.names) + [reader.FRAGMENT_INDEX])
-    seqs = pa.array([f.seq for f in files], pa.int64())  # type: ignore[attr-defined]
-    frag = raw.column(reader.FRAGMENT_INDEX)
-    raw = raw.append_column(_SEQ, seqs.take(frag)).drop_columns([reader.FRAGMENT_INDEX])
-    if len(files) > 1:
-        big = max(range(len(files)), key=lambda i: files[i].record_count)
-        raw = _newest_per_key(raw, pc.equal(frag, big), files[big].seq, keys)  # type: ignore[attr-defined]
-    raw = raw.drop_columns([_SEQ])
-    if not keep_tombstones:
-        raw = raw.filter(pc.invert(raw.column(DELETED)))
-    return raw
-
-
-def _newest_per_key(raw: pa.Table, in_big: pa.ChunkedArray, big_seq: int, keys: list[str]) -> pa.Table:
-    """The newest row per key of ``raw`` (rows of several files, each one row per key).
-
-    The largest file (typically a compacted base) is not sorted: the other
-    files' rows are resolved by sorting (they are usually few), then two hash
-    anti-joins settle who wins between them and the big file, by ``_SEQ``.
-    """
-    big = raw.filter(in_big)
-    rest = raw.filter(pc.invert(in_big))
+    names = list(schema.names)
+    if len(files) == 1:
+        raw = reader.read(ident, store, files, schema, columns=names)
+        return raw if keep_tombstones else raw.filter(pc.invert(raw.column(DELETED)))
+    b = max(range(len(files)), key=lambda i: files[i].record_count)
+    big_seq = files[b].seq  # type: ignore[attr-defined]
+    others = files[:b] + files[b + 1:]
+    big = reader.read(ident, store, [files[b]], schema, columns=names)
+    rest = reader.read(ident, store, others, schema, columns=names + [reader.FRAGMENT_INDEX])
+    seqs = pa.array([f.seq for f in others], pa.int64())  # type: ignore[attr-defined]
+    rest = rest.append_column(_SEQ, seqs.take(rest.column(reader.FRAGMENT_INDEX))) \
+        .drop_columns([reader.FRAGMENT_INDEX])
     rest = last_per_key(rest, keys, order=_SEQ)
     newer_mask = pc.greater(rest.column(_SEQ), big_seq)
-    newer, older = rest.filter(newer_mask), rest.filter(pc.invert(newer_mask))
-    if newer.num_rows and big.num_rows:
-        big = _without_keys(big, newer.select(keys), keys)
-    if older.num_rows and big.num_rows:
+    newer = rest.filter(newer_mask).drop_columns([_SEQ])
+    older = rest.filter(pc.invert(newer_mask)).drop_columns([_SEQ])
+    if older.num_rows and big.num_rows:  # the largest file's rows (its tombstones too) win over them
         older = _without_keys(older, big.select(keys), keys)
-    return pa.concat_tables([big, newer, older]).combine_chunks() if raw.num_rows else raw
+    keep = None if keep_tombstones else pc.invert(big.column(DELETED))
+    if newer.num_rows and big.num_rows:
+        kept = _key_not_in(big, newer, keys)
+        keep = kept if keep is None else pc.and_(keep, kept)
+    if keep is not None:
+        big = big.filter(keep)
+    out = [big, newer, older]
+    if not keep_tombstones:
+        out[1:] = [t.filter(pc.invert(t.column(DELETED))) for t in out[1:]]
+    return pa.concat_tables(out)
+
+
+def _key_not_in(rows: pa.Table, other: pa.Table, keys: list[str]) -> "pa.ChunkedArray | pa.Array":
+    """Per row of ``rows``: its key is not among ``other``'s keys. One key column: a hash
+    lookup of each value (``is_in``, nothing copied); several: :func:`_without_keys`'s
+    anti-join, as a mask."""
+    if len(keys) == 1:
+        k = keys[0]
+        return pc.invert(pc.is_in(rows.column(k), value_set=other.column(k).combine_chunks()))
+    pos = pa.array(range(rows.num_rows), pa.int64())
+    kept = rows.select(keys).append_column(_POS, pos).join(other.select(keys), keys=keys, join_type="left anti")
+    return pc.is_in(pos, value_set=kept.column(_POS).combine_chunks())
 
 
 def _without_keys(rows: pa.Table, other: pa.Table, keys: list[str]) -> pa.Table:

@@ -325,6 +325,21 @@ def _seal_pg(conn: Connection, lease: Lease, lease_seconds: float, now: float, e
     return Seal(e, opened_at, now, str(lease.holder), lease.token)
 
 
+_DUE = sa.text(
+    "SELECT e.open_epoch, e.opened_at, (SELECT generation FROM ls_topology WHERE id = 1), "
+    "EXISTS (SELECT 1 FROM ls_commit c WHERE c.table_id IN :ids AND c.barrier = e.open_epoch) "
+    "FROM ls_epoch e WHERE e.id = 1"
+).bindparams(sa.bindparam("ids", expanding=True))
+
+
+def epoch_and_pending(conn: Connection, root_ids: Sequence[int]) -> tuple[int, float, int, bool]:
+    """In one statement: the open epoch, when it opened, the topology's generation, and whether
+    any of ``root_ids`` (the roots of that generation's graph, if the caller's is current) has
+    a commit in the open epoch (the coordinator's check, ``seal="interval"``)."""
+    row = conn.execute(_DUE, {"ids": sorted(root_ids) or [-1]}).one()
+    return int(row[0]), float(row[1]), int(row[2]), bool(row[3])
+
+
 def root_batch_pending(conn: Connection, root_ids: Sequence[int], open_: int) -> bool:
     """Has any root table a commit in the open epoch? (``seal="per_batch"``)"""
     if not root_ids:

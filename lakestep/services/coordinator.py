@@ -53,7 +53,8 @@ wait for the next tick (half an interval on average: 100 ms of a 0.2 s
 interval, the largest part of the cost of consistency in
 ``benchmarks.freshness``), and every epoch without data still cost a seal, a
 snapshot and an empty commit per derived table. Past ``interval`` the
-coordinator checks every ``poll`` seconds (four indexed reads) and seals as
+coordinator checks every ``poll`` seconds (the same two statements a tick read
+before: the epoch row, with the check folded in, and the clock) and seals as
 soon as a root commit lands; an epoch without any is sealed after ``idle``, so
 an idle pipeline's barriers still move, and its derived jobs with them.
 
@@ -73,7 +74,7 @@ from .. import retry as _retry
 from ..barrier import sealing
 from ..barrier.errors import NotCoordinatorError
 from ..barrier.sealing import Lease, Seal, default_holder, epoch_row
-from ..barrier.topology import Topology, read_generation
+from ..barrier.topology import Topology
 from ..errors import CatalogUnavailableError, InvalidArgumentError
 from .base import Service
 
@@ -227,26 +228,26 @@ class Coordinator(Service):
     def _due(self) -> tuple[bool, float, int]:
         """(is the open epoch due, seconds until it is, the open epoch)."""
         if self.mode == "interval":
-            # statements each its own snapshot (PostgreSQL: no BEGIN / ROLLBACK round trips): they
+            # two statements, each its own snapshot (PostgreSQL: no BEGIN / ROLLBACK round trips): they
             # need no common one, as a seal between them only makes the epoch read stale, and the seal,
-            # fenced by the epoch it expects, then does nothing
-            with self.catalog.backend.statement() as conn:
-                open_, opened_at = epoch_row(conn)
-                age = self.catalog.clock.shared_now(conn) - opened_at
-                if age < self.interval:
-                    return False, self.interval - age, open_
-                if age >= self.idle:
-                    return True, 0.0, open_
-                # the generation read on its own is enough to know the cached graph is current; a
-                # graph of another one is read in a transaction (load_jobs is several statements)
-                gen = read_generation(conn)
+            # fenced by the epoch it expects, then does nothing. The first also says whether a root
+            # table has a commit in the open epoch, by the cached graph's roots if its generation is
+            # still the topology's (else the graph is read again, in a transaction, and checked again).
             graph = self.topology.cached
-            if graph is None or graph.generation != gen:
-                with self.catalog.backend.read() as conn:
-                    graph = self.topology.graph(conn)
-            with self.catalog.backend.statement() as conn:
-                pending = sealing.root_batch_pending(conn, graph.roots, open_)
-            return pending, 0.0 if pending else min(self.poll, self.idle - age), open_
+            for _ in range(2):
+                if graph is None:
+                    with self.catalog.backend.read() as conn:
+                        graph = self.topology.graph(conn)
+                with self.catalog.backend.statement() as conn:
+                    open_, opened_at, gen, pending = sealing.epoch_and_pending(conn, graph.roots)
+                    age = self.catalog.clock.shared_now(conn) - opened_at
+                if gen == graph.generation:
+                    break
+                graph = None
+            if age < self.interval:
+                return False, self.interval - age, open_
+            due = pending or age >= self.idle
+            return due, 0.0 if due else min(self.poll, self.idle - age), open_
         with self.catalog.backend.read() as conn:
             open_, opened_at = epoch_row(conn)
             roots = self.topology.graph(conn).roots

@@ -22,6 +22,7 @@ be part of the key, so a key never spans partitions.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 import pyarrow as pa
@@ -67,7 +68,7 @@ def last_per_key(t: pa.Table, keys: Sequence[str], order: str | None = None) -> 
     """Keep one row per key: the last in row order, or the one with the highest ``order``."""
     if t.num_rows <= 1:
         return t
-    pos = pa.array(range(t.num_rows), pa.int64())
+    pos = _positions(t.num_rows)
     sort = [(k, "ascending") for k in keys]
     if order is not None:
         sort.append((order, "descending"))
@@ -111,42 +112,114 @@ def merge_files(schema: pa.Schema, keys: list[str], ident: str, store: "FileWrit
     """The merge itself, with no catalog access (read plans run it on Spark executors):
     ``files`` (each with a ``seq``) under ``store``, read checked, ``schema`` the physical one.
 
-    The largest file (typically a compacted base) is read on its own and copied once: the
-    rows it keeps are those whose key no newer file has (a hash lookup of each of its keys in
-    the newer files' keys: the deletion vector, worked out at read time) and, unless
-    ``keep_tombstones``, that are not tombstones. The other files' rows (usually few) are
-    resolved by sorting; those older than the largest file then lose to it by key."""
+    The other files' rows (usually few) are read first and resolved to the newest per key (one
+    key column: by hash, :func:`_newest_of_one_key`; several: by sorting). The largest file
+    (typically a compacted base) is read on its own and copied once, keeping the rows whose
+    key no newer file has (a hash lookup of each of its keys in the newer files' keys: the
+    deletion vector, worked out at read time; slices on several threads, :func:`_kept`;
+    several key columns: the anti-join as a mask) and, unless ``keep_tombstones``, that are
+    not tombstones. Rows of files older than it lose to it by key. (The lookup as the scan's
+    filter was tried: a compacted file is one row group, which the scan evaluates on one
+    thread, 60-80 ms against 45 this way for 1,000,000 rows.)"""
     if not files:
         return schema.empty_table()
     files = sorted(files, key=lambda f: f.seq)  # type: ignore[attr-defined]
     names = list(schema.names)
     if len(files) == 1:
         raw = reader.read(ident, store, files, schema, columns=names)
-        return raw if keep_tombstones else raw.filter(pc.invert(raw.column(DELETED)))
+        return raw if keep_tombstones else _live(raw)
     b = max(range(len(files)), key=lambda i: files[i].record_count)
     big_seq = files[b].seq  # type: ignore[attr-defined]
     others = files[:b] + files[b + 1:]
-    big = reader.read(ident, store, [files[b]], schema, columns=names)
     rest = reader.read(ident, store, others, schema, columns=names + [reader.FRAGMENT_INDEX])
     seqs = pa.array([f.seq for f in others], pa.int64())  # type: ignore[attr-defined]
     rest = rest.append_column(_SEQ, seqs.take(rest.column(reader.FRAGMENT_INDEX))) \
         .drop_columns([reader.FRAGMENT_INDEX])
-    rest = last_per_key(rest, keys, order=_SEQ)
+    rest = _newest_of_one_key(rest, keys[0]) if len(keys) == 1 else last_per_key(rest, keys, order=_SEQ)
     newer_mask = pc.greater(rest.column(_SEQ), big_seq)
     newer = rest.filter(newer_mask).drop_columns([_SEQ])
     older = rest.filter(pc.invert(newer_mask)).drop_columns([_SEQ])
+    big = reader.read(ident, store, [files[b]], schema, columns=names)
     if older.num_rows and big.num_rows:  # the largest file's rows (its tombstones too) win over them
         older = _without_keys(older, big.select(keys), keys)
-    keep = None if keep_tombstones else pc.invert(big.column(DELETED))
-    if newer.num_rows and big.num_rows:
-        kept = _key_not_in(big, newer, keys)
-        keep = kept if keep is None else pc.and_(keep, kept)
-    if keep is not None:
-        big = big.filter(keep)
+    if len(keys) == 1:
+        fresh = newer.column(keys[0]).combine_chunks() if newer.num_rows else None
+        big = _kept(big, keys[0], fresh, drop_tombstones=not keep_tombstones)
+    else:
+        mask = None if keep_tombstones else pc.invert(big.column(DELETED))
+        if newer.num_rows and big.num_rows:
+            kept = _key_not_in(big, newer, keys)
+            mask = kept if mask is None else pc.and_(mask, kept)
+        if mask is not None:
+            big = big.filter(mask)
     out = [big, newer, older]
     if not keep_tombstones:
-        out[1:] = [t.filter(pc.invert(t.column(DELETED))) for t in out[1:]]
+        out[1:] = [_live(t) for t in out[1:]]
     return pa.concat_tables(out)
+
+
+#: Rows per slice of the largest file judged on a thread of its own (:func:`_kept`).
+_SLICE_ROWS = 1 << 16
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=max(1, min(8, pa.cpu_count())), thread_name_prefix="lakestep-merge")
+    return _POOL
+
+
+def _kept(rows: pa.Table, key: str, newer: "pa.Array | None", *, drop_tombstones: bool) -> pa.Table:
+    """The rows of ``rows`` whose ``key`` is not in ``newer`` and, with ``drop_tombstones``, that are
+    not tombstones, in order. Arrow's kernels run on one thread (and release the GIL): the
+    slices of a large file are judged and filtered on :func:`_threads` (a 1,000,000-row file
+    against 100,000 newer keys: 25 ms for ``is_in`` on one thread, 14 on two)."""
+    def one(piece: pa.Table) -> pa.Table:
+        mask = None if newer is None else pc.invert(pc.is_in(piece.column(key), value_set=newer))
+        if drop_tombstones:
+            deleted = piece.column(DELETED)
+            if pc.any(deleted).as_py():
+                mask = pc.invert(deleted) if mask is None else pc.and_(mask, pc.invert(deleted))
+        return piece if mask is None else piece.filter(mask)
+
+    n = rows.num_rows
+    parts = min(max(1, pa.cpu_count()), n // _SLICE_ROWS)
+    if parts <= 1:
+        return one(rows)
+    step = -(-n // parts)
+    return pa.concat_tables(list(_threads().map(one, [rows.slice(i, step) for i in range(0, n, step)])))
+
+
+def _newest_of_one_key(rows: pa.Table, key: str) -> pa.Table:
+    """:func:`last_per_key` of ``rows`` by ``key`` alone, ordered by ``_SEQ`` and then position:
+    by hash, not by sorting. The rows come in ``_SEQ`` order (the files are read in it; sorted
+    here if not): reversed, each key's first occurrence (``unique`` keeps the order of first
+    appearance, ``index_in`` finds the first match) is its newest row. Rows come back in no
+    particular order."""
+    n = rows.num_rows
+    if n <= 1:
+        return rows
+    seq = rows.column(_SEQ)
+    if not pc.all(pc.greater_equal(seq.slice(1), seq.slice(0, n - 1))).as_py():
+        rows = rows.take(pc.sort_indices(rows, sort_keys=[(_SEQ, "ascending")]))  # a stable sort
+    back = _positions(n, reverse=True)
+    keys = rows.column(key).combine_chunks().take(back)
+    first = pc.index_in(pc.unique(keys), value_set=keys)  # in the reversed rows
+    return rows.take(pc.subtract(n - 1, first))
+
+
+def _positions(n: int, *, reverse: bool = False) -> pa.Array:
+    """0, 1, ..., n-1 as int64 (reversed: n-1, ..., 0), made by Arrow (``pa.array(range(n))``
+    walks Python ints: 10 ms for 100,000, against 0.4 here)."""
+    ones = pc.cumulative_sum(pc.fill_null(pa.nulls(n, pa.int64()), 1))
+    return pc.subtract(n, ones) if reverse else pc.subtract(ones, 1)
+
+
+def _live(rows: pa.Table) -> pa.Table:
+    """``rows`` without their tombstones (the same table when there are none: nothing copied)."""
+    deleted = rows.column(DELETED)
+    return rows.filter(pc.invert(deleted)) if rows.num_rows and pc.any(deleted).as_py() else rows
 
 
 def _key_not_in(rows: pa.Table, other: pa.Table, keys: list[str]) -> "pa.ChunkedArray | pa.Array":
@@ -156,7 +229,7 @@ def _key_not_in(rows: pa.Table, other: pa.Table, keys: list[str]) -> "pa.Chunked
     if len(keys) == 1:
         k = keys[0]
         return pc.invert(pc.is_in(rows.column(k), value_set=other.column(k).combine_chunks()))
-    pos = pa.array(range(rows.num_rows), pa.int64())
+    pos = _positions(rows.num_rows)
     kept = rows.select(keys).append_column(_POS, pos).join(other.select(keys), keys=keys, join_type="left anti")
     return pc.is_in(pos, value_set=kept.column(_POS).combine_chunks())
 
@@ -164,7 +237,7 @@ def _key_not_in(rows: pa.Table, other: pa.Table, keys: list[str]) -> "pa.Chunked
 def _without_keys(rows: pa.Table, other: pa.Table, keys: list[str]) -> pa.Table:
     """The rows of ``rows`` whose key is not in ``other``: a hash anti-join of the keys and
     each row's position only (Arrow's join carries no nested column), then a take."""
-    pos = pa.array(range(rows.num_rows), pa.int64())
+    pos = _positions(rows.num_rows)
     kept = rows.select(keys).append_column(_POS, pos).join(other, keys=keys, join_type="left anti")
     idx = kept.column(_POS).combine_chunks()
     return rows.take(idx.take(pc.sort_indices(idx)))  # in the rows' own order

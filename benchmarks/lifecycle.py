@@ -59,6 +59,29 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
+def upsert_rounds(name: str, upsert: Callable[[pa.Table], Any], read: Callable[[], pa.Table], n_rows: int,
+                  batch: int, repeat: int, res: dict[str, Any]) -> None:
+    """The timed part, the same on every side: the read before any upsert, then the upserts of
+    ``batch`` random keys (seeded: each side gets the same batches), each call timed, and the reads
+    after 1, 10 and 100 of them (one row per key, asserted). Fills ``res``."""
+    res["read_pk_0_upserts_s"], got = timed(read, repeat)
+    assert got.num_rows == n_rows
+    rng = np.random.default_rng(1)
+    done = 0
+    upserts = []
+    for target in (1, 10, 100):
+        while done < target:
+            done += 1
+            data = rows(rng.choice(n_rows, size=batch, replace=False).astype(np.int64), done)
+            t0 = time.perf_counter()
+            upsert(data)
+            upserts.append(time.perf_counter() - t0)
+        res[f"read_pk_{target}_upserts_s"], got = timed(read, repeat)
+        assert got.num_rows == n_rows, got.num_rows  # one row per key, always
+        print(f"  [{name}] read after {target} upserts: {res[f'read_pk_{target}_upserts_s'] * 1000:.0f} ms", flush=True)
+    res["upsert_p50_s"] = statistics.median(upserts)
+
+
 def run_backend(name: str, url: str, wh: Path, n_rows: int, batch: int, repeat: int) -> dict[str, Any]:
     cat = Catalog(url, warehouse=str(wh))
     cat.create_namespace("b")
@@ -71,22 +94,7 @@ def run_backend(name: str, url: str, wh: Path, n_rows: int, batch: int, repeat: 
     res: dict[str, Any] = {"backend": name, "rows": n_rows, "batch": batch}
     res["read_plain_s"], got = timed(plain.to_arrow, repeat)
     assert got.num_rows == n_rows
-    res["read_pk_0_upserts_s"], got = timed(t.to_arrow, repeat)
-    assert got.num_rows == n_rows
-    rng = np.random.default_rng(1)
-    done = 0
-    upserts = []
-    for target in (1, 10, 100):
-        while done < target:
-            done += 1
-            data = rows(rng.choice(n_rows, size=batch, replace=False).astype(np.int64), done)
-            t0 = time.perf_counter()
-            t.upsert(data)
-            upserts.append(time.perf_counter() - t0)
-        res[f"read_pk_{target}_upserts_s"], got = timed(t.to_arrow, repeat)
-        assert got.num_rows == n_rows, got.num_rows  # one row per key, always
-        print(f"  [{name}] read after {target} upserts: {res[f'read_pk_{target}_upserts_s'] * 1000:.0f} ms", flush=True)
-    res["upsert_p50_s"] = statistics.median(upserts)
+    upsert_rounds(name, t.upsert, t.to_arrow, n_rows, batch, repeat, res)
     t0 = time.perf_counter()
     r = t.compact(major=True)
     res["major_compaction_s"] = time.perf_counter() - t0
@@ -107,25 +115,12 @@ def run_delta(wh: Path, n_rows: int, batch: int, repeat: int) -> dict[str, Any]:
     def read() -> pa.Table:
         return DeltaTable(path).to_pyarrow_table()
 
+    def upsert(data: pa.Table) -> None:
+        (DeltaTable(path).merge(source=data, predicate="t.k = s.k", source_alias="s", target_alias="t")
+         .when_matched_update_all().when_not_matched_insert_all().execute())
+
     res: dict[str, Any] = {"backend": "delta-rs", "rows": n_rows, "batch": batch}
-    res["read_pk_0_upserts_s"], got = timed(read, repeat)
-    assert got.num_rows == n_rows
-    rng = np.random.default_rng(1)
-    done = 0
-    upserts = []
-    for target in (1, 10, 100):
-        while done < target:
-            done += 1
-            data = rows(rng.choice(n_rows, size=batch, replace=False).astype(np.int64), done)
-            t0 = time.perf_counter()
-            (DeltaTable(path).merge(source=data, predicate="t.k = s.k", source_alias="s", target_alias="t")
-             .when_matched_update_all().when_not_matched_insert_all().execute())
-            upserts.append(time.perf_counter() - t0)
-        res[f"read_pk_{target}_upserts_s"], got = timed(read, repeat)
-        assert got.num_rows == n_rows, got.num_rows
-        print(f"  [delta-rs] read after {target} upserts: {res[f'read_pk_{target}_upserts_s'] * 1000:.0f} ms",
-              flush=True)
-    res["upsert_p50_s"] = statistics.median(upserts)
+    upsert_rounds("delta-rs", upsert, read, n_rows, batch, repeat, res)
     return res
 
 

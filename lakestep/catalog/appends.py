@@ -78,7 +78,8 @@ class _Driver:
     error is raised as the SQLAlchemy exception the same statement would have raised
     through ``conn`` (``sqlalchemy.exc.IntegrityError``, ``OperationalError``, ...), so the
     backend's error translation (backend.translate) and the callers' handling see no
-    difference."""
+    difference. (SQLAlchemy's disconnect detection is not run on them: an in-process SQLite
+    database has no connection to lose.)"""
 
     __slots__ = ("cursor", "dialect")
 
@@ -140,8 +141,9 @@ def _sqlite_head_sql(k: int) -> str:
 def sqlite_append(conn: Connection, changes: Sequence[TableChange], txn: dict[str, Any]) -> list[CommitResult]:
     """Inside the caller's BEGIN IMMEDIATE transaction. Per table: the head update (which
     also tells whether the table has the column sets of the new files' statistics rows),
-    then the files (their ids by RETURNING), their statistics rows, the column sets only
-    when some are missing, and the commit row."""
+    then the files (one file's id by lastrowid, several files' by RETURNING), their
+    statistics rows (one statement), the column sets only when some are missing, and the
+    commit row."""
     driver = _Driver(conn)
     cur = driver.execute
     if txn["job_id"] is not None:  # commit.py step 2b

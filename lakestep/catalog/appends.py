@@ -110,9 +110,8 @@ class _Driver:
 
     def insert_stats(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """stats_sql.insert_rows on the cursor: one multi-row statement (none without rows)."""
-        for i in range(0, len(rows), stats_sql.STATS_CHUNK):
-            chunk = rows[i:i + stats_sql.STATS_CHUNK]
-            self.execute(stats_sql.insert_rows_sql(len(chunk)), [v for row in chunk for v in row])
+        for sql, params in stats_sql.insert_statements(rows):
+            self.execute(sql, params)
 
 
 def _result(c: TableChange, *, version: int, dv: int, at: float, barrier: int | None) -> CommitResult:

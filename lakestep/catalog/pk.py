@@ -223,12 +223,8 @@ def _live(rows: pa.Table) -> pa.Table:
 
 
 def _key_not_in(rows: pa.Table, other: pa.Table, keys: list[str]) -> "pa.ChunkedArray | pa.Array":
-    """Per row of ``rows``: its key is not among ``other``'s keys. One key column: a hash
-    lookup of each value (``is_in``, nothing copied); several: :func:`_without_keys`'s
-    anti-join, as a mask."""
-    if len(keys) == 1:
-        k = keys[0]
-        return pc.invert(pc.is_in(rows.column(k), value_set=other.column(k).combine_chunks()))
+    """Per row of ``rows``: its key (of several columns) is not among ``other``'s keys:
+    :func:`_without_keys`'s anti-join, as a mask (one key column goes through :func:`_kept`)."""
     pos = _positions(rows.num_rows)
     kept = rows.select(keys).append_column(_POS, pos).join(other.select(keys), keys=keys, join_type="left anti")
     return pc.is_in(pos, value_set=kept.column(_POS).combine_chunks())

@@ -233,15 +233,22 @@ def rows_of(table_id: int, file_ids: Sequence[int], per_file: Sequence[Copied]) 
     return [(fid, col, table_id, n, a, b, w) for fid, got in zip(file_ids, per_file) for col, n, a, b, w in got]
 
 
+def insert_statements(rows: Sequence[tuple[Any, ...]]) -> Iterable[tuple[str, tuple[Any, ...]]]:
+    """The multi-row inserts of ``rows`` in SQLite's parameter style: (SQL, parameters), one per
+    :data:`STATS_CHUNK` rows."""
+    for i in range(0, len(rows), STATS_CHUNK):
+        chunk = rows[i:i + STATS_CHUNK]
+        yield insert_rows_sql(len(chunk)), tuple([v for row in chunk for v in row])
+
+
 def insert_rows(conn: sa.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert ``ls_file_stats`` rows (:func:`rows_of`) in the caller's transaction: one
     statement (a :data:`STATS_CHUNK` of rows each), none when there are no rows."""
     if not rows:
         return
     if conn.dialect.name == "sqlite":  # one multi-row statement (cheaper than executemany's one per row)
-        for i in range(0, len(rows), STATS_CHUNK):
-            chunk = rows[i:i + STATS_CHUNK]
-            conn.exec_driver_sql(insert_rows_sql(len(chunk)), tuple([v for row in chunk for v in row]))
+        for sql, params in insert_statements(rows):
+            conn.exec_driver_sql(sql, params)
     else:  # one multi-row statement (SQLAlchemy's insertmanyvalues), not a round trip a row
         conn.execute(sa.insert(S.file_stats), [dict(zip(STATS_COLS, r)) for r in rows])
 

@@ -167,6 +167,9 @@ class Catalog:
             wh = normalize_location(warehouse)
             url = f"sqlite:///{os.path.join(wh, 'catalog.db')}"
         self.commit_retries = commit_retries
+        #: per primary-key table: writes through this catalog since its last compaction on write
+        #: (``Table._compact_on_write``)
+        self.pk_writes: dict[int, int] = {}
         self.backend: Backend = create_backend(url, echo=echo, timeouts=timeouts,
                                                prepared_statements=prepared_statements)
         try:

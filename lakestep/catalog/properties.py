@@ -11,7 +11,7 @@
    per table handle, key and value) and replaced by the key's *fallback*, the value
    that loses nothing: the default retention (keeps files longer), no TTL
    (deletes no rows), serializable isolation (refuses rewrites that snapshot
-   isolation would let through). Fix it with ``Table.set_properties``.
+   isolation would let through), no compaction on write. Fix it with ``Table.set_properties``.
 
 Not guaranteed: a retention of 0 is accepted (tests and throwaway tables use
 it): time travel then reaches only the newest version, and a reader without a
@@ -36,6 +36,8 @@ ISOLATION = "lakestep.isolation"
 TTL_COLUMN = "lakestep.ttl.column"
 TTL_SECONDS = "lakestep.ttl.seconds"
 ICEBERG_PUBLISH = "lakestep.iceberg.publish"
+PK_COMPACTION_TRIGGER = "lakestep.pk.compaction-trigger"
+DEFAULT_PK_COMPACTION_TRIGGER = 8
 
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 ISOLATIONS = ("snapshot", "serializable")
@@ -65,6 +67,16 @@ def _bool(v: str) -> bool:
     return v.lower() == "true"
 
 
+def _trigger(v: str) -> int:
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError("not a whole number", argument="value", value=v) from None
+    if n < 0 or n == 1:
+        raise InvalidArgumentError("must be 0 (off) or at least 2", argument="value", value=v)
+    return n
+
+
 def _column_name(v: str) -> str:
     if not v:
         raise InvalidArgumentError("must name a column", argument="value", value=v)
@@ -92,6 +104,11 @@ KNOWN: dict[str, Spec] = {
     ICEBERG_PUBLISH: Spec(_bool, True, True,
                           "false keeps the table out of Iceberg publishing when the catalog publishes "
                           "(lakestep.iceberg; default true)"),
+    PK_COMPACTION_TRIGGER: Spec(_trigger, DEFAULT_PK_COMPACTION_TRIGGER, 0,
+                                "on a primary-key table, every this many writes (upserts, deletes, updates) "
+                                "through one catalog object the newest files of similar size, when there are "
+                                "at least this many, are merged into one, so that reads merge few files "
+                                f"(0 turns it off, else at least 2; default {DEFAULT_PK_COMPACTION_TRIGGER})"),
 }
 
 

@@ -66,25 +66,28 @@ def read(
     *,
     columns: Sequence[str] | None = None,
     filter: "pc.Expression | None" = None,
+    batch_rows: int | None = None,
 ) -> pa.Table:
     """The rows of ``files`` (under ``store``'s location) read with ``schema``, checked (steps 1-3).
 
     ``columns`` may name :data:`FRAGMENT_INDEX`: the position in ``files`` of
     each row's file. ``filter`` names columns by their stored names (the table's,
-    unless renamed: ``Predicate.file_expression``).
+    unless renamed: ``Predicate.file_expression``). ``batch_rows``: the most rows per
+    chunk of the result (Arrow's default, 131,072, unless given).
     """
     if not files:
         empty = to_table_names(schema.empty_table(), schema)
         return empty.select([c for c in columns if c != FRAGMENT_INDEX]) if columns else empty
     if renamed(schema):  # columns stored under other names (columns.py rule 6)
-        return _read_stored(table, store, files, schema, columns, filter)
+        return _read_stored(table, store, files, schema, columns, filter, batch_rows)
     paths = [store.full_path(f.path) for f in files]
     if "://" not in store.location:
         _check_sizes(table, store.fs, files, paths, store.fs.get_file_info(paths))  # 1. local
     fragments = _fragments(store.fs, files, paths)
     dataset = _dataset(fragments, schema, store.fs)
     try:
-        out = dataset.to_table(columns=list(columns) if columns else None, filter=filter)
+        out = dataset.to_table(columns=list(columns) if columns else None, filter=filter,
+                               **({"batch_size": batch_rows} if batch_rows else {}))
     except (OSError, pa.ArrowException) as e:
         _diagnose(table, store.fs, files, paths, schema, e)  # 3. raises if a file explains it
         raise
@@ -97,7 +100,8 @@ def read(
 
 
 def _read_stored(table: str, store: "FileWriter", files: Sequence[Recorded], schema: pa.Schema,
-                 columns: Sequence[str] | None, filter: "pc.Expression | None") -> pa.Table:
+                 columns: Sequence[str] | None, filter: "pc.Expression | None",
+                 batch_rows: int | None = None) -> pa.Table:
     """:func:`read` of a schema with stored names: the files are scanned by the stored names
     (``filter`` is over them: ``Predicate.file_expression``), the rows come back with the
     table's names."""
@@ -106,7 +110,7 @@ def _read_stored(table: str, store: "FileWriter", files: Sequence[Recorded], sch
     read_cols = [stored.field(schema.get_field_index(c)).name for c in names]
     if columns and FRAGMENT_INDEX in columns:
         read_cols.append(FRAGMENT_INDEX)
-    raw = read(table, store, files, stored, columns=read_cols, filter=filter)
+    raw = read(table, store, files, stored, columns=read_cols, filter=filter, batch_rows=batch_rows)
     out = to_table_names(raw.select(read_cols[:len(names)]), pa.schema([schema.field(c) for c in names]))
     if FRAGMENT_INDEX in raw.column_names:
         out = out.append_column(FRAGMENT_INDEX, raw.column(FRAGMENT_INDEX))

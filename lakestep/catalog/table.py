@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from ..errors import (
     InvalidArgumentError,
+    LakestepError,
     NoPrimaryKeyError,
     SchemaChangedConflict,
     SchemaChangeError,
@@ -35,11 +36,15 @@ if TYPE_CHECKING:
 
 DEFAULT_RETENTION_SECONDS = P.DEFAULT_RETENTION_SECONDS
 log = logging.getLogger(__name__)
+#: The writes that add files to a primary-key table (``Table._compact_on_write``).
+_ADDS_KEYED_FILES = frozenset({"append", "delete", "update"})
 
 
 class TableCatalog(CatalogLike, Protocol):
     """What a :class:`Table` uses of :class:`~lakestep.catalog.catalog.Catalog`: a handle's
     needs, and transactions for its one-commit writes."""
+
+    pk_writes: dict[int, int]
 
     def transaction(self, *, job_id: str | None = None, batch_id: int | None = None) -> ContextManager[Any]: ...
 
@@ -412,7 +417,39 @@ class Table(TableHandle):
         except SchemaChangedConflict:
             self.refresh()  # a retry with this handle reads with the new schema
             raise
+        if self.primary_key and method in _ADDS_KEYED_FILES:
+            self._compact_on_write()
         return tx.results[0]
+
+    def _compact_on_write(self) -> None:
+        """Compaction on write of a primary-key table (``lakestep.pk.compaction-trigger``: n,
+        default 8; 0 off):
+
+        1. Every n-th write (upsert, delete, update) of the table through this catalog
+           object (``Catalog.pk_writes``; the write itself reads nothing) looks at the
+           table's live files: in each partition, the newest files of similar size, when
+           there are at least n, are merged into one (``writes._newest_runs``), sorted by
+           key, tombstones kept: a COMPACT commit, no new data version.
+        2. It runs after the write's commit: the write is done whatever happens to it. A
+           compaction that loses a race is discarded, as any; one that fails is logged
+           (warning) and left to the next one or to maintenance, never raised.
+
+        Not guaranteed: writers through other catalog objects (other processes) count
+        their own writes, so a table written by many may be looked at more often; the
+        streaming sinks commit through transactions and leave compaction to maintenance.
+        """
+        trigger = int(P.value(self.ident, self.properties, P.PK_COMPACTION_TRIGGER, warned=self.warned))
+        if trigger < 2:
+            return
+        n = self.catalog.pk_writes.get(self.table_id, 0) + 1
+        self.catalog.pk_writes[self.table_id] = n % trigger
+        if n < trigger:
+            return
+        try:
+            with self.catalog.transaction() as tx:
+                tx.compact(self, runs=trigger)
+        except LakestepError as e:  # a dead database too: the write is committed, not this
+            log.warning("compaction on write of %s failed (left to the next one): %s", self.ident, e)
 
     def append(self, data: Any, *, job_id: str | None = None, batch_id: int | None = None,
                barrier: int | None = None) -> CommitResult:

@@ -177,10 +177,10 @@ class Transaction:
             self._add(prepare_update(t, set, where, barrier=barrier, isolation=isolation))
 
     def compact(self, table: Table | str, *, target_file_size: int = 128 << 20, min_files: int = 2,
-                major: bool = False) -> None:
+                major: bool = False, runs: int = 0) -> None:
         self._check_open()
         self._add(prepare_compact(self.catalog.as_table(table), target_file_size=target_file_size,
-                                  min_files=min_files, major=major))
+                                  min_files=min_files, major=major, runs=runs))
 
     def rewrite_file(self, table: Table | str, file: Any, transform: Any) -> None:
         self._check_open()

@@ -353,8 +353,10 @@ def _evaluate_set(rows: pa.Table, set: Mapping[str, Any], schema: pa.Schema, ide
 
 
 def prepare_compact(table: "TableHandle", *, target_file_size: int, min_files: int = 2,
-                    major: bool = False) -> TableChange:
-    """Merge files of each partition into target-size files (see :meth:`Table.compact`)."""
+                    major: bool = False, runs: int = 0) -> TableChange:
+    """Merge files of each partition into target-size files (see :meth:`Table.compact`);
+    with ``runs`` (a primary-key table) the newest files of similar size instead, when
+    there are at least ``runs`` of them (:func:`_newest_runs`)."""
     base, base_dv, live = table.head_and_live()
     change = change_of(
         table, operation=Operation.COMPACT, base_version=base,
@@ -367,9 +369,12 @@ def prepare_compact(table: "TableHandle", *, target_file_size: int, min_files: i
     with _discard_on_error(table, change):
         for members in by_part.values():
             members.sort(key=lambda f: (f.seq, f.file_id))
-            for run in _compaction_runs(table, members, target_file_size, min_files, major):
+            picked = _newest_runs(members, runs) if runs else \
+                _compaction_runs(table, members, target_file_size, min_files, major)
+            for run in picked:
                 if table.primary_key:
-                    data = pk.merge(table, run, keep_tombstones=not major)
+                    data = pk.in_key_order(pk.merge(table, run, keep_tombstones=not major),
+                                           table.primary_key)
                 else:
                     data = _read(table, run)
                 ids = [f.file_id for f in run]
@@ -384,6 +389,8 @@ def prepare_compact(table: "TableHandle", *, target_file_size: int, min_files: i
                 change.removed.extend(run)
                 merged += len(run)
     change.summary.update({"input_files": merged, "output_files": len(change.added), "major": major})
+    if runs:
+        change.summary["runs"] = runs
     return change
 
 
@@ -414,6 +421,33 @@ def _compaction_runs(table: "TableHandle", members: list[DataFile], target: int,
     if len(cur) >= min_files:
         runs.append(cur)
     return runs
+
+
+def _newest_runs(members: list[DataFile], trigger: int) -> list[list[DataFile]]:
+    """The compaction on write of a primary-key table's partition (``members`` in commit
+    order; the table property ``lakestep.pk.compaction-trigger``): the newest files, taken
+    from the newest back while a file holds at most :data:`_RUN_RATIO` times the rows of all
+    the newer ones together, merged when there are at least ``trigger`` of them.
+
+    So upsert files of about the same size are merged ``trigger`` at a time, a merged file
+    joins the next merge once the files after it add up to about its size (a binary counter:
+    after ``n`` upserts a partition holds its large files, O(log(n / trigger)) merged files
+    and fewer than ``trigger`` new ones), and a large base is left alone until the newer
+    files add up to it. Adjacent in commit order by construction: no other file's rows fall
+    between them (the module docstring of ``pk.py``)."""
+    picked: list[DataFile] = []
+    total = 0
+    for f in reversed(members):
+        if picked and f.record_count > total * _RUN_RATIO:
+            break
+        picked.append(f)
+        total += f.record_count
+    return [picked[::-1]] if len(picked) >= trigger else []
+
+
+#: How much larger (in rows) than all the newer files together a file may be and still join
+#: their compaction on write (:func:`_newest_runs`): batches of a stream vary in size.
+_RUN_RATIO = 1.5
 
 
 @contextlib.contextmanager

@@ -32,10 +32,23 @@ def test_random_upserts_match_a_copy_on_write_model(table, seed: int) -> None:  
     _random_history(table, seed)
 
 
+@pytest.mark.parametrize("merge", ["runs", "unsorted", "unsorted-large", "hash"])
 @pytest.mark.parametrize("seed", [7, 8, 9, 10])
-def test_random_upserts_match_a_copy_on_write_model_one_key_column(catalog: Catalog, seed: int) -> None:
-    """The same with a key of one column, unpartitioned: the largest file's rows are judged by a
-    hash lookup of its keys (pk.merge_files), not an anti-join."""
+def test_random_upserts_match_a_copy_on_write_model_one_key_column(catalog: Catalog, seed: int, merge: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same with a key of one column, unpartitioned, merged each way pk.merge_files has:
+    as sorted runs (an integer key); with compaction writing its files out of key order (as
+    before it sorted them), sorted on read, or, when large (here: any), by hash; and by hash
+    with the sorted runs off (a key type they do not take): the largest file's rows judged by
+    a hash lookup of its keys, not an anti-join."""
+    from lakestep.catalog import pk
+
+    if merge.startswith("unsorted"):
+        monkeypatch.setattr(pk, "in_key_order", lambda t, keys: t.take(list(range(t.num_rows))[::-1]))
+    if merge == "unsorted-large":
+        monkeypatch.setattr(pk, "_SORT_ROWS", 1)
+    if merge == "hash":
+        monkeypatch.setattr(pk, "_searchable", lambda t: False)
     catalog.create_namespace("s")
     _random_history(catalog.create_table("s.pk1", SCHEMA, primary_key=["k"]), seed)
 
@@ -119,3 +132,89 @@ def test_pk_rules(catalog: Catalog) -> None:
     t = catalog.create_table("s.ok", SCHEMA, primary_key=["k"])
     with pytest.raises(errors.InvalidArgumentError):
         t.update({"k": 5}, [("k", "=", 1)])
+
+
+TRIGGER = "lakestep.pk.compaction-trigger"
+
+
+def _keys_in_order(t, f) -> bool:  # type: ignore[no-untyped-def]
+    ks = t.read_physical([f]).column("k").to_pylist()
+    return all(a < b for a, b in zip(ks, ks[1:]))
+
+
+@pytest.mark.parametrize("trigger", [3, 0])
+def test_compaction_on_write_keeps_few_files_in_key_order(catalog: Catalog, trigger: int) -> None:
+    """With ``lakestep.pk.compaction-trigger`` n, every n-th write merges the newest files of similar
+    size (writes._newest_runs): after 30 upserts and deletes of random keys the table holds a few
+    files (a binary counter: at most log2(30 / n) + 1 merged, fewer than n new, the first
+    upsert's), each in key order; every version reads as the model; the merges are COMPACT
+    commits that change no data version. With 0 nothing is merged."""
+    catalog.create_namespace("s")
+    t = catalog.create_table("s.w", SCHEMA, primary_key=["k"], properties={TRIGGER: str(trigger)})
+    rng = random.Random(trigger)
+    model: dict = {}
+    models = {}
+    for step in range(30):
+        if step % 10 == 9:
+            k = rng.randint(0, 300)
+            t.delete([("k", "<", k)])
+            model = {key: v for key, v in model.items() if key[0] >= k}
+        else:
+            ks = [rng.randint(0, 300) for _ in range(20)]
+            t.upsert({"k": ks, "day": ["a"] * 20, "v": [step * 100 + i for i in range(20)]})
+            model.update({(k,): ("a", step * 100 + i) for i, k in enumerate(ks)})
+        models[t.version] = dict(model)
+        assert view(t) == model
+    history = t.history()
+    merges = [c for c in history if c.operation == "COMPACT"]
+    files = t.files()
+    if trigger:
+        assert len(merges) >= 30 // trigger - 2, [c.summary for c in merges]
+        assert all(c.summary["runs"] == trigger and c.removed_files >= trigger for c in merges)
+        assert len(files) <= 1 + 3 + (trigger - 1), sorted((f.seq, f.record_count) for f in files)
+    else:
+        assert not merges and len(files) == 30
+    assert all(_keys_in_order(t, f) for f in files)
+    by_version = {c.version: c for c in history}
+    for c in merges:  # no new data version: incremental readers never see the rows again
+        assert c.data_version == by_version[c.version - 1].data_version
+        assert view(t, version=c.version) == view(t, version=c.version - 1)
+    for v, m in models.items():
+        assert view(t, version=v) == m
+
+
+def test_compaction_on_write_counts_writes_per_catalog(catalog: Catalog) -> None:
+    """The count is the catalog object's, not a handle's: a job that loads the table for each
+    write still merges every n-th write."""
+    catalog.create_namespace("s")
+    catalog.create_table("s.w", SCHEMA, primary_key=["k"], properties={TRIGGER: "4"})
+    for i in range(8):
+        catalog.load_table("s.w").upsert({"k": [i], "day": ["a"], "v": [i]})
+    t = catalog.load_table("s.w")
+    assert [c.operation for c in t.history()].count("COMPACT") == 2
+    assert len(t.files()) == 1 and t.count() == 8  # the second merge took the first one's file
+
+
+@pytest.mark.parametrize("value", ["1", "-2", "x", "2.5"])
+def test_compaction_trigger_must_be_off_or_two_or_more(catalog: Catalog, value: str) -> None:
+    catalog.create_namespace("s")
+    with pytest.raises(errors.InvalidPropertyError, match=TRIGGER):
+        catalog.create_table("s.w", SCHEMA, primary_key=["k"], properties={TRIGGER: value})
+
+
+def test_a_failed_compaction_on_write_leaves_the_write_committed(catalog: Catalog, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The merge runs after the write's commit: when it fails (here a file it must read is gone)
+    the write stands, the failure is logged, and the next writes go on."""
+    catalog.create_namespace("s")
+    t = catalog.create_table("s.w", SCHEMA, primary_key=["k"], properties={TRIGGER: "3"})
+    t.upsert({"k": [1], "day": ["a"], "v": [1]})
+    t.upsert({"k": [2], "day": ["a"], "v": [2]})
+    first = min(t.files(), key=lambda f: f.seq)
+    t.writer.delete(first.path)
+    with caplog.at_level("WARNING", logger="lakestep.catalog.table"):
+        r = t.upsert({"k": [3], "day": ["a"], "v": [3]})
+    assert r.operation == "MERGE" and t.history()[0].version == r.version  # committed, no merge after it
+    assert "compaction on write of s.w failed" in caplog.text
+    assert len(t.files()) == 3
+    with pytest.raises(errors.LakestepError):
+        t.to_arrow()  # the file is gone for readers too: nothing hid that

@@ -89,8 +89,8 @@ def upsert_rounds(name: str, upsert: Callable[[pa.Table], Any], read: Callable[[
         assert got.num_rows == n_rows, got.num_rows  # one row per key, always
         live = ""
         if files is not None:
-            res[f"{prefix}_{target}_upserts_files"] = files()
-            live = f" ({files()} files)"
+            res[f"{prefix}_{target}_upserts_files"] = n_files = files()
+            live = f" ({n_files} files)"
         print(f"  [{name}] read after {target} upserts{live}: {res[f'{prefix}_{target}_upserts_s'] * 1000:.0f} ms",
               flush=True)
     if prefix == "read_pk":
